@@ -1,0 +1,1 @@
+"""statecore: Apache Flink's state model for PySpark jobs."""
