@@ -1,0 +1,31 @@
+"""The checkpoint catalog: jobs, registered states and checkpoints in a SQLAlchemy database.
+
+SQLite (the local default) and Postgres (production) run the same code. This package is the only
+place in statecore that imports SQLAlchemy; everything it returns is a frozen record.
+"""
+
+from __future__ import annotations
+
+from statecore.catalog.catalog import Catalog
+from statecore.catalog.migrations import SCHEMA_VERSION
+from statecore.catalog.records import (
+    TABLE_KINDS,
+    CheckpointKind,
+    CheckpointRecord,
+    CheckpointStatus,
+    JobRecord,
+    StateRecord,
+    TableVersion,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TABLE_KINDS",
+    "Catalog",
+    "CheckpointKind",
+    "CheckpointRecord",
+    "CheckpointStatus",
+    "JobRecord",
+    "StateRecord",
+    "TableVersion",
+]

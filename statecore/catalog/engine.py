@@ -1,0 +1,72 @@
+"""The SQLAlchemy engine behind a catalog URL.
+
+SQLite is set up so that a Spark driver and a CLI can share one file: write-ahead logging, a
+busy timeout, foreign keys on, and transactions that really begin (``BEGIN``, or
+``BEGIN IMMEDIATE`` for a connection with the ``statecore_write`` execution option, so that a
+read-then-write transaction takes the write lock first and never fails on a lock upgrade).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from statecore.errors import ConfigError
+
+__all__ = ["WRITE", "create_engine", "redacted"]
+
+WRITE = {"statecore_write": True}
+"""Execution options of a connection that writes: its transaction takes the write lock first."""
+
+_BUSY_TIMEOUT = timedelta(seconds=30)
+
+
+def redacted(url: sa.URL | str) -> str:
+    """The URL without its password, for messages."""
+    url = sa.make_url(url) if isinstance(url, str) else url
+    return url.render_as_string(hide_password=True)
+
+
+def create_engine(url: str) -> sa.Engine:
+    """Create the engine for ``url``; for a SQLite file, create its parent directory."""
+    try:
+        parsed = sa.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise ConfigError(f"checkpoint catalog URL {url!r} is not a SQLAlchemy URL") from exc
+    is_sqlite = parsed.get_backend_name() == "sqlite"
+    if is_sqlite and parsed.database and parsed.database != ":memory:":
+        if not parsed.database.startswith("file:"):
+            try:
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create checkpoint catalog {url!r}: {exc}") from exc
+    try:
+        engine = sa.create_engine(parsed, pool_pre_ping=not is_sqlite)
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        raise ConfigError(f"cannot open checkpoint catalog {redacted(parsed)}: {exc}") from exc
+    if is_sqlite:
+        _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: sa.Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the sqlite3 module, decide where transactions begin.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT.total_seconds() * 1000)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: sa.Connection) -> None:
+        write = connection.get_execution_options().get("statecore_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

@@ -1,0 +1,201 @@
+"""Versioned migrations of the catalog's database schema.
+
+``statecore_schema_version`` holds one row per applied migration. :data:`MIGRATIONS` is the
+ordered list of steps; :func:`migrate` applies each missing step once, in its own transaction
+together with its version row, so a crash leaves the schema at a whole version. Concurrent
+callers (a Spark driver and a CLI starting together) are serialized: a transaction-scoped
+advisory lock on Postgres, ``BEGIN IMMEDIATE`` on SQLite.
+
+A step's DDL is frozen: it describes the tables as they were at that version and never follows
+later edits of :mod:`statecore.catalog.models`; a change of schema is a new step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from statecore.catalog.engine import WRITE, redacted
+from statecore.errors import ConfigError
+
+__all__ = [
+    "MIGRATIONS",
+    "NAMING_CONVENTION",
+    "SCHEMA_VERSION",
+    "SCHEMA_VERSION_TABLE",
+    "Migration",
+    "current_version",
+    "migrate",
+]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+"""Constraint names, so that a later migration can alter a constraint by name."""
+
+SCHEMA_VERSION_TABLE = "statecore_schema_version"
+
+_PG_LOCK_ID = 0x5374_4361_7461  # "StCata": the advisory lock that serializes migrations
+
+_version_metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+_schema_version = sa.Table(
+    SCHEMA_VERSION_TABLE,
+    _version_metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("description", sa.String(200), nullable=False),
+    sa.Column("applied_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Migration:
+    """One step of the schema: ``apply`` runs inside the step's transaction."""
+
+    version: int
+    description: str
+    apply: Callable[[sa.Connection], None]
+
+
+def _id_type() -> sa.types.TypeEngine[int]:
+    # SQLite only autoincrements an INTEGER PRIMARY KEY.
+    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _v1_initial(connection: sa.Connection) -> None:
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    utc = sa.DateTime(timezone=True)
+    sa.Table(
+        "statecore_jobs",
+        metadata,
+        sa.Column("id", _id_type(), primary_key=True),
+        sa.Column("name", sa.String(200), nullable=False, unique=True),
+        sa.Column("parallelism", sa.Integer, nullable=False),
+        sa.Column("max_parallelism", sa.Integer, nullable=False),
+        sa.Column("created_at", utc, nullable=False),
+        sa.Column("last_completion_seq", sa.BigInteger, nullable=False),
+    )
+    sa.Table(
+        "statecore_states",
+        metadata,
+        sa.Column("id", _id_type(), primary_key=True),
+        sa.Column("job_id", _id_type(), sa.ForeignKey("statecore_jobs.id"), nullable=False),
+        sa.Column("operator", sa.String(200), nullable=False),
+        sa.Column("name", sa.String(200), nullable=False),
+        sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("descriptor", sa.JSON, nullable=False),
+        sa.Column("schema", sa.Text, nullable=False),
+        sa.Column("ttl", sa.JSON, nullable=True),
+        sa.Column("registered_at", utc, nullable=False),
+        sa.UniqueConstraint("job_id", "operator", "name"),
+    )
+    sa.Table(
+        "statecore_checkpoints",
+        metadata,
+        sa.Column("id", _id_type(), primary_key=True),
+        sa.Column("job_id", _id_type(), sa.ForeignKey("statecore_jobs.id"), nullable=False),
+        sa.Column("checkpoint_id", sa.BigInteger, nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("parallelism", sa.Integer, nullable=False),
+        sa.Column("max_parallelism", sa.Integer, nullable=False),
+        sa.Column("started_at", utc, nullable=False),
+        sa.Column("completed_at", utc, nullable=True),
+        sa.Column("completion_seq", sa.BigInteger, nullable=True),
+        sa.Column("restored_from", sa.BigInteger, nullable=True),
+        sa.Column("error", sa.Text, nullable=True),
+        sa.UniqueConstraint("job_id", "checkpoint_id"),
+        sa.UniqueConstraint("job_id", "completion_seq"),
+        sa.Index(None, "job_id", "status", "completion_seq"),
+    )
+    sa.Table(
+        "statecore_checkpoint_tables",
+        metadata,
+        sa.Column("id", _id_type(), primary_key=True),
+        sa.Column(
+            "checkpoint_pk",
+            _id_type(),
+            sa.ForeignKey("statecore_checkpoints.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        sa.Column("operator", sa.String(200), nullable=False),
+        sa.Column("state", sa.String(200), nullable=False),
+        sa.Column("table_kind", sa.String(16), nullable=False),
+        sa.Column("path", sa.Text, nullable=False),
+        sa.Column("version", sa.BigInteger, nullable=False),
+        sa.Column("rows", sa.BigInteger, nullable=False),
+        sa.Column("bytes", sa.BigInteger, nullable=False),
+        sa.Column("key_groups", sa.JSON, nullable=False),
+        sa.UniqueConstraint("checkpoint_pk", "operator", "state", "table_kind"),
+    )
+    metadata.create_all(connection)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        version=1,
+        description="jobs, states, checkpoints and checkpoint tables",
+        apply=_v1_initial,
+    ),
+)
+"""Every schema step in order; append, never edit a released step."""
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+"""The schema version this code reads and writes."""
+
+
+def current_version(connection: sa.Connection) -> int:
+    """The catalog's schema version; 0 for an empty database."""
+    if not sa.inspect(connection).has_table(SCHEMA_VERSION_TABLE):
+        return 0
+    version = connection.execute(sa.select(sa.func.max(_schema_version.c.version))).scalar()
+    return int(version or 0)
+
+
+def migrate(engine: sa.Engine) -> int:
+    """Apply every missing step; return the schema version reached.
+
+    Raises :class:`~statecore.errors.ConfigError` when the catalog was written by a newer
+    statecore than this one.
+    """
+    locked = engine.execution_options(**WRITE)
+    for step in MIGRATIONS:
+        with locked.begin() as connection:
+            _lock(connection)
+            _version_metadata.create_all(connection, checkfirst=True)
+            version = current_version(connection)
+            _refuse_newer(engine, version)
+            if version >= step.version:
+                continue
+            step.apply(connection)
+            connection.execute(
+                _schema_version.insert().values(
+                    version=step.version,
+                    description=step.description,
+                    applied_at=datetime.now(UTC),
+                )
+            )
+    with engine.connect() as connection:
+        version = current_version(connection)
+    _refuse_newer(engine, version)
+    return version
+
+
+def _lock(connection: sa.Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_LOCK_ID)))
+    # SQLite: a WRITE transaction began with BEGIN IMMEDIATE (see engine.py).
+
+
+def _refuse_newer(engine: sa.Engine, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"checkpoint catalog {redacted(engine.url)} is at schema "
+            f"version {version}, newer than this statecore's {SCHEMA_VERSION}: upgrade statecore"
+        )

@@ -1,0 +1,199 @@
+"""The catalog's tables, mapped for the ORM, and their conversion to records.
+
+These mappings must describe the schema that :mod:`statecore.catalog.migrations` builds
+(``tests/catalog`` checks that they agree). Nothing here leaves the package: the catalog converts
+rows to the frozen records of :mod:`statecore.catalog.records`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from statecore.catalog.migrations import NAMING_CONVENTION
+from statecore.catalog.records import (
+    CheckpointKind,
+    CheckpointRecord,
+    CheckpointStatus,
+    JobRecord,
+    StateRecord,
+    TableVersion,
+)
+
+__all__ = ["Base", "CheckpointRow", "CheckpointTableRow", "JobRow", "StateRow", "UTCDateTime"]
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every database (SQLite stores no offset)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the catalog stores aware UTC times")
+        return value.astimezone(UTC)
+
+    def process_result_value(
+        self, value: datetime | None, dialect: sa.Dialect
+    ) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: sa.JSON()}
+
+
+class JobRow(Base):
+    __tablename__ = "statecore_jobs"
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(200), unique=True)
+    parallelism: Mapped[int]
+    max_parallelism: Mapped[int]
+    created_at: Mapped[datetime]
+    last_completion_seq: Mapped[int] = mapped_column(sa.BigInteger)
+
+    def to_record(self) -> JobRecord:
+        return JobRecord(
+            name=self.name,
+            parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism,
+            created_at=self.created_at,
+        )
+
+
+class StateRow(Base):
+    __tablename__ = "statecore_states"
+    __table_args__ = (sa.UniqueConstraint("job_id", "operator", "name"),)
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True)
+    job_id: Mapped[int] = mapped_column(_ID, sa.ForeignKey("statecore_jobs.id"))
+    operator: Mapped[str] = mapped_column(sa.String(200))
+    name: Mapped[str] = mapped_column(sa.String(200))
+    kind: Mapped[str] = mapped_column(sa.String(32))
+    descriptor: Mapped[dict[str, Any]]
+    schema: Mapped[str] = mapped_column(sa.Text)
+    ttl: Mapped[dict[str, Any] | None]
+    registered_at: Mapped[datetime]
+
+    def to_record(self, job: str) -> StateRecord:
+        return StateRecord(
+            job=job,
+            operator=self.operator,
+            name=self.name,
+            kind=self.kind,
+            descriptor=dict(self.descriptor),
+            schema=self.schema,
+            ttl=None if self.ttl is None else dict(self.ttl),
+        )
+
+
+class CheckpointRow(Base):
+    __tablename__ = "statecore_checkpoints"
+    __table_args__ = (
+        sa.UniqueConstraint("job_id", "checkpoint_id"),
+        sa.UniqueConstraint("job_id", "completion_seq"),
+        sa.Index(None, "job_id", "status", "completion_seq"),
+    )
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True)
+    job_id: Mapped[int] = mapped_column(_ID, sa.ForeignKey("statecore_jobs.id"))
+    checkpoint_id: Mapped[int] = mapped_column(sa.BigInteger)
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    parallelism: Mapped[int]
+    max_parallelism: Mapped[int]
+    started_at: Mapped[datetime]
+    completed_at: Mapped[datetime | None]
+    completion_seq: Mapped[int | None] = mapped_column(sa.BigInteger)
+    restored_from: Mapped[int | None] = mapped_column(sa.BigInteger)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+
+    tables: Mapped[list[CheckpointTableRow]] = relationship(
+        order_by="CheckpointTableRow.id",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        lazy="selectin",
+    )
+
+    def to_record(self, job: str) -> CheckpointRecord:
+        return CheckpointRecord(
+            job=job,
+            checkpoint_id=self.checkpoint_id,
+            kind=CheckpointKind[self.kind],
+            status=CheckpointStatus[self.status],
+            parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism,
+            started_at=self.started_at,
+            completed_at=self.completed_at,
+            tables=tuple(table.to_record() for table in self.tables),
+            restored_from=self.restored_from,
+            error=self.error,
+        )
+
+
+class CheckpointTableRow(Base):
+    __tablename__ = "statecore_checkpoint_tables"
+    __table_args__ = (sa.UniqueConstraint("checkpoint_pk", "operator", "state", "table_kind"),)
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True)
+    checkpoint_pk: Mapped[int] = mapped_column(
+        _ID, sa.ForeignKey("statecore_checkpoints.id", ondelete="CASCADE")
+    )
+    operator: Mapped[str] = mapped_column(sa.String(200))
+    state: Mapped[str] = mapped_column(sa.String(200))
+    table_kind: Mapped[str] = mapped_column(sa.String(16))
+    path: Mapped[str] = mapped_column(sa.Text)
+    version: Mapped[int] = mapped_column(sa.BigInteger)
+    rows: Mapped[int] = mapped_column(sa.BigInteger)
+    bytes: Mapped[int] = mapped_column(sa.BigInteger)
+    key_groups: Mapped[dict[str, Any]]
+
+    @classmethod
+    def from_record(cls, table: TableVersion) -> CheckpointTableRow:
+        # JSON object keys are strings: {"<key group>": [rows, bytes]}.
+        key_groups = {
+            str(key_group): [rows, size]
+            for key_group, (rows, size) in sorted(table.key_groups.items())
+        }
+        return cls(
+            operator=table.operator,
+            state=table.state,
+            table_kind=table.table_kind,
+            path=table.path,
+            version=table.version,
+            rows=table.rows,
+            bytes=table.bytes,
+            key_groups=key_groups,
+        )
+
+    def to_record(self) -> TableVersion:
+        return TableVersion(
+            operator=self.operator,
+            state=self.state,
+            table_kind=self.table_kind,
+            path=self.path,
+            version=self.version,
+            rows=self.rows,
+            bytes=self.bytes,
+            key_groups={
+                int(key_group): (int(rows), int(size))
+                for key_group, (rows, size) in sorted(
+                    self.key_groups.items(), key=lambda item: int(item[0])
+                )
+            },
+        )

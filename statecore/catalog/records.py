@@ -1,0 +1,157 @@
+"""What the checkpoint catalog stores, as plain immutable values.
+
+The catalog hands these records in and out; no database object ever leaves
+:mod:`statecore.catalog`. Timestamps are timezone-aware UTC.
+
+>>> table = TableVersion(operator="count", state="total", table_kind="keyed",
+...                      path="/wh/job/count/keyed/total", version=3, rows=10, bytes=800,
+...                      key_groups={0: (6, 480), 7: (4, 320)})
+>>> table.key_groups[7]
+(4, 320)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from statecore.errors import ConfigError
+
+__all__ = [
+    "TABLE_KINDS",
+    "CheckpointKind",
+    "CheckpointRecord",
+    "CheckpointStatus",
+    "JobRecord",
+    "StateRecord",
+    "TableVersion",
+]
+
+TABLE_KINDS = frozenset({"keyed", "operator", "timers"})
+"""The kinds of Delta table a checkpoint names."""
+
+
+class CheckpointStatus(enum.Enum):
+    """Where a checkpoint is in its life; stored by name."""
+
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class CheckpointKind(enum.Enum):
+    """Why a checkpoint was taken; stored by name."""
+
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"
+    MAINTENANCE = "maintenance"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRecord:
+    """A job the catalog knows, with its current parallelism."""
+
+    name: str
+    parallelism: int
+    max_parallelism: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateRecord:
+    """A state registered by an operator of a job.
+
+    ``kind`` is the state's kind (``"value"``, ``"list"``, ``"map"``, ``"reducing"``,
+    ``"aggregating"``, ``"operator_list"``, ``"union_list"``, ``"broadcast"``, ``"timers"``);
+    ``schema`` is the serialized type schema, opaque to the catalog; ``ttl`` is the TTL
+    configuration, or ``None`` when TTL is off.
+    """
+
+    job: str
+    operator: str
+    name: str
+    kind: str
+    descriptor: dict[str, Any]
+    schema: str
+    ttl: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        for attr in ("job", "operator", "name", "kind"):
+            if not getattr(self, attr):
+                raise ConfigError(
+                    f"state {self.name!r} of operator {self.operator!r} in job {self.job!r}: "
+                    f"{attr} must not be empty"
+                )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableVersion:
+    """The Delta version of one state table that a checkpoint restores from.
+
+    ``key_groups`` maps every key group present in the table *at that version* to its
+    ``(rows, bytes)``.
+    """
+
+    operator: str
+    state: str
+    table_kind: str
+    path: str
+    version: int
+    rows: int
+    bytes: int
+    key_groups: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"table of state {self.state!r} of operator {self.operator!r}"
+        if self.table_kind not in TABLE_KINDS:
+            raise ConfigError(
+                f"{where}: table_kind {self.table_kind!r} is not one of {sorted(TABLE_KINDS)}"
+            )
+        if not self.operator or not self.state or not self.path:
+            raise ConfigError(f"{where}: operator, state and path must not be empty")
+        if self.version < 0 or self.rows < 0 or self.bytes < 0:
+            raise ConfigError(
+                f"{where}: version, rows and bytes must be >= 0, got "
+                f"{self.version}, {self.rows}, {self.bytes}"
+            )
+        for key_group, (rows, size) in self.key_groups.items():
+            if key_group < 0 or rows < 0 or size < 0:
+                raise ConfigError(
+                    f"{where}: key group {key_group} has a negative number: ({rows}, {size})"
+                )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointRecord:
+    """A checkpoint (or savepoint) of a job, and the table versions it completed with."""
+
+    job: str
+    checkpoint_id: int
+    kind: CheckpointKind
+    status: CheckpointStatus
+    parallelism: int
+    max_parallelism: int
+    started_at: datetime
+    completed_at: datetime | None = None
+    tables: tuple[TableVersion, ...] = ()
+    restored_from: int | None = None
+    error: str | None = None
+
+    @property
+    def total_rows(self) -> int:
+        """Rows over every table of the checkpoint."""
+        return sum(table.rows for table in self.tables)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes over every table of the checkpoint."""
+        return sum(table.bytes for table in self.tables)
+
+    @property
+    def duration(self) -> timedelta | None:
+        """From start to completion; ``None`` until the checkpoint completed."""
+        if self.completed_at is None:
+            return None
+        return self.completed_at - self.started_at
