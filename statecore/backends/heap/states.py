@@ -1,0 +1,264 @@
+"""Heap implementations of the five keyed state kinds.
+
+A state's values live in ``table[namespace][key_group][key]``, so a per-record access is two dict
+look-ups with no allocation, and a snapshot or restore touches one key group at a time (Flink's
+``StateTable`` keeps one map per key group for the same reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from statecore.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from statecore.errors import StateAccessError
+from statecore.state import (
+    VOID_NAMESPACE,
+    AggregatingState,
+    ListState,
+    MapState,
+    ReducingState,
+    ValueState,
+)
+from statecore.types import TypeInfo
+
+if TYPE_CHECKING:
+    from statecore.backends.heap.backend import HeapKeyedStateBackend
+
+__all__ = ["StateTable", "HeapValueState", "HeapListState", "HeapMapState",
+           "HeapReducingState", "HeapAggregatingState"]
+
+_MISSING: Any = object()
+
+
+class StateTable:
+    """All values of one state: ``namespaces[namespace][key_group][key] -> value``."""
+
+    __slots__ = ("descriptor", "namespaces", "dirty")
+
+    def __init__(self, descriptor: StateDescriptor) -> None:
+        self.descriptor = descriptor
+        self.namespaces: dict[str, dict[int, dict[Any, Any]]] = {}
+        self.dirty: set[int] = set()
+
+
+class _HeapState:
+    """The current key's map for this state and namespace, fetched per access."""
+
+    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+        self._backend = backend
+        self._table = table
+        self._name = table.descriptor.name
+        self._by_kg = table.namespaces.setdefault(VOID_NAMESPACE, {})
+
+    def set_current_namespace(self, namespace: str) -> None:
+        if not isinstance(namespace, str):
+            raise StateAccessError(
+                f"state {self._name!r}: namespace must be a str, got {type(namespace).__name__}"
+            )
+        self._by_kg = self._table.namespaces.setdefault(namespace, {})
+
+    def _read_map(self) -> dict[Any, Any] | None:
+        kg = self._backend._kg
+        if kg is None:
+            raise StateAccessError(
+                f"state {self._name!r} read outside a keyed context (no current key)"
+            )
+        return self._by_kg.get(kg)
+
+    def _write_map(self) -> dict[Any, Any]:
+        kg = self._backend._kg
+        if kg is None:
+            raise StateAccessError(
+                f"state {self._name!r} written outside a keyed context (no current key)"
+            )
+        self._table.dirty.add(kg)
+        m = self._by_kg.get(kg)
+        if m is None:
+            m = self._by_kg[kg] = {}
+        return m
+
+    def _check(self, info: TypeInfo, value: Any, what: str = "value") -> None:
+        if value is None:
+            raise StateAccessError(f"state {self._name!r}: a {what} must not be None")
+        if not info.accepts(value):
+            raise StateAccessError(
+                f"state {self._name!r}: {what} {value!r} of type {type(value).__name__} "
+                f"does not match the declared type {info.arrow}"
+            )
+
+    def clear(self) -> None:
+        m = self._read_map()
+        if m is not None and self._backend._key in m:
+            del m[self._backend._key]
+            self._table.dirty.add(self._backend._kg)  # type: ignore[arg-type]
+
+
+class HeapValueState(_HeapState, ValueState):
+    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+        super().__init__(backend, table)
+        descriptor = table.descriptor
+        assert isinstance(descriptor, ValueStateDescriptor)
+        self._default = descriptor.default
+        self._info = descriptor.value_info
+
+    def value(self) -> Any:
+        m = self._read_map()
+        if m is None:
+            return self._default
+        v = m.get(self._backend._key, _MISSING)
+        return self._default if v is _MISSING else v
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self.clear()
+            return
+        if value.__class__ not in (self._info.accepted or ()):
+            self._check(self._info, value)
+        self._write_map()[self._backend._key] = value
+
+
+class HeapListState(_HeapState, ListState):
+    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+        super().__init__(backend, table)
+        descriptor = table.descriptor
+        assert isinstance(descriptor, ListStateDescriptor)
+        self._info = descriptor.element_info
+
+    def get(self) -> list[Any]:
+        m = self._read_map()
+        if m is None:
+            return []
+        return list(m.get(self._backend._key, ()))
+
+    def add(self, value: Any) -> None:
+        self._check(self._info, value, "list element")
+        m = self._write_map()
+        current = m.get(self._backend._key)
+        if current is None:
+            m[self._backend._key] = [value]
+        else:
+            current.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        for v in values:
+            self._check(self._info, v, "list element")
+        if values:
+            self._write_map().setdefault(self._backend._key, []).extend(values)
+
+    def update(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        for v in values:
+            self._check(self._info, v, "list element")
+        if values:
+            self._write_map()[self._backend._key] = values
+        else:
+            self.clear()
+
+
+class HeapMapState(_HeapState, MapState):
+    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+        super().__init__(backend, table)
+        descriptor = table.descriptor
+        assert isinstance(descriptor, MapStateDescriptor)
+        self._key_info = descriptor.user_key_info
+        self._info = descriptor.value_info
+
+    def _entries(self) -> dict[Any, Any] | None:
+        m = self._read_map()
+        return None if m is None else m.get(self._backend._key)
+
+    def get(self, key: Any) -> Any:
+        entries = self._entries()
+        return None if entries is None else entries.get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._check(self._key_info, key, "map key")
+        if value is not None:
+            self._check(self._info, value, "map value")
+        m = self._write_map()
+        entries = m.get(self._backend._key)
+        if entries is None:
+            m[self._backend._key] = {key: value}
+        else:
+            entries[key] = value
+
+    def put_all(self, entries: Mapping[Any, Any]) -> None:
+        for k, v in entries.items():
+            self.put(k, v)
+
+    def remove(self, key: Any) -> None:
+        entries = self._entries()
+        if entries is not None and key in entries:
+            del entries[key]
+            m = self._write_map()
+            if not entries:
+                del m[self._backend._key]
+
+    def contains(self, key: Any) -> bool:
+        entries = self._entries()
+        return entries is not None and key in entries
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        entries = self._entries()
+        return iter(list(entries.items())) if entries else iter(())
+
+    def is_empty(self) -> bool:
+        return not self._entries()
+
+    def __len__(self) -> int:
+        entries = self._entries()
+        return len(entries) if entries else 0
+
+
+class HeapReducingState(_HeapState, ReducingState):
+    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+        super().__init__(backend, table)
+        descriptor = table.descriptor
+        assert isinstance(descriptor, ReducingStateDescriptor)
+        self._reduce = descriptor.reduce_function
+        self._info = descriptor.value_info
+
+    def get(self) -> Any:
+        m = self._read_map()
+        return None if m is None else m.get(self._backend._key)
+
+    def add(self, value: Any) -> None:
+        self._check(self._info, value)
+        m = self._write_map()
+        key = self._backend._key
+        current = m.get(key)
+        m[key] = value if current is None else self._reduce(current, value)
+
+
+class HeapAggregatingState(_HeapState, AggregatingState):
+    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+        super().__init__(backend, table)
+        descriptor = table.descriptor
+        assert isinstance(descriptor, AggregatingStateDescriptor)
+        self._function = descriptor.aggregate_function
+
+    def get(self) -> Any:
+        m = self._read_map()
+        if m is None:
+            return None
+        acc = m.get(self._backend._key, _MISSING)
+        return None if acc is _MISSING else self._function.get_result(acc)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise StateAccessError(f"state {self._name!r}: cannot add None")
+        m = self._write_map()
+        key = self._backend._key
+        acc = m.get(key, _MISSING)
+        if acc is _MISSING:
+            acc = self._function.create_accumulator()
+        m[key] = self._function.add(value, acc)

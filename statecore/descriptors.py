@@ -1,0 +1,175 @@
+"""State descriptors: a name, a type, and what a state kind needs (default, reduce or aggregate).
+
+A descriptor is created once (usually in ``open()``) and handed to the runtime context, which
+returns the state handle bound to the current key:
+
+>>> total = ValueStateDescriptor("total", int, default=0)
+>>> total.kind, total.value_info.arrow
+(<StateKind.VALUE: 'value'>, DataType(int64))
+>>> ListStateDescriptor("last_events", str).value_info.arrow
+ListType(list<item: string>)
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+import pyarrow as pa
+
+from statecore.errors import ConfigError
+from statecore.ttl.config import StateTtlConfig
+from statecore.types import TypeInfo, TypeSpec
+
+__all__ = [
+    "StateKind",
+    "AggregateFunction",
+    "StateDescriptor",
+    "ValueStateDescriptor",
+    "ListStateDescriptor",
+    "MapStateDescriptor",
+    "ReducingStateDescriptor",
+    "AggregatingStateDescriptor",
+]
+
+IN = TypeVar("IN")
+ACC = TypeVar("ACC")
+OUT = TypeVar("OUT")
+
+
+class StateKind(enum.Enum):
+    VALUE = "value"
+    LIST = "list"
+    MAP = "map"
+    REDUCING = "reducing"
+    AGGREGATING = "aggregating"
+
+
+class AggregateFunction(ABC, Generic[IN, ACC, OUT]):
+    """Flink's ``AggregateFunction``: an accumulator that values are added to."""
+
+    @abstractmethod
+    def create_accumulator(self) -> ACC: ...
+
+    @abstractmethod
+    def add(self, value: IN, accumulator: ACC) -> ACC: ...
+
+    @abstractmethod
+    def get_result(self, accumulator: ACC) -> OUT: ...
+
+    @abstractmethod
+    def merge(self, a: ACC, b: ACC) -> ACC: ...
+
+
+@dataclass(frozen=True)
+class StateDescriptor:
+    """What every keyed state descriptor has: a unique name, a stored type, an optional TTL."""
+
+    name: str
+    kind: ClassVar[StateKind]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ConfigError(
+                f"state name {self.name!r} must be a non-empty identifier (it names a table and "
+                "a SQL view)"
+            )
+
+    @property
+    def value_info(self) -> TypeInfo:
+        """The type of the snapshot ``value`` column."""
+        raise NotImplementedError
+
+    @property
+    def user_key_info(self) -> TypeInfo | None:
+        """The type of the snapshot ``user_key`` column (MapState only)."""
+        return None
+
+    @property
+    def ttl_config(self) -> StateTtlConfig | None:
+        return getattr(self, "ttl", None)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able description for the catalog."""
+        out: dict[str, Any] = {"kind": self.kind.value, "value_type": str(self.value_info.arrow)}
+        if self.user_key_info is not None:
+            out["user_key_type"] = str(self.user_key_info.arrow)
+        ttl = self.ttl_config
+        if ttl is not None:
+            out["ttl"] = ttl.describe()
+        return out
+
+
+@dataclass(frozen=True)
+class ValueStateDescriptor(StateDescriptor):
+    type: TypeSpec
+    _: KW_ONLY
+    default: Any = None
+    ttl: StateTtlConfig | None = None
+    kind: ClassVar[StateKind] = StateKind.VALUE
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return TypeInfo.of(self.type)
+
+
+@dataclass(frozen=True)
+class ListStateDescriptor(StateDescriptor):
+    element_type: TypeSpec
+    _: KW_ONLY
+    ttl: StateTtlConfig | None = None
+    kind: ClassVar[StateKind] = StateKind.LIST
+
+    @property
+    def element_info(self) -> TypeInfo:
+        return TypeInfo.of(self.element_type)
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return TypeInfo(pa.list_(self.element_info.arrow))
+
+
+@dataclass(frozen=True)
+class MapStateDescriptor(StateDescriptor):
+    key_type: TypeSpec
+    value_type: TypeSpec
+    _: KW_ONLY
+    ttl: StateTtlConfig | None = None
+    kind: ClassVar[StateKind] = StateKind.MAP
+
+    @property
+    def user_key_info(self) -> TypeInfo:
+        return TypeInfo.of(self.key_type)
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return TypeInfo.of(self.value_type)
+
+
+@dataclass(frozen=True)
+class ReducingStateDescriptor(StateDescriptor):
+    reduce_function: Callable[[Any, Any], Any] = field(compare=False)
+    type: TypeSpec
+    _: KW_ONLY
+    ttl: StateTtlConfig | None = None
+    kind: ClassVar[StateKind] = StateKind.REDUCING
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return TypeInfo.of(self.type)
+
+
+@dataclass(frozen=True)
+class AggregatingStateDescriptor(StateDescriptor):
+    aggregate_function: AggregateFunction[Any, Any, Any] = field(compare=False)
+    accumulator_type: TypeSpec
+    _: KW_ONLY
+    ttl: StateTtlConfig | None = None
+    kind: ClassVar[StateKind] = StateKind.AGGREGATING
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return TypeInfo.of(self.accumulator_type)

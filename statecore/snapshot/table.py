@@ -1,0 +1,151 @@
+"""Driver side: one Delta table per state, committed once per checkpoint, read by version.
+
+A commit replaces exactly the changed key groups: it removes their files of the base version and
+adds the new ones in one transaction; every other key group keeps its files (incremental at
+key-group granularity). The commit names the checkpoint as a Delta application transaction.
+If the table moved past the base version (an earlier attempt failed after committing here), it is
+first restored to the base version, so a failed checkpoint leaves nothing a later one builds on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
+
+from statecore.errors import CheckpointCommitError, CorruptSnapshotError
+from statecore.keygroups import KeyGroupRange
+from statecore.snapshot.files import SnapshotFile, table_filesystem
+
+__all__ = ["SnapshotTable", "TableFile", "key_group_schema"]
+
+PARTITION = "key_group"
+
+
+def key_group_schema(rows_schema: pa.Schema) -> pa.Schema:
+    """The table schema: the rows' columns plus the ``key_group`` partition column."""
+    return rows_schema.append(pa.field(PARTITION, pa.int32(), nullable=False))
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """A committed file of one key group at some table version."""
+
+    path: str
+    key_group: int
+    rows: int
+    size: int
+
+
+class SnapshotTable:
+    """One state's Delta table at ``uri`` with the given row schema."""
+
+    def __init__(self, uri: str, rows_schema: pa.Schema, *, label: str) -> None:
+        self.uri = uri
+        self.rows_schema = rows_schema
+        self.label = label  # "job/operator/state", for messages
+
+    # -- reading -------------------------------------------------------------------------
+    def _open(self, version: int | None) -> DeltaTable:
+        try:
+            return DeltaTable(self.uri, version=version)
+        except (TableNotFoundError, DeltaError, OSError) as exc:
+            raise CorruptSnapshotError(
+                f"snapshot table of {self.label} at {self.uri} version {version} cannot be "
+                f"opened: {exc}"
+            ) from exc
+
+    def exists(self) -> bool:
+        try:
+            DeltaTable(self.uri)
+        except (TableNotFoundError, DeltaError, OSError):
+            return False
+        return True
+
+    def files(self, version: int, key_groups: KeyGroupRange | None = None) -> list[TableFile]:
+        """The files of ``version`` (only those of ``key_groups`` when given)."""
+        actions = pa.table(self._open(version).get_add_actions(flatten=True))
+        out = []
+        for path, kg, rows, size in zip(
+            actions.column("path").to_pylist(),
+            actions.column(f"partition.{PARTITION}").to_pylist(),
+            actions.column("num_records").to_pylist(),
+            actions.column("size_bytes").to_pylist(),
+        ):
+            if key_groups is None or kg in key_groups:
+                out.append(TableFile(path, int(kg), int(rows or 0), int(size)))
+        return out
+
+    def key_group_sizes(self, version: int) -> dict[int, tuple[int, int]]:
+        sizes: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        for f in self.files(version):
+            sizes[f.key_group][0] += f.rows
+            sizes[f.key_group][1] += f.size
+        return {kg: (r, b) for kg, (r, b) in sorted(sizes.items())}
+
+    def read_files(self, files: Iterable[TableFile]) -> Iterator[tuple[int, pa.Table]]:
+        """``(key_group, rows)`` of each file, read directly (only the files asked for)."""
+        fs, root = table_filesystem(self.uri)
+        for f in files:
+            try:
+                rows = pq.read_table(f"{root}/{f.path}", filesystem=fs)
+            except (OSError, pa.ArrowInvalid) as exc:
+                raise CorruptSnapshotError(
+                    f"snapshot of {self.label}, key group {f.key_group}: file {f.path} is missing "
+                    f"or unreadable: {exc}"
+                ) from exc
+            yield f.key_group, rows
+
+    # -- committing ----------------------------------------------------------------------
+    def commit(
+        self,
+        files: Sequence[SnapshotFile],
+        *,
+        changed_key_groups: Iterable[int],
+        base_version: int | None,
+        app_id: str,
+        checkpoint_id: int,
+    ) -> int:
+        """Replace ``changed_key_groups`` of ``base_version`` by ``files``; the new version."""
+        schema = key_group_schema(self.rows_schema)
+        try:
+            if not self.exists():
+                DeltaTable.create(self.uri, schema, partition_by=[PARTITION], mode="ignore")
+            table = DeltaTable(self.uri)
+            changed = set(changed_key_groups) | {f.key_group for f in files}
+            if base_version is None:
+                removed = self.files(table.version())  # nothing completed builds on it
+            else:
+                if table.version() != base_version:
+                    table.restore(base_version)
+                    table = DeltaTable(self.uri)
+                removed = [f for f in self.files(table.version()) if f.key_group in changed]
+            now = time.time_ns() // 1_000_000
+            actions: list[AddAction | RemoveAction] = [
+                RemoveAction(f.path, True, now, f.size, {PARTITION: str(f.key_group)})
+                for f in removed
+            ]
+            actions += [
+                AddAction(f.path, f.size, {PARTITION: str(f.key_group)}, f.modification_time,
+                          True, f.stats)
+                for f in files
+            ]
+            if actions:
+                table.create_write_transaction(
+                    actions, "append", schema, partition_by=[PARTITION],
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id, checkpoint_id)]
+                    ),
+                )
+            return DeltaTable(self.uri).version()
+        except DeltaError as exc:
+            raise CheckpointCommitError(
+                f"checkpoint {checkpoint_id}: commit of {self.label} at {self.uri} failed: {exc}"
+            ) from exc

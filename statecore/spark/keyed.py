@@ -1,0 +1,184 @@
+"""``keyed_process``: run a ``KeyedProcessFunction`` over a DataFrame as one checkpoint.
+
+One run restores the last completed checkpoint for each task's key-group range, processes every
+record, snapshots the changed key groups, commits and completes the checkpoint. A batch job calls
+it once per logical date; a Structured Streaming job calls it from ``foreachBatch`` with the
+micro-batch id as ``checkpoint_id``, so a replayed micro-batch is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import StorageLevel, TaskContext
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend
+from statecore.catalog import Catalog, CheckpointRecord
+from statecore.checkpoint import CheckpointCoordinator, PlannedCheckpoint
+from statecore.config import StatecoreConfig
+from statecore.errors import ConfigError
+from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
+from statecore.runtime import KeyedProcessFunction
+from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
+from statecore.task import KeyedOperatorTask, RestorePlan, StateSnapshotResult
+from statecore.types import TypeInfo, schema_to_text
+
+__all__ = ["KeyedRun", "keyed_process", "BACKENDS"]
+
+log = logging.getLogger(__name__)
+
+_META = "__statecore_snapshot"
+
+BackendFactory = Callable[..., KeyedStateBackend]
+BACKENDS: dict[str, BackendFactory] = {"heap": HeapKeyedStateBackend}
+
+
+@dataclass(frozen=True)
+class KeyedRun:
+    """The outcome of one run: its output rows, the completed checkpoint, whether it replayed."""
+
+    output: DataFrame
+    checkpoint: CheckpointRecord
+    replayed: bool
+    records: int
+
+
+def _key_info(df: DataFrame, key: str) -> TypeInfo:
+    key_column(df, key)  # raises KeyTypeError for unsupported types
+    data_type = df.schema[key].dataType
+    if isinstance(data_type, T.StringType):
+        return TypeInfo.of(str)
+    if isinstance(data_type, T.BinaryType):
+        return TypeInfo.of(bytes)
+    return TypeInfo.of(int)
+
+
+def _probe_schemas(function: KeyedProcessFunction, key_type: TypeInfo, planned: PlannedCheckpoint,
+                   job: str, operator: str) -> dict[str, str]:
+    """Run ``open()`` on the driver against an empty backend: the states it registers."""
+    from statecore.backends.base import snapshot_schema
+
+    backend = HeapKeyedStateBackend(key_type=key_type, key_group_range=KeyGroupRange.empty(),
+                                    max_parallelism=planned.max_parallelism)
+    task = KeyedOperatorTask(function, backend, job=job, operator=operator, subtask_index=0,
+                             parallelism=planned.parallelism)
+    task.open()
+    return {name: schema_to_text(snapshot_schema(key_type, d))
+            for name, d in backend.descriptors.items()}
+
+
+def keyed_process(
+    df: DataFrame,
+    *,
+    key: str,
+    function: KeyedProcessFunction,
+    output_schema: T.StructType,
+    job: str,
+    checkpoint_id: int,
+    operator: str = "main",
+    parallelism: int | None = None,
+    max_parallelism: int | None = None,
+    order_by: list[str] | None = None,
+    backend: str = "heap",
+    config: StatecoreConfig | None = None,
+) -> KeyedRun:
+    """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
+
+    ``order_by`` fixes the processing order within each key (Spark's shuffle does not keep the
+    input order). The output is persisted; unpersist it when done.
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown state backend {backend!r}; known: {sorted(BACKENDS)}")
+    config = config or StatecoreConfig.resolve()
+    key_type = _key_info(df, key)
+    spark = df.sparkSession
+    catalog = Catalog.connect(config.catalog_url)
+    try:
+        coordinator = CheckpointCoordinator(config, catalog, job=job, operator=operator)
+        planned = coordinator.plan(
+            checkpoint_id, parallelism=parallelism, max_parallelism=max_parallelism,
+            default_parallelism=spark.sparkContext.defaultParallelism,
+        )
+        if planned.replayed:
+            empty = spark.createDataFrame([], output_schema)
+            return KeyedRun(empty, catalog.get_checkpoint(job, checkpoint_id), True, 0)
+        schemas = _probe_schemas(function, key_type, planned, job, operator)
+        coordinator.check_compatible(schemas)
+        table_uris = {name: coordinator.table_uri(name) for name in schemas}
+
+        aligned = align_to_key_groups(df, key, parallelism=planned.parallelism,
+                                      max_parallelism=planned.max_parallelism, order_by=order_by)
+        run_task = _task_function(
+            function, key=key, key_type=key_type, planned=planned, job=job, operator=operator,
+            backend_factory=BACKENDS[backend], table_uris=table_uris,
+            output_schema=output_schema,
+            time_zone=spark.conf.get("spark.sql.session.timeZone") or "UTC",
+        )
+        result_schema = T.StructType([*output_schema.fields, T.StructField(_META, T.StringType())])
+        result = aligned.mapInArrow(run_task, result_schema).persist(StorageLevel.MEMORY_AND_DISK)
+        metas = [json.loads(r[0]) for r in result.where(F.col(_META).isNotNull())
+                 .select(_META).collect()]
+        snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
+        record = coordinator.commit(planned, snapshots)
+        records = sum(m["records"] for m in metas)
+        log.info("job %s: checkpoint %s complete (%d records, %d rows of state)", job,
+                 checkpoint_id, records, record.total_rows)
+        output = result.where(F.col(_META).isNull()).drop(_META)
+        return KeyedRun(output, record, False, records)
+    finally:
+        catalog.close()
+
+
+def _task_function(
+    function: KeyedProcessFunction, *, key: str, key_type: TypeInfo, planned: PlannedCheckpoint,
+    job: str, operator: str, backend_factory: BackendFactory, table_uris: dict[str, str],
+    output_schema: T.StructType, time_zone: str,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    p, max_p = planned.parallelism, planned.max_parallelism
+    restore: RestorePlan = planned.restore
+    checkpoint_id = planned.checkpoint_id
+    out_names = [f.name for f in output_schema.fields]
+    arrow_out = to_arrow_schema(output_schema, timezone=time_zone)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        result_schema = arrow_out.append(pa.field(_META, pa.string()))
+        index = TaskContext.get().partitionId()  # type: ignore[union-attr]
+        key_groups = compute_key_group_range_for_operator_index(max_p, p, index)
+        backend = backend_factory(key_type=key_type, key_group_range=key_groups,
+                                  max_parallelism=max_p,
+                                  restore_source=restore.source(key_groups, key_type))
+        task = KeyedOperatorTask(function, backend, job=job, operator=operator,
+                                 subtask_index=index, parallelism=p)
+        task.open()
+        for batch in batches:
+            rows = task.process_batch(batch, key=key,
+                                      key_group=KEY_GROUP_COLUMN)
+            if rows:
+                yield _to_batch(rows, arrow_out, result_schema, out_names)
+        snapshot = task.snapshot(table_uris, checkpoint_id=checkpoint_id)
+        task.close()
+        meta = json.dumps({"subtask": index, "records": task.records,
+                           "states": [s.to_json_dict() for s in snapshot]})
+        columns: list[Any] = [pa.nulls(1, f.type) for f in arrow_out] + [pa.array([meta])]
+        yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
+
+    return run
+
+
+def _to_batch(rows: list[Any], arrow_out: pa.Schema, result_schema: pa.Schema,
+              names: list[str]) -> pa.RecordBatch:
+    columns = list(zip(*rows)) if rows else [() for _ in names]
+    if len(columns) != len(names):
+        raise ConfigError(f"output rows have {len(columns)} fields, the output schema {names}")
+    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, arrow_out)]
+    arrays.append(pa.nulls(len(rows), pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=result_schema)

@@ -1,0 +1,109 @@
+"""Typed state values: every state declares an Arrow type, which is also its snapshot column type.
+
+A descriptor's type is a Python type (``int``, ``float``, ``str``, ``bytes``, ``bool``), any
+``pyarrow.DataType`` (structs, lists, maps, decimals, timestamps, ...) or :data:`PICKLED`, which
+stores opaque pickled objects and is strictly opt-in: restoring never unpickles by default.
+
+>>> arrow_type(int), arrow_type(str)
+(DataType(int64), DataType(string))
+>>> TypeInfo.of(float).accepts(1.5), TypeInfo.of(float).accepts("x")
+(True, False)
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import pyarrow as pa
+
+from statecore.errors import ConfigError
+
+__all__ = ["PICKLED", "Pickled", "TypeSpec", "TypeInfo", "arrow_type", "schema_to_text",
+           "schema_from_text"]
+
+
+class Pickled:
+    """Marker type: values are pickled into a binary column (opt-in; never the default)."""
+
+    def __repr__(self) -> str:
+        return "PICKLED"
+
+
+PICKLED: Final = Pickled()
+
+TypeSpec = type | pa.DataType | Pickled
+
+_PYTHON_TYPES: dict[type, pa.DataType] = {
+    int: pa.int64(),
+    float: pa.float64(),
+    str: pa.string(),
+    bytes: pa.binary(),
+    bool: pa.bool_(),
+}
+
+# Python classes a value of a primitive Arrow type may have; checked on every write (one
+# class lookup), so a wrong value fails at the write that made it, not at the next snapshot.
+_ACCEPTED: dict[pa.DataType, tuple[type, ...]] = {
+    pa.int64(): (int,), pa.int32(): (int,), pa.int16(): (int,), pa.int8(): (int,),
+    pa.float64(): (float, int), pa.float32(): (float, int),
+    pa.string(): (str,), pa.large_string(): (str,),
+    pa.binary(): (bytes,), pa.large_binary(): (bytes,),
+    pa.bool_(): (bool,),
+}
+
+
+def arrow_type(spec: TypeSpec) -> pa.DataType:
+    """The Arrow type for a descriptor's type spec."""
+    if isinstance(spec, Pickled):
+        return pa.binary()
+    if isinstance(spec, pa.DataType):
+        return spec
+    if isinstance(spec, type) and spec in _PYTHON_TYPES:
+        return _PYTHON_TYPES[spec]
+    raise ConfigError(
+        f"unsupported state type {spec!r}: use int, float, str, bytes, bool, a pyarrow.DataType "
+        "or statecore.types.PICKLED"
+    )
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    """An Arrow type plus how Python values of it are checked and stored."""
+
+    arrow: pa.DataType
+    pickled: bool = False
+    accepted: tuple[type, ...] | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, spec: TypeSpec) -> TypeInfo:
+        t = arrow_type(spec)
+        if isinstance(spec, Pickled):
+            return cls(t, pickled=True)
+        accepted = tuple(c for c in _ACCEPTED.get(t, ()) if c is not bool or t == pa.bool_())
+        return cls(t, accepted=accepted or None)
+
+    def accepts(self, value: object) -> bool:
+        """Whether ``value`` may be stored (exact for primitives; nested types checked on write)."""
+        if self.accepted is None:
+            return True
+        if isinstance(value, bool) and self.arrow != pa.bool_():
+            return False
+        return isinstance(value, self.accepted)
+
+    def to_storage(self, values: list[Any]) -> list[Any]:
+        return [pickle.dumps(v) for v in values] if self.pickled else values
+
+    def from_storage(self, values: list[Any]) -> list[Any]:
+        return [pickle.loads(v) for v in values] if self.pickled else values
+
+
+def schema_to_text(schema: pa.Schema) -> str:
+    """A lossless text form of an Arrow schema (for the catalog)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def schema_from_text(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
