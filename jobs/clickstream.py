@@ -24,6 +24,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from statecore.config import StatecoreConfig
 from statecore.descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -107,13 +108,18 @@ def run(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--date", required=True, type=date.fromisoformat)
-    parser.add_argument("--input", required=True, help="folder of date=YYYY-MM-DD partitions")
-    parser.add_argument("--output", required=True, help="folder for the enriched events")
+    parser.add_argument("--input", help="folder of date=YYYY-MM-DD partitions "
+                        "(default: $STATECORE_HOME/data/clickstream)")
+    parser.add_argument("--output", help="folder for the enriched events "
+                        "(default: $STATECORE_HOME/output/clickstream)")
     parser.add_argument("--parallelism", type=int)
     parser.add_argument("--max-parallelism", type=int)
     parser.add_argument("--backend", default="heap")
     parser.add_argument("--job", default=JOB)
     args = parser.parse_args(argv)
+    home = StatecoreConfig.resolve().home
+    args.input = args.input or f"{home}/data/clickstream"
+    args.output = args.output or f"{home}/output/clickstream"
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     spark = SparkSession.builder.appName(f"statecore-{args.job}").getOrCreate()
     day = args.date.isoformat()
