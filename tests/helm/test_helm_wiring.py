@@ -44,7 +44,7 @@ def spark_defaults(manifests: Manifests) -> dict[str, str]:
 
 
 def test_catalog_url_is_wired_to_a_secret(manifests: Manifests) -> None:
-    expected = "statecore-catalog" if manifests.scenario == "external-db" else f"{FULLNAME}-catalog"
+    expected = "statecore-catalog-db" if manifests.scenario == "external-db" else f"{FULLNAME}-catalog"
     for where, container in airflow_containers(manifests):
         ref = env_of(container)["STATECORE_CATALOG_URL"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": expected, "key": "connection"}, where
@@ -56,16 +56,16 @@ def test_catalog_url_is_wired_to_a_secret(manifests: Manifests) -> None:
 def test_airflow_secrets_are_wired(manifests: Manifests) -> None:
     external = manifests.scenario == "external-db"
     expected = {
-        "AIRFLOW__CORE__FERNET_KEY": ("statecore-fernet-key" if external else f"{FULLNAME}-fernet-key", "fernet-key"),
+        "AIRFLOW__CORE__FERNET_KEY": ("airflow-fernet-key" if external else f"{FULLNAME}-fernet-key", "fernet-key"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": (
-            "statecore-airflow-metadata" if external else f"{FULLNAME}-metadata",
+            "airflow-metadata-db" if external else f"{FULLNAME}-metadata",
             "connection",
         ),
         "AIRFLOW__API__SECRET_KEY": (
-            "statecore-api-secret-key" if external else f"{FULLNAME}-api-secret-key",
+            "airflow-api-secret-key" if external else f"{FULLNAME}-api-secret-key",
             "api-secret-key",
         ),
-        "AIRFLOW__API_AUTH__JWT_SECRET": ("statecore-jwt-secret" if external else f"{FULLNAME}-jwt-secret", "jwt-secret"),
+        "AIRFLOW__API_AUTH__JWT_SECRET": ("airflow-jwt-secret" if external else f"{FULLNAME}-jwt-secret", "jwt-secret"),
     }
     for where, container in airflow_containers(manifests):
         env = env_of(container)
@@ -151,6 +151,17 @@ def test_spark_default_connection_points_at_the_cluster_api(manifests: Manifests
     assert conn["extra"]["namespace"] == NAMESPACE
     assert "password" not in conn and "login" not in conn
     assert spark_defaults(manifests)["spark.master"] == "k8s://https://kubernetes.default.svc:443"
+
+
+def test_cluster_mode_uploads_the_application_beside_the_warehouse(manifests: Manifests) -> None:
+    conf = spark_defaults(manifests)
+    assert conf["spark.submit.deployMode"] == "cluster"
+    expected = (
+        "s3a://statecore-warehouse/_spark-uploads"
+        if manifests.scenario == "s3-warehouse"
+        else "file:///opt/statecore/warehouse/_spark-uploads"
+    )
+    assert conf["spark.kubernetes.file.upload.path"] == expected
 
 
 def test_spark_sql_uses_delta(manifests: Manifests) -> None:
