@@ -103,6 +103,10 @@ BAD_VALUES = {
         ["--set", "postgresql.enabled=false", "--set", "data.metadataSecretName=db", "--set", "data.catalogSecretName=db"],
         "the Airflow metadata and the statecore catalog live in separate databases",
     ),
+    "application role named like the superuser": (
+        ["--set", "postgresql.catalog.user=postgres"],
+        'postgresql.catalog.user and postgresql.catalog.database must not be "postgres"',
+    ),
     "s3 warehouse without bucket": (
         ["--set", "warehouse.type=s3"],
         "warehouse.s3.bucket is required when warehouse.type is s3",

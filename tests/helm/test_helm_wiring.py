@@ -78,10 +78,15 @@ def test_bundled_postgres_keeps_metadata_and_catalog_in_separate_databases(rende
     sts = manifests.get("StatefulSet", f"{FULLNAME}-postgresql")
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
     env = env_of(sts["spec"]["template"]["spec"]["containers"][0])
-    assert env["POSTGRES_DB"]["value"] == "airflow"
-    assert env["CATALOG_DB"]["value"] == "statecore"
-    initdb = manifests.get("ConfigMap", f"{FULLNAME}-postgresql-initdb")["data"]["10-statecore-catalog.sh"]
-    assert 'CREATE DATABASE :"catalog_db" OWNER :"catalog_user"' in initdb
+    assert env["POSTGRES_USER"]["value"] == "postgres"
+    assert (env["METADATA_USER"]["value"], env["METADATA_DB"]["value"]) == ("airflow", "airflow")
+    assert (env["CATALOG_USER"]["value"], env["CATALOG_DB"]["value"]) == ("statecore", "statecore")
+    initdb = manifests.get("ConfigMap", f"{FULLNAME}-postgresql-initdb")["data"]["10-statecore-databases.sh"]
+    for db in ("metadata", "catalog"):
+        assert f'CREATE DATABASE :"{db}_db" OWNER :"{db}_user"' in initdb
+        assert f'REVOKE ALL ON DATABASE :"{db}_db" FROM PUBLIC' in initdb
+    # Each application connects as its own role to its own database.
+    assert "SUPERUSER" not in initdb
 
 
 def test_external_database_replaces_the_bundled_one(rendered: dict[str, Manifests]) -> None:
