@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -234,3 +238,16 @@ def test_configuration_changes_roll_the_pods(rendered: dict[str, Manifests]) -> 
         return m.get("Deployment", f"{FULLNAME}-scheduler")["spec"]["template"]["metadata"]["annotations"]
 
     assert checksums(rendered["default"]) != checksums(rendered["s3-warehouse"])
+
+
+def test_airflow_reads_the_rendered_configuration(rendered: dict[str, Manifests], tmp_path: Path) -> None:
+    """Airflow 3.3 itself parses the airflow.cfg the chart renders and finds nothing to lint."""
+    airflow = Path(sys.executable).with_name("airflow")
+    if not airflow.exists():
+        pytest.skip("Airflow is not installed in this environment")
+    cfg = tmp_path / "airflow.cfg"
+    cfg.write_text(rendered["default"].get("ConfigMap", f"{FULLNAME}-airflow-config")["data"]["airflow.cfg"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW_CONFIG=str(cfg))
+    lint = subprocess.run([str(airflow), "config", "lint"], capture_output=True, text=True, env=env, timeout=120)
+    assert "No issues found" in lint.stdout, lint.stdout + lint.stderr
