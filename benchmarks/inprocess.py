@@ -1,0 +1,184 @@
+"""Variants 1 and 2: the per-record ceiling and statecore's backends in-process (no Spark).
+
+Every variant reads the same Arrow table in batches of 10,000 rows (Spark's Arrow batch size),
+turns the columns into Python values, runs the per-event logic and builds the output rows of each
+batch (consuming them). Key groups are computed before timing, as Spark computes them in the JVM
+for the end-to-end runs; every key group belongs to the one (p = 1) backend.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from benchmarks.functions import TOTAL, RunningSum
+from benchmarks.measure import Sample, clock
+from benchmarks.workload import KEY_GROUP, MAX_PARALLELISM, Workload, with_key_groups
+
+__all__ = ["backend_names", "variants", "run_variant"]
+
+BATCH_ROWS = 10_000
+
+
+def backend_names() -> list[str]:
+    """statecore's keyed backends (``rocksdb`` joins when its branch registers it)."""
+    from statecore.spark.keyed import BACKENDS
+
+    return [name for name in ("heap", "rocksdb") if name in BACKENDS] + sorted(
+        set(BACKENDS) - {"heap", "rocksdb"})
+
+
+def _batches(workload: Workload) -> list[pa.RecordBatch]:
+    return with_key_groups(workload.table()).to_batches(max_chunksize=BATCH_ROWS)
+
+
+def dict_loop(workload: Workload) -> Sample:
+    """1. The ceiling: a plain dict, the same columns-to-Python conversion and output rows."""
+    batches = _batches(workload)
+    state: dict[str, int] = {}
+    emitted = 0
+    start = clock()
+    get = state.get
+    for batch in batches:
+        out = []
+        append = out.append
+        for key, value in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist()):
+            total = get(key, 0) + value
+            state[key] = total
+            append((key, value, total))
+        emitted += len(out)
+    seconds = clock() - start
+    _check(workload, "dict loop", emitted, state)
+    return Sample("dict loop", seconds, workload.events)
+
+
+def _backend(name: str, workdir: Path) -> Any:
+    from statecore.keygroups import KeyGroupRange
+    from statecore.spark.keyed import BACKENDS
+    from statecore.types import TypeInfo
+
+    kwargs: dict[str, Any] = dict(key_type=TypeInfo.of(str),
+                                  key_group_range=KeyGroupRange(0, MAX_PARALLELISM - 1),
+                                  max_parallelism=MAX_PARALLELISM)
+    return BACKENDS[name](**kwargs)
+
+
+def _final_sums(backend: Any) -> dict[str, int]:
+    state = backend.get_partitioned_state(TOTAL)
+    sums = {}
+    for key in list(backend.keys(TOTAL.name)):
+        backend.set_current_key(key)
+        sums[key] = state.value()
+    return sums
+
+
+def operator_task(backend_name: str, workload: Workload) -> Sample:
+    """2. statecore in-process: ``KeyedOperatorTask.process_batch`` running ``RunningSum``."""
+    from statecore.task import KeyedOperatorTask
+
+    batches = [b.drop_columns(["seq"]) for b in _batches(workload)]  # record = (value,)
+    variant = f"statecore {backend_name}, in-process (task + function)"
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        backend = _backend(backend_name, Path(tmp))
+        task = KeyedOperatorTask(RunningSum(), backend, job="bench", operator="main",
+                                 subtask_index=0, parallelism=1)
+        task.open()
+        emitted = 0
+        start = clock()
+        for batch in batches:
+            emitted += len(task.process_batch(batch, key="key", key_group=KEY_GROUP))
+        seconds = clock() - start
+        _check(workload, variant, emitted, _final_sums(backend))
+        task.close()
+    return Sample(variant, seconds, workload.events)
+
+
+def state_api(backend_name: str, workload: Workload) -> Sample:
+    """2b. statecore in-process: a loop over ``set_current_key`` and ``ValueState`` only."""
+    batches = _batches(workload)
+    variant = f"statecore {backend_name}, in-process (state API loop)"
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        backend = _backend(backend_name, Path(tmp))
+        state = backend.get_partitioned_state(TOTAL)
+        set_key, read, write = backend.set_current_key, state.value, state.update
+        emitted = 0
+        start = clock()
+        for batch in batches:
+            out = []
+            append = out.append
+            for key, kg, value in zip(batch.column("key").to_pylist(),
+                                      batch.column(KEY_GROUP).to_pylist(),
+                                      batch.column("value").to_pylist()):
+                set_key(key, kg)
+                total = read() + value
+                write(total)
+                append((key, value, total))
+            emitted += len(out)
+        seconds = clock() - start
+        _check(workload, variant, emitted, _final_sums(backend))
+        backend.close()
+    return Sample(variant, seconds, workload.events)
+
+
+def rocksdict_raw(workload: Workload) -> Sample:
+    """The RocksDB ceiling: raw ``rocksdict`` get + put, utf-8 keys, 8-byte values."""
+    from rocksdict import Options, Rdict, WriteOptions
+
+    batches = _batches(workload)
+    tmp = tempfile.mkdtemp(prefix="bench-rocksdict-")
+    try:
+        db = Rdict(f"{tmp}/db", options=Options(raw_mode=True))
+        write_options = WriteOptions()
+        write_options.disable_wal = True
+        db.set_write_options(write_options)
+        get = db.get
+        from_bytes = int.from_bytes
+        emitted = 0
+        start = clock()
+        for batch in batches:
+            out = []
+            append = out.append
+            for key, value in zip(batch.column("key").to_pylist(),
+                                  batch.column("value").to_pylist()):
+                encoded = key.encode()
+                stored = get(encoded)
+                total = (from_bytes(stored, "little", signed=True) if stored else 0) + value
+                db[encoded] = total.to_bytes(8, "little", signed=True)
+                append((key, value, total))
+            emitted += len(out)
+        seconds = clock() - start
+        sums = {k.decode(): from_bytes(v, "little", signed=True) for k, v in db.items()}
+        db.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _check(workload, "rocksdict raw get+put", emitted, sums)
+    return Sample("rocksdict raw get+put", seconds, workload.events)
+
+
+def _check(workload: Workload, variant: str, emitted: int, sums: dict[str, int]) -> None:
+    from benchmarks.workload import VerificationError
+
+    if emitted != workload.events:
+        raise VerificationError(f"{variant}: emitted {emitted} rows, expected {workload.events}")
+    workload.reference.check_sums(variant, sums)
+
+
+def variants() -> dict[str, Callable[[Workload], Sample]]:
+    """Name -> function, in the order they are run (rocksdb when its backend exists)."""
+    from functools import partial
+
+    out: dict[str, Callable[[Workload], Sample]] = {"dict loop": dict_loop}
+    for name in backend_names():
+        out[f"statecore {name}, in-process (task + function)"] = partial(operator_task, name)
+        out[f"statecore {name}, in-process (state API loop)"] = partial(state_api, name)
+    out["rocksdict raw get+put"] = rocksdict_raw  # the ceiling of the RocksDB backend
+    return out
+
+
+def run_variant(name: str, workload: Workload) -> Sample:
+    return variants()[name](workload)

@@ -1,0 +1,124 @@
+"""Timing and memory: one :class:`Sample` per variant run, and the peak RSS it took.
+
+In-process variants run in a fresh child process each (forked from a clean fork server, before
+Spark starts), so their peak RSS is their own. Spark variants run in the harness's one Spark
+session; their peak RSS is the sampled total of the process tree (driver Python, JVM, Python
+workers) while they run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Sample", "TreeRss", "run_isolated", "self_peak_rss"]
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class Sample:
+    """One run of one variant."""
+
+    variant: str
+    seconds: float
+    events: int
+    peak_rss: int | None = None  # bytes
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else float("nan")
+
+
+def self_peak_rss() -> int:
+    """This process's peak RSS in bytes."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _call_and_measure(function: Callable[..., Sample], args: tuple[Any, ...]) -> Sample:
+    sample = function(*args)
+    sample.peak_rss = self_peak_rss()
+    return sample
+
+
+_CONTEXT = multiprocessing.get_context("forkserver")
+
+
+def start_fork_server() -> None:
+    """Start the fork server now, while this process is small and has no JVM or threads."""
+    with ProcessPoolExecutor(1, mp_context=_CONTEXT, max_tasks_per_child=1) as pool:
+        pool.submit(os.getpid).result()
+
+
+def run_isolated(function: Callable[..., Sample], *args: Any) -> Sample:
+    """Run ``function(*args)`` in a fresh child process; the sample carries its peak RSS."""
+    with ProcessPoolExecutor(1, mp_context=_CONTEXT, max_tasks_per_child=1) as pool:
+        return pool.submit(_call_and_measure, function, args).result()
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def _rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class TreeRss:
+    """Samples the summed RSS of a process and its descendants in a background thread."""
+
+    def __init__(self, root: int | None = None, interval: float = 0.2) -> None:
+        self.root = root or os.getpid()
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _total(self) -> int:
+        tree = _children()
+        total, todo = 0, [self.root]
+        while todo:
+            pid = todo.pop()
+            total += _rss(pid)
+            todo.extend(tree.get(pid, ()))
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._total())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> TreeRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._total())
+
+
+def clock() -> float:
+    return time.perf_counter()

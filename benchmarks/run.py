@@ -1,0 +1,193 @@
+"""Run every benchmark variant, interleaved, and regenerate ``benchmarks/RESULTS.md``.
+
+    python -m benchmarks.run                      # the issue's 2,000,000 events, 3 repetitions
+    python -m benchmarks.run --events 200000      # quick
+    python -m benchmarks.run --only "dict,heap, in-process" --no-write
+
+Each repetition runs every variant once, in an order rotated per repetition, so that ratios
+taken within a repetition hold on a noisy, shared machine. In-process variants run in a fresh
+child process each; the Spark variants share one ``local[2]`` session, warmed up first on a
+small workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as ``python benchmarks/run.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import checkpoints, inprocess  # noqa: E402
+from benchmarks.measure import Sample, clock, run_isolated, start_fork_server  # noqa: E402
+from benchmarks.report import (  # noqa: E402
+    CHECKPOINT,
+    RAW_WRITE,
+    Results,
+    describe,
+    machine_info,
+    now,
+    render,
+)
+from benchmarks.workload import Workload  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+WORK = HERE / ".work"
+WARMUP_EVENTS = 10_000
+
+METHOD = """
+## Method
+
+- **Workload** (fixed by the issue): keyed running sum over N events, 100,000 keys
+  `"user-" + str(i % 100000)` shuffled by numpy `default_rng(42)`, `value` in [0, 100) from the
+  same generator, `seq` 0..N-1; per event read the key's sum (default 0), add, write back, emit
+  `(key, value, new_sum)`. One Parquet file (`benchmarks/.work/events-N/input/`) feeds every
+  variant. Every run is verified against a pandas groupby: final sum per key; for Spark variants
+  also the output row count, per-key max of `new_sum` and `sum(new_sum)` (which only matches when
+  each key's events ran in `seq` order).
+- **dict loop**: the per-record ceiling; the same Arrow batches (10,000 rows) turned into Python
+  lists, a dict get + set per event, an output tuple per event.
+- **statecore in-process**: the same batches through `KeyedOperatorTask.process_batch` running a
+  `KeyedProcessFunction` (`benchmarks/functions.py`), and a bare loop over
+  `set_current_key` + `ValueState.value/update`; one backend owning all 128 key groups; key groups
+  computed before timing (on Spark the JVM computes them). Peak RSS is that child process's,
+  including the loaded input and the imports (about 280 MiB of baseline).
+- **rocksdict raw get+put**: the RocksDB ceiling; utf-8 keys, 8-byte little-endian values,
+  `raw_mode`, WAL off.
+- **statecore end to end**: `keyed_process` on Spark `local[2]` at parallelism 2 with
+  `order_by=["seq"]`, a fresh job (checkpoint 1: snapshot, Delta commit, SQLite catalog), output
+  written to Parquet; timed from reading the input to the written output.
+- **Spark transformWithState(InPandas)**: a file-source stream over the same Parquet folder,
+  `trigger(availableNow=True)`, RocksDB state store provider, `spark.sql.shuffle.partitions=2`,
+  `outputMode("append")` to a Parquet sink, timed from `readStream` to `awaitTermination()`.
+  The processors read and write the state **once per key and micro-batch** (the idiomatic and
+  cheapest use; per-event state calls would each cross the Python–JVM socket) and sort the key's
+  rows by `seq`.
+- **Peak RSS** of Spark variants: the sampled sum over the whole process tree (harness Python,
+  JVM with its 4 GiB heap limit, Python workers); the JVM keeps memory it once took, so later
+  variants inherit earlier peaks.
+- The vectorized keyed path (Arrow-batch API) does not exist yet; its row is a placeholder.
+"""
+
+
+def _spark_variants(spark: object, workload: Workload, work: Path,
+                    backends: list[str]) -> dict[str, Callable[[], Sample]]:
+    from benchmarks import on_spark
+
+    out: dict[str, Callable[[], Sample]] = {}
+    for backend in backends:
+        out[f"statecore {backend}, Spark local[2] end to end"] = (
+            lambda b=backend: on_spark.statecore_end_to_end(spark, workload, b,  # type: ignore
+                                                            work / f"statecore-{b}"))
+    out["Spark transformWithState, RocksDB store, local[2]"] = (
+        lambda: on_spark.spark_transform_with_state(spark, workload, pandas=False,  # type: ignore
+                                                    workdir=work / "tws-rows"))
+    out["Spark transformWithStateInPandas, RocksDB store, local[2]"] = (
+        lambda: on_spark.spark_transform_with_state(spark, workload, pandas=True,  # type: ignore
+                                                    workdir=work / "tws-pandas"))
+    return out
+
+
+def _selected(name: str, only: list[str]) -> bool:
+    return not only or any(part.lower() in name.lower() for part in only)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default="", help="comma-separated substrings of variant names")
+    parser.add_argument("--no-spark", action="store_true", help="in-process variants only")
+    parser.add_argument("--no-write", action="store_true", help="do not rewrite RESULTS.md")
+    parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    only = [p.strip() for p in args.only.split(",") if p.strip()]
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    started, t0 = now(), clock()
+    start_fork_server()  # before anything big is imported or Spark starts
+    machine = machine_info()
+    work = WORK / f"run-{args.events}"
+    workload = Workload.prepare(args.events, WORK)
+    say(f"workload: {workload.events:,} events in {workload.parquet_path}")
+    workload.reference  # computed once, pickled to the child processes  # noqa: B018
+    backends = inprocess.backend_names()
+
+    isolated: dict[str, Callable[[], Sample]] = {
+        name: (lambda n=name: run_isolated(inprocess.run_variant, n, workload))  # type: ignore
+        for name in inprocess.variants()
+    }
+    isolated[CHECKPOINT] = (
+        lambda: run_isolated(checkpoints.checkpoint_and_restore, workload))
+    planned = {k: v for k, v in isolated.items() if _selected(k, only)}
+
+    spark = None
+    if not args.no_spark:
+        from benchmarks import on_spark
+
+        spark = on_spark.session()
+        spark_variants = _spark_variants(spark, workload, work, backends)
+        chosen = {k: v for k, v in spark_variants.items() if _selected(k, only)}
+        if chosen:
+            warm = Workload.prepare(WARMUP_EVENTS, WORK)
+            warm.reference  # noqa: B018
+            for name, run in _spark_variants(spark, warm, WORK / "warmup", backends).items():
+                if name in chosen:
+                    say(f"warm-up: {describe(run())}")
+        planned.update(chosen)
+
+    samples: list[list[Sample]] = []
+    failures: dict[str, str] = {}
+    names = list(planned)
+    for rep in range(args.repeats):
+        order = names[rep % len(names):] + names[:rep % len(names)] if names else []
+        this: list[Sample] = []
+        for name in order:
+            if name in failures:
+                continue
+            try:
+                sample = planned[name]()
+            except Exception as exc:  # a failed variant is reported, the others still run
+                traceback.print_exc()
+                failures[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                continue
+            this.append(sample)
+            say(f"[{rep + 1}/{args.repeats}] {describe(sample)}")
+            if name == CHECKPOINT:
+                this.append(Sample(RAW_WRITE, sample.extra["raw_seconds"], sample.events,
+                                   sample.peak_rss))
+            if name == "statecore heap, Spark local[2] end to end" and spark is not None:
+                rescaled = checkpoints.rescale(spark, workload, sample.extra["home"])
+                this.append(rescaled)
+                say(f"[{rep + 1}/{args.repeats}] {describe(rescaled)}")
+        samples.append(this)
+
+    results = Results(
+        events=args.events, repeats=args.repeats,
+        command="python -m benchmarks.run " + shlex.join(argv if argv is not None
+                                                         else sys.argv[1:]),
+        samples=samples, failures=failures, machine=machine, started=started,
+        seconds=clock() - t0, backends=backends,
+        ttl_cleanup=checkpoints.ttl_cleanup_available(),
+    )
+    text = render(results, METHOD)
+    if args.no_write:
+        print(text)
+    else:
+        args.output.write_text(text)
+        say(f"wrote {args.output}")
+    if spark is not None:
+        spark.stop()  # type: ignore[attr-defined]
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
