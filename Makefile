@@ -46,6 +46,9 @@ test: setup
 test-quick: setup
 	$(PY) -m pytest -q -m "not spark and not airflow and not helm and not slow"
 
+helm: $(VENV)/bin/helm
+	$(PY) -m pytest -q -m helm tests/helm
+
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy statecore
 

@@ -15,6 +15,8 @@ import io
 import json
 import sys
 from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ ORDER BY total_amount DESC LIMIT 5
 def format_table(table: pa.Table, fmt: str = "table") -> str:
     """Render rows as an aligned text table, CSV or JSON lines."""
     if fmt == "json":
-        return "\n".join(json.dumps(row, default=str) for row in table.to_pylist())
+        return "\n".join(json.dumps(row, default=_json_value) for row in table.to_pylist())
     if fmt == "csv":
         buf = io.BytesIO()
         pacsv.write_csv(table, buf)
@@ -53,6 +55,14 @@ def format_table(table: pa.Table, fmt: str = "table") -> str:
     out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(out)
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
 
 
 def _checkpoint_rows(records: Sequence[CheckpointRecord]) -> pa.Table:

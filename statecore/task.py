@@ -133,11 +133,11 @@ class KeyedOperatorTask:
         return out
 
     def process_batch(self, batch: pa.RecordBatch, *, key: str, key_group: str) -> list[Any]:
-        """Process an Arrow batch; records are namedtuples of its other columns."""
-        names = [n for n in batch.schema.names if n not in (key, key_group)]
+        """Process an Arrow batch; each record is a namedtuple of its columns (key included)."""
+        names = [n for n in batch.schema.names if n != key_group]
         row = namedtuple("Record", names, rename=True)  # type: ignore[misc]
         columns = [batch.column(n).to_pylist() for n in names]
-        records = map(row._make, zip(*columns)) if columns else iter(())
+        records = map(row._make, zip(*columns))
         return self.process(zip(batch.column(key).to_pylist(),
                                 batch.column(key_group).to_pylist(), records))
 

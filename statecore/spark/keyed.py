@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend
 from statecore.catalog import Catalog, CheckpointRecord
 from statecore.checkpoint import CheckpointCoordinator, PlannedCheckpoint
 from statecore.config import StatecoreConfig
+from statecore import errors
 from statecore.errors import ConfigError
 from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from statecore.runtime import KeyedProcessFunction
@@ -125,8 +127,13 @@ def keyed_process(
         )
         result_schema = T.StructType([*output_schema.fields, T.StructField(_META, T.StringType())])
         result = aligned.mapInArrow(run_task, result_schema).persist(StorageLevel.MEMORY_AND_DISK)
-        metas = [json.loads(r[0]) for r in result.where(F.col(_META).isNotNull())
-                 .select(_META).collect()]
+        try:
+            metas = [json.loads(r[0]) for r in result.where(F.col(_META).isNotNull())
+                     .select(_META).collect()]
+        except Exception as exc:
+            result.unpersist()
+            catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
+            raise _task_error(exc, job, checkpoint_id) from exc
         snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
         record = coordinator.commit(planned, snapshots)
         records = sum(m["records"] for m in metas)
@@ -136,6 +143,22 @@ def keyed_process(
         return KeyedRun(output, record, False, records)
     finally:
         catalog.close()
+
+
+_ERROR_LINE = re.compile(r"statecore\.errors\.(\w+): (.*)")
+
+
+def _task_error(exc: Exception, job: str, checkpoint_id: int) -> Exception:
+    """A statecore error raised in a Spark task, re-raised as itself on the driver."""
+    found = _ERROR_LINE.findall(str(exc))
+    if found:
+        name, message = found[-1]
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, errors.StateError):
+            return cls(f"job {job!r}, checkpoint {checkpoint_id}: {message}")
+    return errors.CheckpointCommitError(
+        f"job {job!r}, checkpoint {checkpoint_id} failed in a Spark task: {exc}"
+    )
 
 
 def _task_function(
