@@ -39,7 +39,7 @@ class StateViews:
 
     def sql(self, query: str) -> pa.Table:
         try:
-            return self.connection.sql(query).to_arrow_table()  # type: ignore[union-attr]
+            return self.connection.sql(query).to_arrow_table()
         except AttributeError:
             raise ConfigError(f"the statement returns no rows: {query!r}") from None
         except duckdb.CatalogException as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import pyarrow as pa
 
@@ -34,7 +34,7 @@ class Pickled:
 
 PICKLED: Final = Pickled()
 
-TypeSpec = type | pa.DataType | Pickled
+TypeSpec: TypeAlias = "type | pa.DataType | Pickled"
 
 _PYTHON_TYPES: dict[type, pa.DataType] = {
     int: pa.int64(),

@@ -39,7 +39,8 @@ def table_filesystem(table_uri: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem and root path of a table URI (a local path or e.g. ``s3://...``)."""
     if "://" not in table_uri:
         return pafs.LocalFileSystem(), table_uri
-    return pafs.FileSystem.from_uri(table_uri)
+    fs, path = pafs.FileSystem.from_uri(table_uri)
+    return fs, str(path)
 
 
 def _stats(rows: pa.Table) -> str:
