@@ -25,8 +25,8 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from benchmarks.measure import Sample, TreeRss, clock
 from benchmarks.workload import Workload
 
-__all__ = ["session", "statecore_end_to_end", "spark_transform_with_state", "OUTPUT_SCHEMA",
-           "INPUT_SCHEMA"]
+__all__ = ["session", "statecore_end_to_end", "dict_on_spark", "spark_transform_with_state",
+           "OUTPUT_SCHEMA", "INPUT_SCHEMA"]
 
 REPO = Path(__file__).resolve().parents[1]
 PARALLELISM = 2
@@ -91,7 +91,7 @@ def statecore_end_to_end(spark: SparkSession, workload: Workload, backend: str,
     output = run_dir / "output"
     with TreeRss() as rss:
         start = clock()
-        events = spark.read.parquet(str(workload.input_dir))
+        events = spark.read.schema(INPUT_SCHEMA).parquet(str(workload.input_dir))
         run = keyed_process(events, key="key", function=RunningSum(), output_schema=OUTPUT_SCHEMA,
                             job="bench", checkpoint_id=1, parallelism=PARALLELISM,
                             order_by=["seq"], backend=backend, config=config)
@@ -107,6 +107,43 @@ def statecore_end_to_end(spark: SparkSession, workload: Workload, backend: str,
         "checkpoint_seconds": checkpoint.duration.total_seconds() if checkpoint.duration else None,
         "home": str(run_dir / "home"),
     })
+
+
+def _dict_task(batches: Iterator[Any]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    state: dict[str, int] = {}
+    get = state.get
+    for batch in batches:
+        keys, values, sums = batch.column("key").to_pylist(), batch.column("value").to_pylist(), []
+        append = sums.append
+        for key, value in zip(keys, values):
+            total = get(key, 0) + value
+            state[key] = total
+            append(total)
+        yield pa.RecordBatch.from_arrays(
+            [batch.column("key"), batch.column("value"), pa.array(sums, pa.int64())],
+            names=["key", "value", "new_sum"])
+
+
+def dict_on_spark(spark: SparkSession, workload: Workload, workdir: Path) -> Sample:
+    """3b. The per-record ceiling on Spark: statecore's shuffle and sort, then a plain dict per
+    task in ``mapInArrow``; no state backend, no checkpoint."""
+    from statecore.spark.partitioning import align_to_key_groups
+
+    variant = "dict loop, Spark local[2] (same shuffle + sort, no checkpoint)"
+    run_dir = _fresh(workdir)
+    output = run_dir / "output"
+    with TreeRss() as rss:
+        start = clock()
+        events = spark.read.schema(INPUT_SCHEMA).parquet(str(workload.input_dir))
+        aligned = align_to_key_groups(events, "key", parallelism=PARALLELISM,
+                                      max_parallelism=128, order_by=["seq"])
+        aligned.select("key", "value").mapInArrow(_dict_task, OUTPUT_SCHEMA) \
+            .write.parquet(str(output))
+        seconds = clock() - start
+    _verify_output(workload, variant, output)
+    return Sample(variant, seconds, workload.events, rss.peak)
 
 
 # -- Spark's transformWithState ------------------------------------------------------------

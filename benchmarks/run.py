@@ -84,6 +84,8 @@ def _spark_variants(spark: object, workload: Workload, work: Path,
         out[f"statecore {backend}, Spark local[2] end to end"] = (
             lambda b=backend: on_spark.statecore_end_to_end(spark, workload, b,  # type: ignore
                                                             work / f"statecore-{b}"))
+    out["dict loop, Spark local[2] (same shuffle + sort, no checkpoint)"] = (
+        lambda: on_spark.dict_on_spark(spark, workload, work / "dict-spark"))  # type: ignore
     out["Spark transformWithState, RocksDB store, local[2]"] = (
         lambda: on_spark.spark_transform_with_state(spark, workload, pandas=False,  # type: ignore
                                                     workdir=work / "tws-rows"))
