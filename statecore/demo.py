@@ -40,16 +40,20 @@ def generate_clickstream(
 
 
 def airflow_environment(project: Path, home: Path) -> dict[str, str]:
-    """The environment the project's Airflow runs in (embedded defaults, SQLite under home)."""
+    """The environment the project's Airflow runs in: SQLite and state under ``home``.
+
+    ``STATECORE_HOME`` and ``AIRFLOW_HOME`` always follow ``home``; other settings already in the
+    environment are kept, missing ones get the embedded defaults.
+    """
     import json
     import os
     import sys
 
     env = dict(os.environ)
     bin_dir = str(Path(sys.executable).parent)
+    env["STATECORE_HOME"] = str(home)
+    env["AIRFLOW_HOME"] = str(home / "airflow")
     defaults = {
-        "STATECORE_HOME": str(home),
-        "AIRFLOW_HOME": str(home / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(project / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(project / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
