@@ -46,7 +46,7 @@ def _filled_backend(workload: Workload) -> Any:
     backend = HeapKeyedStateBackend(key_type=TypeInfo.of(str),
                                     key_group_range=KeyGroupRange(0, MAX_PARALLELISM - 1),
                                     max_parallelism=MAX_PARALLELISM)
-    state = backend.get_partitioned_state(TOTAL)
+    state: Any = backend.get_partitioned_state(TOTAL)
     for key, total in workload.reference.sums.items():
         backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
         state.update(total)

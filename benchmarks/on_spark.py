@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import types as T
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from benchmarks.measure import Sample, TreeRss, clock
 from benchmarks.workload import Workload
@@ -115,7 +115,8 @@ def _dict_task(batches: Iterator[Any]) -> Iterator[Any]:
     state: dict[str, int] = {}
     get = state.get
     for batch in batches:
-        keys, values, sums = batch.column("key").to_pylist(), batch.column("value").to_pylist(), []
+        keys, values = batch.column("key").to_pylist(), batch.column("value").to_pylist()
+        sums: list[int] = []
         append = sums.append
         for key, value in zip(keys, values):
             total = get(key, 0) + value

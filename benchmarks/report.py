@@ -95,7 +95,7 @@ def _mib(n: int | None) -> str:
 
 
 def _median(samples: Sequence[Sample], get: Callable[[Sample], float]) -> float:
-    return statistics.median(get(s) for s in samples)
+    return float(statistics.median(get(s) for s in samples))
 
 
 def _table(results: Results) -> list[str]:
@@ -191,7 +191,7 @@ def _checkpoint_details(results: Results) -> list[str]:
         return []
 
     def med(key: str) -> float:
-        return statistics.median(s.extra[key] for s in cp)
+        return float(statistics.median(s.extra[key] for s in cp))
 
     rows = cp[0].extra["state_rows"]
     lines = [

@@ -1,7 +1,7 @@
 """Run every benchmark variant, interleaved, and regenerate ``benchmarks/RESULTS.md``.
 
-    python -m benchmarks.run                      # the issue's 2,000,000 events, 3 repetitions
-    python -m benchmarks.run --events 200000      # quick
+    python -m benchmarks.run                      # the issue's 2,000,000 events -> RESULTS.md
+    python -m benchmarks.run --events 200000      # quick -> RESULTS-200000.md
     python -m benchmarks.run --only "dict,heap, in-process" --no-write
 
 Each repetition runs every variant once, in an order rotated per repetition, so that ratios
@@ -19,12 +19,20 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as ``python benchmarks/run.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import checkpoints, inprocess  # noqa: E402
-from benchmarks.measure import Sample, clock, run_isolated, start_fork_server  # noqa: E402
+from benchmarks.measure import (  # noqa: E402
+    Sample,
+    best_of,
+    clock,
+    run_isolated,
+    settle,
+    start_fork_server,
+)
 from benchmarks.report import (  # noqa: E402
     CHECKPOINT,
     RAW_WRITE,
@@ -39,6 +47,7 @@ from benchmarks.workload import Workload  # noqa: E402
 HERE = Path(__file__).resolve().parent
 WORK = HERE / ".work"
 WARMUP_EVENTS = 10_000
+FULL_EVENTS = 2_000_000
 
 METHOD = """
 ## Method
@@ -56,7 +65,13 @@ METHOD = """
   `KeyedProcessFunction` (`benchmarks/functions.py`), and a bare loop over
   `set_current_key` + `ValueState.value/update`; one backend owning all 128 key groups; key groups
   computed before timing (on Spark the JVM computes them). Peak RSS is that child process's,
-  including the loaded input and the imports (about 280 MiB of baseline).
+  including the loaded input and the imports (about 250 MiB of baseline).
+- **In-process samples** (dict loop, statecore in-process, rocksdict, checkpoint write) are each
+  the fastest of `--inner` (3) runs on fresh state in one child process: they take well under a
+  second, where one burst of a neighbour on the shared 2-core machine would otherwise decide the
+  number. Spark variants are single runs per repetition, each right after its own untimed
+  warm-up run on 10,000 events (one variant otherwise slows the next one's first job by seconds)
+  and a wait until the JVM and its Python workers are idle.
 - **rocksdict raw get+put**: the RocksDB ceiling; utf-8 keys, 8-byte little-endian values,
   `raw_mode`, WAL off.
 - **statecore end to end**: `keyed_process` on Spark `local[2]` at parallelism 2 with
@@ -75,24 +90,40 @@ METHOD = """
 """
 
 
-def _spark_variants(spark: object, workload: Workload, work: Path,
-                    backends: list[str]) -> dict[str, Callable[[], Sample]]:
+def _spark_variants(spark: Any, work: Path,
+                    backends: list[str]) -> dict[str, Callable[[Workload, str], Sample]]:
+    """Name -> ``run(workload, tag)``; ``tag`` names the run's working folder."""
     from benchmarks import on_spark
 
-    out: dict[str, Callable[[], Sample]] = {}
+    out: dict[str, Callable[[Workload, str], Sample]] = {}
     for backend in backends:
         out[f"statecore {backend}, Spark local[2] end to end"] = (
-            lambda b=backend: on_spark.statecore_end_to_end(spark, workload, b,  # type: ignore
-                                                            work / f"statecore-{b}"))
+            lambda w, tag, b=backend: on_spark.statecore_end_to_end(  # type: ignore[misc]
+                spark, w, b, work / f"{tag}statecore-{b}"))
     out["dict loop, Spark local[2] (same shuffle + sort, no checkpoint)"] = (
-        lambda: on_spark.dict_on_spark(spark, workload, work / "dict-spark"))  # type: ignore
+        lambda w, tag: on_spark.dict_on_spark(spark, w, work / f"{tag}dict-spark"))
     out["Spark transformWithState, RocksDB store, local[2]"] = (
-        lambda: on_spark.spark_transform_with_state(spark, workload, pandas=False,  # type: ignore
-                                                    workdir=work / "tws-rows"))
+        lambda w, tag: on_spark.spark_transform_with_state(spark, w, pandas=False,
+                                                           workdir=work / f"{tag}tws-rows"))
     out["Spark transformWithStateInPandas, RocksDB store, local[2]"] = (
-        lambda: on_spark.spark_transform_with_state(spark, workload, pandas=True,  # type: ignore
-                                                    workdir=work / "tws-pandas"))
+        lambda w, tag: on_spark.spark_transform_with_state(spark, w, pandas=True,
+                                                           workdir=work / f"{tag}tws-pandas"))
     return out
+
+
+def _warmed(spark: Any, run: Callable[[Workload, str], Sample], warm: Workload,
+            workload: Workload) -> Callable[[], Sample]:
+    """Each timed Spark run right after its own warm-up run on a small workload: one variant
+    leaves the session in a state (Python workers of another kind, JIT, heap) that slows the
+    next variant's first job by seconds, which would otherwise be billed to whichever came next."""
+
+    def timed() -> Sample:
+        run(warm, "warmup-")
+        spark.sparkContext._jvm.java.lang.System.gc()
+        settle()
+        return run(workload, "")
+
+    return timed
 
 
 def _selected(name: str, only: list[str]) -> bool:
@@ -101,12 +132,15 @@ def _selected(name: str, only: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--events", type=int, default=FULL_EVENTS)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--inner", type=int, default=3,
+                        help="runs per in-process sample, the fastest counts")
     parser.add_argument("--only", default="", help="comma-separated substrings of variant names")
     parser.add_argument("--no-spark", action="store_true", help="in-process variants only")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite RESULTS.md")
-    parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--output", type=Path, help="default: RESULTS.md for the issue's "
+                        f"{FULL_EVENTS:,} events, RESULTS-<events>.md for other sizes")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     only = [p.strip() for p in args.only.split(",") if p.strip()]
@@ -124,11 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     backends = inprocess.backend_names()
 
     isolated: dict[str, Callable[[], Sample]] = {
-        name: (lambda n=name: run_isolated(inprocess.run_variant, n, workload))  # type: ignore
+        name: (lambda n=name: run_isolated(inprocess.run_variant, n, workload,  # type: ignore
+                                           args.inner))
         for name in inprocess.variants()
     }
     isolated[CHECKPOINT] = (
-        lambda: run_isolated(checkpoints.checkpoint_and_restore, workload))
+        lambda: run_isolated(best_of, args.inner, checkpoints.checkpoint_and_restore, workload))
     planned = {k: v for k, v in isolated.items() if _selected(k, only)}
 
     spark = None
@@ -136,21 +171,21 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import on_spark
 
         spark = on_spark.session()
-        spark_variants = _spark_variants(spark, workload, work, backends)
-        chosen = {k: v for k, v in spark_variants.items() if _selected(k, only)}
-        if chosen:
-            warm = Workload.prepare(WARMUP_EVENTS, WORK)
-            warm.reference  # noqa: B018
-            for name, run in _spark_variants(spark, warm, WORK / "warmup", backends).items():
-                if name in chosen:
-                    say(f"warm-up: {describe(run())}")
-        planned.update(chosen)
+        warm = Workload.prepare(WARMUP_EVENTS, WORK)
+        warm.reference  # noqa: B018
+        planned.update({name: _warmed(spark, run, warm, workload)
+                        for name, run in _spark_variants(spark, work, backends).items()
+                        if _selected(name, only)})
 
     samples: list[list[Sample]] = []
     failures: dict[str, str] = {}
     names = list(planned)
     for rep in range(args.repeats):
+        # rotated each repetition, and reversed every other one, so no variant always follows
+        # the same other variant
         order = names[rep % len(names):] + names[:rep % len(names)] if names else []
+        if rep % 2:
+            order.reverse()
         this: list[Sample] = []
         for name in order:
             if name in failures:
@@ -181,13 +216,15 @@ def main(argv: list[str] | None = None) -> int:
         ttl_cleanup=checkpoints.ttl_cleanup_available(),
     )
     text = render(results, METHOD)
+    output = args.output or HERE / ("RESULTS.md" if args.events == FULL_EVENTS
+                                    else f"RESULTS-{args.events}.md")
     if args.no_write:
         print(text)
     else:
-        args.output.write_text(text)
-        say(f"wrote {args.output}")
+        output.write_text(text)
+        say(f"wrote {output}")
     if spark is not None:
-        spark.stop()  # type: ignore[attr-defined]
+        spark.stop()
     return 1 if failures else 0
 
 
