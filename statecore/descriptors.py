@@ -129,7 +129,8 @@ class ListStateDescriptor(StateDescriptor):
 
     @property
     def value_info(self) -> TypeInfo:
-        return TypeInfo(pa.list_(self.element_info.arrow))
+        element = self.element_info
+        return TypeInfo(pa.list_(element.arrow), pickled_elements=element.pickled)
 
 
 @dataclass(frozen=True)

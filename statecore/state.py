@@ -2,7 +2,8 @@
 
 The runtime sets the current key before each record; user code never passes it. Each state is
 also scoped by a namespace (the void namespace ``""`` unless ``set_current_namespace`` chose
-another, as windows do).
+another, as windows do). List, reducing and aggregating states can merge namespaces into one
+(Flink's ``InternalMergingState``, what merging windows use).
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ class ListState(State):
     @abstractmethod
     def update(self, values: Iterable[Any]) -> None:
         """Replace the elements; an empty iterable clears the list."""
+
+    @abstractmethod
+    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
+        """Merge the current key's values in ``sources`` into ``target``, clearing ``sources``."""
 
 
 class MapState(State):
@@ -124,6 +129,10 @@ class ReducingState(State):
     def add(self, value: Any) -> None:
         """Reduce ``value`` into the state with the descriptor's reduce function."""
 
+    @abstractmethod
+    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
+        """Merge the current key's values in ``sources`` into ``target``, clearing ``sources``."""
+
 
 class AggregatingState(State):
     @abstractmethod
@@ -133,3 +142,7 @@ class AggregatingState(State):
     @abstractmethod
     def add(self, value: Any) -> None:
         """Add ``value`` to the accumulator with the descriptor's aggregate function."""
+
+    @abstractmethod
+    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
+        """Merge the current key's values in ``sources`` into ``target``, clearing ``sources``."""

@@ -75,6 +75,7 @@ class TypeInfo:
 
     arrow: pa.DataType
     pickled: bool = False
+    pickled_elements: bool = False  # a list of pickled values (ListState of PICKLED)
     accepted: tuple[type, ...] | None = field(default=None, compare=False)
 
     @classmethod
@@ -94,9 +95,13 @@ class TypeInfo:
         return isinstance(value, self.accepted)
 
     def to_storage(self, values: list[Any]) -> list[Any]:
+        if self.pickled_elements:
+            return [None if v is None else [pickle.dumps(e) for e in v] for v in values]
         return [pickle.dumps(v) for v in values] if self.pickled else values
 
     def from_storage(self, values: list[Any]) -> list[Any]:
+        if self.pickled_elements:
+            return [None if v is None else [pickle.loads(e) for e in v] for v in values]
         return [pickle.loads(v) for v in values] if self.pickled else values
 
 

@@ -2,44 +2,79 @@
 
 A backend holds the state of one key-group range. It keeps the current key (set by the runtime
 before each record), hands out state handles bound to it, and moves state in and out per key group
-as Arrow tables with the snapshot columns ``key``, ``namespace``, [``user_key``], ``value``:
-the format is backend-independent, so a snapshot from one backend restores into the other.
+as Arrow tables with the snapshot columns ``key``, ``namespace``, [``user_key``], ``value`` and,
+when TTL is on, ``ttl_timestamp``: the format is backend-independent, so a snapshot from one
+backend restores into the other.
+
+What a backend implements is small: :meth:`~KeyedStateBackend._create_state` for the five kinds,
+:meth:`~KeyedStateBackend.keys`, changed-key-group tracking, and the stored rows of one key group
+(:meth:`~KeyedStateBackend._snapshot_key_group`, :meth:`~KeyedStateBackend._restore_key_group`).
+Everything else is shared here: handle caching and conflicts, TTL (a decorator layer over states
+whose stored values are ``{"value": v, "ttl_timestamp": ms}`` structs, see
+:mod:`statecore.ttl.storage`) and timers (:class:`~statecore.timers.TimerService`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from statecore.descriptors import StateDescriptor
-from statecore.errors import KeyGroupOutOfRangeError, StateAccessError, StateDescriptorConflictError
+from statecore.descriptors import StateDescriptor, StateKind
+from statecore.errors import (
+    KeyGroupOutOfRangeError,
+    StateAccessError,
+    StateDescriptorConflictError,
+    UnknownStateError,
+)
 from statecore.keygroups import Key, KeyGroupRange, assign_to_key_group
 from statecore.state import VOID_NAMESPACE, State
+from statecore.timers import TimerService
+from statecore.ttl.config import CleanupStrategy
+from statecore.ttl.states import create_ttl_state
+from statecore.ttl.storage import TTL_TIMESTAMP, TtlStorage
+from statecore.ttl.time import SystemTimeProvider, TtlTimeProvider
 from statecore.types import TypeInfo
 
-__all__ = ["KeyedStateBackend", "RestoreSource", "snapshot_schema"]
+__all__ = ["KeyedStateBackend", "RestoreSource", "Purge", "snapshot_schema"]
 
 RestoreSource = Callable[[StateDescriptor], Iterable[tuple[int, pa.Table]]]
 """Yields ``(key_group, rows)`` of one state's snapshot, for the backend's key groups only."""
+
+Purge = Callable[[Any], Any]
+"""Maps one stored entry to what remains of it after TTL cleanup (``None``: nothing)."""
 
 _KG_CACHE_LIMIT = 1 << 20
 
 
 def snapshot_schema(key_type: TypeInfo, descriptor: StateDescriptor) -> pa.Schema:
-    """The Arrow schema of one state's snapshot rows (without the ``key_group`` partition)."""
+    """The Arrow schema of one state's snapshot rows (without the ``key_group`` partition).
+
+    >>> from statecore.descriptors import ListStateDescriptor
+    >>> from statecore.ttl import StateTtlConfig
+    >>> from datetime import timedelta
+    >>> d = ListStateDescriptor("seen", str, ttl=StateTtlConfig(ttl=timedelta(hours=1)))
+    >>> snapshot_schema(TypeInfo.of(int), d).names
+    ['key', 'namespace', 'value', 'ttl_timestamp']
+    """
     fields = [pa.field("key", key_type.arrow, nullable=False),
               pa.field("namespace", pa.string(), nullable=False)]
     if descriptor.user_key_info is not None:
         fields.append(pa.field("user_key", descriptor.user_key_info.arrow, nullable=False))
     fields.append(pa.field("value", descriptor.value_info.arrow))
+    if descriptor.ttl_config is not None:
+        ts = pa.list_(pa.int64()) if descriptor.kind is StateKind.LIST else pa.int64()
+        fields.append(pa.field(TTL_TIMESTAMP, ts, nullable=False))
     return pa.schema(fields)
 
 
 class KeyedStateBackend(ABC):
     """State for the keys of one key-group range; see the module docstring."""
+
+    incremental_ttl_cleanup: ClassVar[bool] = False
+    """Whether :meth:`_cleanup_incrementally` purges expired entries (heap: yes)."""
 
     def __init__(
         self,
@@ -48,16 +83,21 @@ class KeyedStateBackend(ABC):
         key_group_range: KeyGroupRange,
         max_parallelism: int,
         restore_source: RestoreSource | None = None,
+        ttl_time_provider: TtlTimeProvider | None = None,
     ) -> None:
         self.key_type = key_type
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
+        self.ttl_time_provider: TtlTimeProvider = ttl_time_provider or SystemTimeProvider()
         self._restore_source = restore_source
         self._descriptors: dict[str, StateDescriptor] = {}
         self._states: dict[str, State] = {}
+        self._ttl: dict[str, TtlStorage] = {}
         self._kg_cache: dict[Key, int] = {}
+        self._key_listeners: list[Callable[[], None]] = []
         self._key: Any = None
         self._kg: int | None = None
+        self.timer_service = TimerService(self)
 
     # -- the current key -------------------------------------------------------------------
     @property
@@ -89,10 +129,17 @@ class KeyedStateBackend(ABC):
             )
         self._key = key
         self._kg = key_group
+        if self._key_listeners:
+            for listener in self._key_listeners:
+                listener()
 
     # -- states ----------------------------------------------------------------------------
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
-        """The state for ``descriptor``: created once per name, then the same handle."""
+        """The state for ``descriptor``: created once per name, then the same handle.
+
+        With a TTL the handle is a TTL decorator over a state whose stored values carry their
+        last-access timestamp; without one it is the backend's own state (no TTL cost at all).
+        """
         known = self._descriptors.get(descriptor.name)
         if known is not None:
             if known.kind is not descriptor.kind or known.describe() != descriptor.describe():
@@ -102,7 +149,19 @@ class KeyedStateBackend(ABC):
                     f"{descriptor.describe()}"
                 )
             return self._states[descriptor.name]
-        state = self._create_state(descriptor)
+        ttl = descriptor.ttl_config
+        if ttl is None:
+            state = self._create_state(descriptor)
+        else:
+            storage = TtlStorage(descriptor)
+            raw = self._create_state(storage.stored)
+            cleanup = None
+            if ttl.cleanup is CleanupStrategy.INCREMENTAL and self.incremental_ttl_cleanup:
+                cleanup = self._incremental_cleanup_of(storage)
+                if ttl.run_cleanup_for_every_record:
+                    self._key_listeners.append(cleanup)
+            state = create_ttl_state(raw, storage, self.ttl_time_provider, cleanup)
+            self._ttl[descriptor.name] = storage
         self._descriptors[descriptor.name] = descriptor
         self._states[descriptor.name] = state
         if self._restore_source is not None:
@@ -110,13 +169,20 @@ class KeyedStateBackend(ABC):
                 self.restore_key_group(descriptor.name, key_group, rows)
         return state
 
+    def _incremental_cleanup_of(self, storage: TtlStorage) -> Callable[[], None]:
+        name, size, clock = storage.descriptor.name, storage.config.cleanup_size, \
+            self.ttl_time_provider
+
+        def cleanup() -> None:
+            self._cleanup_incrementally(name, storage.purge(clock.current_timestamp()), size)
+
+        return cleanup
+
     @property
     def descriptors(self) -> dict[str, StateDescriptor]:
         return dict(self._descriptors)
 
     def descriptor(self, name: str) -> StateDescriptor:
-        from statecore.errors import UnknownStateError
-
         try:
             return self._descriptors[name]
         except KeyError:
@@ -130,20 +196,60 @@ class KeyedStateBackend(ABC):
         function: Callable[[Any, State], None],
         namespace: str = VOID_NAMESPACE,
     ) -> None:
-        """Call ``function(key, state)`` for every key with a value in ``namespace``."""
+        """Call ``function(key, state)`` for every key with a value in ``namespace``.
+
+        The state is scoped to ``namespace`` and each key is made current in turn; the function
+        may update or clear the state. The previous current key is restored afterwards.
+        """
         state = self.get_partitioned_state(descriptor)
         state.set_current_namespace(namespace)
-        for key in list(self.keys(descriptor.name, namespace)):
-            self.set_current_key(key)
-            function(key, state)
+        previous = (self._key, self._kg)
+        try:
+            for key in list(self.keys(descriptor.name, namespace)):
+                self.set_current_key(key)
+                function(key, state)
+        finally:
+            self._key, self._kg = previous
+
+    # -- snapshots -------------------------------------------------------------------------
+    def snapshot_key_group(self, state_name: str, key_group: int) -> pa.Table:
+        """The rows of one key group (:func:`snapshot_schema`), possibly empty.
+
+        With TTL the stored ``{"value", "ttl_timestamp"}`` structs become two columns, and under
+        ``CleanupStrategy.FULL_SNAPSHOT`` expired entries are left out.
+        """
+        rows = self._snapshot_key_group(state_name, key_group)
+        storage = self._ttl.get(state_name)
+        if storage is None:
+            return rows
+        return storage.to_snapshot(rows, now=self.ttl_time_provider.current_timestamp())
+
+    def restore_key_group(self, state_name: str, key_group: int, rows: pa.Table) -> None:
+        """Load the snapshot rows of one key group of a registered state.
+
+        Rows of a TTL state without a ``ttl_timestamp`` column (TTL just turned on) start their
+        time to live now.
+        """
+        self.descriptor(state_name)  # raises UnknownStateError
+        storage = self._ttl.get(state_name)
+        if storage is not None:
+            rows = storage.from_snapshot(rows, now=self.ttl_time_provider.current_timestamp())
+        elif TTL_TIMESTAMP in rows.column_names:  # TTL turned off
+            rows = rows.drop_columns([TTL_TIMESTAMP])
+        self._restore_key_group(state_name, key_group, rows)
 
     # -- what a backend implements ---------------------------------------------------------
     @abstractmethod
-    def _create_state(self, descriptor: StateDescriptor) -> State: ...
+    def _create_state(self, descriptor: StateDescriptor) -> State:
+        """A state of ``descriptor.kind`` storing values of ``descriptor``'s types.
+
+        For a TTL state this is called with the stored descriptor (values are structs
+        ``{"value": v, "ttl_timestamp": ms}``); a backend never sees a TTL config.
+        """
 
     @abstractmethod
     def keys(self, state_name: str, namespace: str = VOID_NAMESPACE) -> Iterator[Any]:
-        """Every key with a value for ``state_name`` in ``namespace``."""
+        """Every key with a (possibly expired) value for ``state_name`` in ``namespace``."""
 
     @abstractmethod
     def changed_key_groups(self, state_name: str) -> set[int]:
@@ -151,15 +257,20 @@ class KeyedStateBackend(ABC):
 
     @abstractmethod
     def mark_snapshotted(self) -> None:
-        """Forget which key groups changed (after a snapshot was taken)."""
+        """Forget which key groups of states changed (after a snapshot was taken)."""
 
     @abstractmethod
-    def snapshot_key_group(self, state_name: str, key_group: int) -> pa.Table:
-        """The rows of one key group (``snapshot_schema``), possibly empty."""
+    def _snapshot_key_group(self, state_name: str, key_group: int) -> pa.Table:
+        """The stored rows of one key group: ``snapshot_schema`` of the descriptor given to
+        :meth:`_create_state` (so TTL values are still structs)."""
 
     @abstractmethod
-    def restore_key_group(self, state_name: str, key_group: int, rows: pa.Table) -> None:
-        """Load the snapshot rows of one key group of a registered state."""
+    def _restore_key_group(self, state_name: str, key_group: int, rows: pa.Table) -> None:
+        """Load stored rows (as :meth:`_snapshot_key_group` returns them) of one key group."""
+
+    def _cleanup_incrementally(self, state_name: str, purge: Purge, count: int) -> None:
+        """Apply ``purge`` to the next ``count`` stored entries of ``state_name``, resuming where
+        the previous call stopped; used when :attr:`incremental_ttl_cleanup` is true."""
 
     def close(self) -> None:
         """Release resources (files, handles)."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from statecore.backends.base import KeyedStateBackend, snapshot_schema
+from statecore.backends.base import KeyedStateBackend, Purge, snapshot_schema
 from statecore.backends.heap.states import (
     HeapAggregatingState,
     HeapListState,
@@ -31,6 +31,27 @@ _STATE_CLASSES = {
 }
 
 
+class _CleanupCursor:
+    """Where incremental TTL cleanup of one state resumes: the keys left in the current
+    (namespace, key group) map, then the maps not visited yet in this round."""
+
+    __slots__ = ("maps", "key_group", "by_key", "keys")
+
+    def __init__(self, table: StateTable) -> None:
+        self.maps = iter([(kg, by_key) for by_kg in table.namespaces.values()
+                          for kg, by_key in by_kg.items()])
+        self.key_group = -1
+        self.by_key: dict[Any, Any] = {}
+        self.keys: list[Any] = []
+
+    def advance(self) -> bool:
+        for self.key_group, self.by_key in self.maps:
+            if self.by_key:
+                self.keys = list(self.by_key)
+                return True
+        return False
+
+
 class HeapKeyedStateBackend(KeyedStateBackend):
     """Keyed state in Python dicts: fastest per record, bounded by the worker's memory.
 
@@ -46,9 +67,12 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     5
     """
 
+    incremental_ttl_cleanup = True
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._tables: dict[str, StateTable] = {}
+        self._cleanup_cursors: dict[str, _CleanupCursor] = {}
 
     def _create_state(self, descriptor: StateDescriptor) -> State:
         table = self._tables[descriptor.name] = StateTable(descriptor)
@@ -62,6 +86,32 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         for by_key in self._table(state_name).namespaces.get(namespace, {}).values():
             yield from by_key
 
+    def _cleanup_incrementally(self, state_name: str, purge: Purge, count: int) -> None:
+        table = self._tables[state_name]
+        cursor = self._cleanup_cursors.get(state_name)
+        if cursor is None:
+            cursor = self._cleanup_cursors[state_name] = _CleanupCursor(table)
+        while count > 0:
+            if not cursor.keys and not cursor.advance():
+                del self._cleanup_cursors[state_name]  # a full round done; next access restarts
+                return
+            batch = cursor.keys[-count:]
+            del cursor.keys[-count:]
+            count -= len(batch)
+            by_key = cursor.by_key
+            for key in batch:
+                stored = by_key.get(key)
+                if stored is None:
+                    continue
+                remaining = purge(stored)
+                if remaining is stored:
+                    continue
+                if remaining is None:
+                    del by_key[key]
+                else:
+                    by_key[key] = remaining
+                table.dirty.add(cursor.key_group)
+
     def changed_key_groups(self, state_name: str) -> set[int]:
         return set(self._table(state_name).dirty)
 
@@ -69,7 +119,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         for table in self._tables.values():
             table.dirty.clear()
 
-    def snapshot_key_group(self, state_name: str, key_group: int) -> pa.Table:
+    def _snapshot_key_group(self, state_name: str, key_group: int) -> pa.Table:
         table = self._table(state_name)
         descriptor = table.descriptor
         keys: list[Any] = []
@@ -107,7 +157,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 f"type {info.arrow}: {exc}"
             ) from exc
 
-    def restore_key_group(self, state_name: str, key_group: int, rows: pa.Table) -> None:
+    def _restore_key_group(self, state_name: str, key_group: int, rows: pa.Table) -> None:
         table = self._table(state_name)
         descriptor = table.descriptor
         keys = rows.column("key").to_pylist()

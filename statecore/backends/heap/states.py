@@ -7,7 +7,7 @@ look-ups with no allocation, and a snapshot or restore touches one key group at 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from statecore.descriptors import (
@@ -100,6 +100,29 @@ class _HeapState:
             del m[self._backend._key]
             self._table.dirty.add(self._backend._kg)  # type: ignore[arg-type]
 
+    def _merge_namespaces(self, target: str, sources: Iterable[str],
+                          merge: Callable[[Any, Any], Any]) -> None:
+        """Flink's ``AbstractHeapMergingState.mergeNamespaces`` over stored values."""
+        kg = self._backend._kg
+        if kg is None:
+            raise StateAccessError(
+                f"state {self._name!r} merged outside a keyed context (no current key)")
+        key = self._backend._key
+        namespaces = self._table.namespaces
+        merged = _MISSING
+        for source in sources:
+            m = namespaces.get(source, {}).get(kg)
+            if m is None or key not in m:
+                continue
+            value = m.pop(key)
+            self._table.dirty.add(kg)
+            merged = value if merged is _MISSING else merge(merged, value)
+        if merged is not _MISSING:
+            m = namespaces.setdefault(target, {}).setdefault(kg, {})
+            existing = m.get(key, _MISSING)
+            m[key] = merged if existing is _MISSING else merge(existing, merged)
+            self._table.dirty.add(kg)
+
 
 class HeapValueState(_HeapState, ValueState):
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
@@ -147,21 +170,33 @@ class HeapListState(_HeapState, ListState):
         else:
             current.append(value)
 
-    def add_all(self, values: Iterable[Any]) -> None:
+    def _checked(self, values: Iterable[Any]) -> list[Any]:
+        if values is None:
+            raise StateAccessError(f"state {self._name!r}: the list of values must not be None")
         values = list(values)
         for v in values:
             self._check(self._info, v, "list element")
+        return values
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = self._checked(values)
         if values:
-            self._write_map().setdefault(self._backend._key, []).extend(values)
+            m = self._write_map()
+            current = m.get(self._backend._key)
+            if current is None:
+                m[self._backend._key] = values
+            else:
+                current.extend(values)
 
     def update(self, values: Iterable[Any]) -> None:
-        values = list(values)
-        for v in values:
-            self._check(self._info, v, "list element")
+        values = self._checked(values)
         if values:
             self._write_map()[self._backend._key] = values
         else:
             self.clear()
+
+    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
+        self._merge_namespaces(target, sources, lambda a, b: a + b)
 
 
 class HeapMapState(_HeapState, MapState):
@@ -238,6 +273,9 @@ class HeapReducingState(_HeapState, ReducingState):
         current = m.get(key)
         m[key] = value if current is None else self._reduce(current, value)
 
+    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
+        self._merge_namespaces(target, sources, self._reduce)
+
 
 class HeapAggregatingState(_HeapState, AggregatingState):
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
@@ -262,3 +300,6 @@ class HeapAggregatingState(_HeapState, AggregatingState):
         if acc is _MISSING:
             acc = self._function.create_accumulator()
         m[key] = self._function.add(value, acc)
+
+    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
+        self._merge_namespaces(target, sources, self._function.merge)
