@@ -1,7 +1,9 @@
 """Driver side of a checkpoint: plan the restore, commit every table, complete it in the catalog.
 
 A checkpoint is complete only when its catalog row is committed, naming the Delta version of every
-table. States the run did not touch keep the version of the checkpoint it restored from.
+table: keyed states, operator states and the timers. States the run did not touch keep the
+version of the checkpoint it restored from. Before anything runs, the states a function registers
+are checked against the stored schemas (:mod:`statecore.compatibility`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from statecore.catalog import (
     Catalog,
@@ -20,10 +22,11 @@ from statecore.catalog import (
     TableVersion,
 )
 from statecore.config import StatecoreConfig
+from statecore.compatibility import check_schema
 from statecore.errors import MaxParallelismMismatchError, StateMigrationError
 from statecore.keygroups import check_parallelism
-from statecore.snapshot import SnapshotTable
-from statecore.task import RestoredState, RestorePlan, StateSnapshotResult
+from statecore.snapshot import TIMERS, SnapshotTable, state_table_uri
+from statecore.task import RestoredState, RestorePlan, StateSchema, StateSnapshotResult
 from statecore.types import schema_from_text
 
 __all__ = ["CheckpointCoordinator", "PlannedCheckpoint", "keyed_table_uri"]
@@ -32,7 +35,11 @@ log = logging.getLogger(__name__)
 
 
 def keyed_table_uri(warehouse: str, job: str, operator: str, state: str) -> str:
-    return f"{warehouse.rstrip('/')}/{job}/{operator}/keyed/{state}"
+    return state_table_uri(warehouse, job, operator, "keyed", state)
+
+
+def _partition(table_kind: str) -> str:
+    return "subtask" if table_kind == "operator" else "key_group"
 
 
 @dataclass(frozen=True)
@@ -54,8 +61,8 @@ class CheckpointCoordinator:
         self.job = job
         self.operator = operator
 
-    def table_uri(self, state: str) -> str:
-        return keyed_table_uri(self.config.warehouse, self.job, self.operator, state)
+    def table_uri(self, state: str, table_kind: str = "keyed") -> str:
+        return state_table_uri(self.config.warehouse, self.job, self.operator, table_kind, state)
 
     def plan(
         self, checkpoint_id: int, *, parallelism: int | None, max_parallelism: int | None,
@@ -92,48 +99,73 @@ class CheckpointCoordinator:
         if base is None:
             return RestorePlan(self.job, self.operator)
         schemas = {s.name: s.schema for s in self.catalog.list_states(self.job, self.operator)}
-        states = {}
+        restored: dict[str, dict[str, RestoredState]] = defaultdict(dict)
         for t in base.tables:
-            if t.operator != self.operator or t.table_kind != "keyed":
+            if t.operator != self.operator:
                 continue
             table = SnapshotTable(t.path, schema_from_text(schemas[t.state]),
-                                  label=f"{self.job}/{self.operator}/{t.state}")
-            states[t.state] = RestoredState(t.path, schemas[t.state],
-                                            tuple(table.files(t.version)))
-        return RestorePlan(self.job, self.operator, base.checkpoint_id, states)
+                                  label=f"{self.job}/{self.operator}/{t.state}",
+                                  partition=_partition(t.table_kind))
+            restored[t.table_kind][t.state] = RestoredState(t.path, schemas[t.state],
+                                                            tuple(table.files(t.version)))
+        return RestorePlan(self.job, self.operator, base.checkpoint_id,
+                           states=restored["keyed"], parallelism=base.parallelism,
+                           operator_states=restored["operator"],
+                           timers=restored[TIMERS].get(TIMERS))
 
-    def check_compatible(self, schemas: dict[str, str]) -> None:
-        """Fail before processing when a registered state's schema differs from the stored one."""
+    def check_compatible(self, planned: PlannedCheckpoint,
+                         registered: Sequence[StateSchema]) -> PlannedCheckpoint:
+        """Fail before processing when a registered state cannot restore from its stored
+        schema; the plan, with the keyed states whose rows migrate marked for a full rewrite."""
         stored = {s.name: s for s in self.catalog.list_states(self.job, self.operator)}
-        for name, schema in schemas.items():
-            if name in stored and stored[name].schema != schema:
+        migrated = set()
+        for state in registered:
+            old = stored.get(state.name)
+            if old is None:
+                continue
+            where = f"job {self.job!r}, operator {self.operator!r}, state {state.name!r}"
+            if old.kind != state.kind:
                 raise StateMigrationError(
-                    f"job {self.job!r}, operator {self.operator!r}, state {name!r}: the stored "
-                    f"schema {schema_from_text(stored[name].schema)} is not compatible with the "
-                    f"descriptor's {schema_from_text(schema)}"
-                )
+                    f"{where}: the state kind changed from {old.kind} to {state.kind}; restore "
+                    "needs the same kind (or a new state name)")
+            check = check_schema(schema_from_text(old.schema), schema_from_text(state.schema))
+            if check.is_incompatible:
+                raise StateMigrationError(
+                    f"{where}: {check.reason}; the stored schema ({_fields(old.schema)}) cannot "
+                    f"be restored as the new one ({_fields(state.schema)})")
+            if check.needs_migration:
+                log.info("%s: migrating on restore (%s)", where, check.reason)
+                if state.table_kind == "keyed":
+                    migrated.add(state.name)
+        return replace(planned, restore=replace(planned.restore, migrated=frozenset(migrated)))
 
     def commit(
         self, planned: PlannedCheckpoint, results: Iterable[StateSnapshotResult]
     ) -> CheckpointRecord:
-        """Commit every state's table and complete the checkpoint; fail it on any error."""
+        """Commit every table and complete the checkpoint; fail it on any error."""
         checkpoint_id = planned.checkpoint_id
         try:
-            by_state: dict[str, list[StateSnapshotResult]] = defaultdict(list)
+            by_table: dict[tuple[str, str], list[StateSnapshotResult]] = defaultdict(list)
             for r in results:
-                by_state[r.state].append(r)
-            base_tables = {t.state: t for t in (planned.base.tables if planned.base else ())
-                           if t.operator == self.operator and t.table_kind == "keyed"}
-            tables: list[TableVersion] = [t for s, t in base_tables.items() if s not in by_state]
+                by_table[r.table_kind, r.state].append(r)
+            base_tables = {(t.table_kind, t.state): t
+                           for t in (planned.base.tables if planned.base else ())
+                           if t.operator == self.operator}
+            tables: list[TableVersion] = [t for k, t in base_tables.items() if k not in by_table]
             states: list[StateRecord] = []
-            for state, parts in sorted(by_state.items()):
+            for (table_kind, state), parts in sorted(by_table.items()):
+                base = base_tables.get((table_kind, state))
+                if table_kind == TIMERS and base is None and not any(
+                        p.files or p.changed_key_groups for p in parts):
+                    continue  # no timers ever: no table
                 first = parts[0]
                 states.append(StateRecord(job=self.job, operator=self.operator, name=state,
-                                          kind=first.descriptor["kind"],
+                                          kind=first.catalog_kind,
                                           descriptor=first.descriptor, schema=first.schema,
                                           ttl=first.descriptor.get("ttl")))
-                tables.append(self._commit_state(state, parts, base_tables.get(state),
-                                                 checkpoint_id))
+                replace_all = first.replace_all or state in planned.restore.migrated
+                tables.append(self._commit_table(table_kind, state, parts, base,
+                                                 checkpoint_id, replace_all))
             self.catalog.register_states(self.job, self.operator, states)
             return self.catalog.complete_checkpoint(self.job, checkpoint_id, tables=tables)
         except BaseException as exc:
@@ -141,23 +173,30 @@ class CheckpointCoordinator:
                                          f"{exc}")
             raise
 
-    def _commit_state(
-        self, state: str, parts: Sequence[StateSnapshotResult], base: TableVersion | None,
-        checkpoint_id: int,
+    def _commit_table(
+        self, table_kind: str, state: str, parts: Sequence[StateSnapshotResult],
+        base: TableVersion | None, checkpoint_id: int, replace_all: bool,
     ) -> TableVersion:
-        uri = self.table_uri(state)
+        uri = self.table_uri(state, table_kind)
         table = SnapshotTable(uri, schema_from_text(parts[0].schema),
-                              label=f"{self.job}/{self.operator}/{state}")
+                              label=f"{self.job}/{self.operator}/{state}",
+                              partition=_partition(table_kind))
         version = table.commit(
             [f for p in parts for f in p.files],
             changed_key_groups={kg for p in parts for kg in p.changed_key_groups},
             base_version=base.version if base else None,
             app_id=f"{self.job}/{self.operator}/{state}",
             checkpoint_id=checkpoint_id,
+            replace_all=replace_all,
         )
         sizes = table.key_group_sizes(version)
         return TableVersion(
-            operator=self.operator, state=state, table_kind="keyed", path=uri, version=version,
-            rows=sum(r for r, _ in sizes.values()), bytes=sum(b for _, b in sizes.values()),
-            key_groups=sizes,
+            operator=self.operator, state=state, table_kind=table_kind, path=uri,
+            version=version, rows=sum(r for r, _ in sizes.values()),
+            bytes=sum(b for _, b in sizes.values()), key_groups=sizes,
         )
+
+
+def _fields(schema_text: str) -> str:
+    schema = schema_from_text(schema_text)
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)

@@ -1,4 +1,5 @@
-"""What user code sees: ``KeyedProcessFunction``, its ``RuntimeContext`` and per-record ``Context``.
+"""What user code sees: ``KeyedProcessFunction``, its ``RuntimeContext``, per-record ``Context``
+with timers, and ``CheckpointedFunction`` for operator state.
 
 As in PyFlink, state is declared in ``open()`` from descriptors and used in ``process_element()``,
 where the runtime has already made the record's key current:
@@ -10,15 +11,21 @@ where the runtime has already made the record's key current:
 ...     def process_element(self, value, ctx):
 ...         self.total.update(self.total.value() + value.amount)
 ...         yield ctx.current_key, self.total.value()
+
+A function that also implements :class:`CheckpointedFunction` gets ``initialize_state()`` before
+``open()`` (with the operator state store and whether the job was restored) and
+``snapshot_state()`` before each checkpoint.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from statecore.backends.base import KeyedStateBackend
+from statecore.backends.operator import OperatorStateStore
 from statecore.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -29,12 +36,22 @@ from statecore.descriptors import (
 )
 from statecore.errors import StateAccessError
 from statecore.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from statecore.timers import TimeDomain, TimerService
 
-__all__ = ["RuntimeContext", "Context", "KeyedProcessFunction"]
+__all__ = [
+    "RuntimeContext",
+    "Context",
+    "OnTimerContext",
+    "KeyedProcessFunction",
+    "CheckpointedFunction",
+    "FunctionInitializationContext",
+    "FunctionSnapshotContext",
+]
 
 
 class RuntimeContext:
-    """Where a function gets its keyed state and learns which parallel instance it is."""
+    """Where a function gets its keyed state (Flink's ``KeyedStateStore``) and learns which
+    parallel instance it is."""
 
     def __init__(
         self,
@@ -80,16 +97,34 @@ class RuntimeContext:
 
 
 class Context:
-    """The per-record context: the current key (set by the runtime, never by user code)."""
+    """The per-record context: the current key (set by the runtime, never by user code), the
+    record's event time (epoch ms, ``None`` without an event-time column) and the timers."""
 
-    __slots__ = ("_backend",)
+    __slots__ = ("_backend", "timestamp")
 
     def __init__(self, backend: KeyedStateBackend) -> None:
         self._backend = backend
+        self.timestamp: int | None = None
 
     @property
     def current_key(self) -> Any:
         return self._backend.current_key
+
+    @property
+    def timer_service(self) -> TimerService:
+        """Register or delete event-time and processing-time timers for the current key."""
+        return self._backend.timer_service
+
+
+class OnTimerContext(Context):
+    """The context of ``on_timer``: the timer's key is current, ``timestamp`` is the timer's."""
+
+    __slots__ = ("time_domain", "namespace")
+
+    def __init__(self, backend: KeyedStateBackend) -> None:
+        super().__init__(backend)
+        self.time_domain = TimeDomain.EVENT_TIME
+        self.namespace = ""
 
 
 class KeyedProcessFunction(ABC):
@@ -102,5 +137,39 @@ class KeyedProcessFunction(ABC):
     def process_element(self, value: Any, ctx: Context) -> Iterable[Any] | None:
         """Handle one record of the current key; yield output rows (tuples)."""
 
+    def on_timer(self, timestamp: int, ctx: OnTimerContext) -> Iterable[Any] | None:
+        """A timer of the current key fired; yield output rows (tuples)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release resources."""
+
+
+@dataclass(frozen=True)
+class FunctionInitializationContext:
+    """What ``initialize_state`` gets: the stores, and whether the job restored a checkpoint."""
+
+    is_restored: bool
+    operator_state_store: OperatorStateStore
+    keyed_state_store: RuntimeContext
+
+
+@dataclass(frozen=True)
+class FunctionSnapshotContext:
+    """What ``snapshot_state`` gets: the checkpoint being taken and its time (epoch ms)."""
+
+    checkpoint_id: int
+    timestamp: int
+
+
+class CheckpointedFunction(ABC):
+    """A function with operator state (Flink's ``CheckpointedFunction``); mix it into a
+    :class:`KeyedProcessFunction`."""
+
+    @abstractmethod
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        """Register operator (and keyed) state; called before ``open()``."""
+
+    @abstractmethod
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        """Bring operator state up to date; called before each checkpoint is written."""

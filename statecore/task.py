@@ -1,80 +1,64 @@
 """One parallel instance of a keyed operator, independent of Spark.
 
-It owns the key groups of its range: it restores them, runs the user function per record with the
-record's key made current, and writes the key groups that changed as snapshot files. The Spark
-runtime runs one per partition; tests and benchmarks run it in-process.
+It owns the key groups of its range: it restores them (keyed state lazily through the backend,
+timers and operator state when it opens), runs the user function per record with the record's key
+made current, fires timers when the watermark or processing time advances, and writes what changed
+as snapshot files: the changed key groups of each keyed state and of the timers, and the whole
+operator state of its subtask. The Spark runtime runs one per partition; tests and benchmarks run
+it in-process.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statecore.backends.base import KeyedStateBackend, snapshot_schema
-from statecore.descriptors import StateDescriptor
-from statecore.errors import StateMigrationError
-from statecore.keygroups import KeyGroupRange
-from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
-from statecore.snapshot import SnapshotFile, SnapshotTable, write_key_group_file
-from statecore.snapshot.table import TableFile
+from statecore.backends.operator import OperatorStateStore
+from statecore.errors import ConfigError, StateDescriptorConflictError
+from statecore.restore import RestoredState, RestorePlan
+from statecore.runtime import (
+    CheckpointedFunction,
+    Context,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    KeyedProcessFunction,
+    OnTimerContext,
+    RuntimeContext,
+)
+from statecore.snapshot import TIMERS, SnapshotFile, write_key_group_file
+from statecore.timers import Timer, timers_schema
 from statecore.types import schema_to_text
 
-__all__ = ["RestorePlan", "StateSnapshotResult", "KeyedOperatorTask"]
+__all__ = ["RestorePlan", "RestoredState", "StateSnapshotResult", "StateSchema",
+           "KeyedOperatorTask", "TableUris"]
 
-
-@dataclass(frozen=True)
-class RestoredState:
-    uri: str
-    schema: str  # schema_to_text of the stored rows
-    files: tuple[TableFile, ...]
-
-
-@dataclass(frozen=True)
-class RestorePlan:
-    """What a task restores: per state, the files of the checkpoint being restored."""
-
-    job: str
-    operator: str
-    checkpoint_id: int | None = None
-    states: dict[str, RestoredState] = field(default_factory=dict)
-
-    def source(self, key_groups: KeyGroupRange, key_type: Any) -> Any:
-        """A ``RestoreSource`` reading only ``key_groups``, after checking each state's schema."""
-
-        def read(descriptor: StateDescriptor) -> Iterator[tuple[int, pa.Table]]:
-            restored = self.states.get(descriptor.name)
-            if restored is None:
-                return iter(())
-            expected = snapshot_schema(key_type, descriptor)
-            if schema_to_text(expected) != restored.schema:
-                from statecore.types import schema_from_text
-
-                raise StateMigrationError(
-                    f"job {self.job!r}, operator {self.operator!r}, state {descriptor.name!r}: "
-                    f"stored schema {schema_from_text(restored.schema)} is not compatible with "
-                    f"the descriptor's {expected} (checkpoint {self.checkpoint_id})"
-                )
-            mine = [f for f in restored.files if f.key_group in key_groups]
-            table = SnapshotTable(restored.uri, expected, label=f"{self.job}/{self.operator}/"
-                                  f"{descriptor.name}")
-            return table.read_files(mine)
-
-        return read
+TableUris = Mapping[str, str] | Callable[[str, str], str]
+"""Where a task writes: state name → table URI, or ``(table_kind, state) → table URI``."""
 
 
 @dataclass(frozen=True)
 class StateSnapshotResult:
-    """What a task reports to the committer for one state."""
+    """What a task reports to the committer for one table (``table_kind`` keyed, operator or
+    timers). Operator-state tables are replaced as a whole (``replace_all``)."""
 
     state: str
     schema: str
     descriptor: dict[str, Any]
     changed_key_groups: tuple[int, ...]
     files: tuple[SnapshotFile, ...]
+    table_kind: str = "keyed"
+    kind: str = ""
+    replace_all: bool = False
+
+    @property
+    def catalog_kind(self) -> str:
+        return self.kind or str(self.descriptor["kind"])
 
     def to_json_dict(self) -> dict[str, Any]:
         return {**asdict(self), "files": [asdict(f) for f in self.files]}
@@ -87,11 +71,44 @@ class StateSnapshotResult:
             descriptor=data["descriptor"],
             changed_key_groups=tuple(data["changed_key_groups"]),
             files=tuple(SnapshotFile(**f) for f in data["files"]),
+            table_kind=data.get("table_kind", "keyed"),
+            kind=data.get("kind", ""),
+            replace_all=data.get("replace_all", False),
         )
 
 
+@dataclass(frozen=True)
+class StateSchema:
+    """A state a task registered: its table kind, catalog kind and snapshot schema (as text)."""
+
+    name: str
+    table_kind: str
+    kind: str
+    schema: str
+
+
+def _uri(table_uris: TableUris, table_kind: str, state: str) -> str:
+    if callable(table_uris):
+        return table_uris(table_kind, state)
+    return table_uris[state]
+
+
+def event_time_millis(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
+    """Epoch milliseconds of a timestamp column (an integer column is taken as milliseconds)."""
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(pc.cast(column, pa.timestamp("ms", column.type.tz)), pa.int64())
+    elif not pa.types.is_integer(column.type):
+        raise ConfigError(f"an event-time column must be a timestamp or epoch milliseconds, "
+                          f"not {column.type}")
+    return column.to_pylist()  # type: ignore[no-any-return]
+
+
 class KeyedOperatorTask:
-    """Runs ``function`` over records of its key groups with ``backend``."""
+    """Runs ``function`` over records of its key groups with ``backend``.
+
+    ``restore`` (when given) brings back the timers of the backend's key groups and this
+    subtask's share of operator state; keyed state is restored by the backend's restore source.
+    """
 
     def __init__(
         self,
@@ -102,67 +119,192 @@ class KeyedOperatorTask:
         operator: str,
         subtask_index: int,
         parallelism: int,
+        restore: RestorePlan | None = None,
     ) -> None:
         self.function = function
         self.backend = backend
         self.subtask_index = subtask_index
+        self.parallelism = parallelism
+        self.restore = restore or RestorePlan(job, operator)
         self.runtime_context = RuntimeContext(
             backend, job=job, operator=operator, subtask_index=subtask_index,
             parallelism=parallelism,
         )
+        self.operator_state = OperatorStateStore(
+            restored=self.restore.operator_state(subtask_index, parallelism))
         self.context = Context(backend)
+        self.timer_context = OnTimerContext(backend)
         self.records = 0
 
     def open(self) -> None:
+        backend, restore = self.backend, self.restore
+        for key_group, rows in restore.timer_rows(backend.key_group_range, backend.key_type):
+            backend.timer_service.restore_key_group(key_group, rows)
+        if isinstance(self.function, CheckpointedFunction):
+            self.function.initialize_state(FunctionInitializationContext(
+                is_restored=restore.is_restored, operator_state_store=self.operator_state,
+                keyed_state_store=self.runtime_context))
         self.function.open(self.runtime_context)
+        keyed, operator = set(backend.descriptors), set(self.operator_state.state_names)
+        if keyed & operator:
+            raise StateDescriptorConflictError(
+                f"operator {restore.operator!r}: {sorted(keyed & operator)} registered both as "
+                "keyed and as operator state")
+        if TIMERS in keyed | operator:
+            raise ConfigError(f"operator {restore.operator!r}: the state name {TIMERS!r} is "
+                              "reserved for the operator's timers")
 
-    def process(self, records: Iterable[tuple[Any, int | None, Any]]) -> list[Any]:
-        """Process ``(key, key_group, record)`` triples; the outputs, in order."""
+    def registered_states(self) -> list[StateSchema]:
+        """Every state registered by ``open()``, and the timers (for schema checks)."""
+        backend, store = self.backend, self.operator_state
+        out = [StateSchema(name, "keyed", d.kind.value,
+                           schema_to_text(snapshot_schema(backend.key_type, d)))
+               for name, d in backend.descriptors.items()]
+        out += [StateSchema(name, "operator", store.mode(name).catalog_kind,
+                            schema_to_text(store.schema(name))) for name in store.state_names]
+        out.append(StateSchema(TIMERS, TIMERS, TIMERS,
+                               schema_to_text(timers_schema(backend.key_type))))
+        return out
+
+    # -- records ---------------------------------------------------------------------------
+    def process(self, records: Iterable[tuple[Any, int | None, Any]],
+                timestamps: Iterable[int | None] | None = None) -> list[Any]:
+        """Process ``(key, key_group, record)`` triples; the outputs, in order.
+
+        ``timestamps`` (epoch ms, one per record) become ``ctx.timestamp``.
+        """
         out: list[Any] = []
         set_key = self.backend.set_current_key
         process = self.function.process_element
         ctx = self.context
         n = 0
-        for key, key_group, record in records:
-            set_key(key, key_group)
-            result = process(record, ctx)
-            if result is not None:
-                out.extend(result)
-            n += 1
+        if timestamps is None:
+            for key, key_group, record in records:
+                set_key(key, key_group)
+                result = process(record, ctx)
+                if result is not None:
+                    out.extend(result)
+                n += 1
+        else:
+            for (key, key_group, record), timestamp in zip(records, timestamps):
+                set_key(key, key_group)
+                ctx.timestamp = timestamp
+                result = process(record, ctx)
+                if result is not None:
+                    out.extend(result)
+                n += 1
+            ctx.timestamp = None
         self.records += n
         return out
 
-    def process_batch(self, batch: pa.RecordBatch, *, key: str, key_group: str) -> list[Any]:
+    def process_batch(self, batch: pa.RecordBatch, *, key: str, key_group: str,
+                      event_time: str | None = None) -> list[Any]:
         """Process an Arrow batch; each record is a namedtuple of its columns (key included)."""
         names = [n for n in batch.schema.names if n != key_group]
         row = namedtuple("Record", names, rename=True)  # type: ignore[misc]
         columns = [batch.column(n).to_pylist() for n in names]
         records = map(row._make, zip(*columns))
+        timestamps = None if event_time is None else \
+            event_time_millis(batch.column(event_time))
         return self.process(zip(batch.column(key).to_pylist(),
-                                batch.column(key_group).to_pylist(), records))
+                                batch.column(key_group).to_pylist(), records), timestamps)
 
-    def snapshot(self, table_uris: dict[str, str], *, checkpoint_id: int) -> list[StateSnapshotResult]:
-        """Write every changed key group of every state; what the committer needs."""
-        results = []
+    # -- timers ----------------------------------------------------------------------------
+    def advance_watermark(self, watermark: int) -> list[Any]:
+        """Advance the event-time watermark; the outputs of the timers that fired."""
+        return self._on_timers(self.backend.timer_service.advance_watermark(watermark))
+
+    def advance_processing_time(self, now: int | None = None) -> list[Any]:
+        """Fire the processing-time timers due at ``now`` (default: the backend's clock)."""
+        return self._on_timers(self.backend.timer_service.advance_processing_time(now))
+
+    def _on_timers(self, timers: Iterable[Timer]) -> list[Any]:
+        out: list[Any] = []
+        ctx = self.timer_context
+        on_timer = self.function.on_timer
+        for timer in timers:
+            ctx.timestamp = timer.timestamp
+            ctx.time_domain = timer.time_domain
+            ctx.namespace = timer.namespace
+            result = on_timer(timer.timestamp, ctx)
+            if result is not None:
+                out.extend(result)
+        return out
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def snapshot(self, table_uris: TableUris, *, checkpoint_id: int,
+                 timestamp: int | None = None) -> list[StateSnapshotResult]:
+        """Write what changed; what the committer needs, one result per table."""
+        if isinstance(self.function, CheckpointedFunction):
+            now = self.backend.timer_service.current_processing_time()
+            self.function.snapshot_state(FunctionSnapshotContext(
+                checkpoint_id=checkpoint_id, timestamp=now if timestamp is None else timestamp))
+        results = self._snapshot_keyed(table_uris, checkpoint_id)
+        results += self._snapshot_timers(table_uris, checkpoint_id)
+        results += self._snapshot_operator_state(table_uris, checkpoint_id)
+        self.backend.mark_snapshotted()
+        self.backend.timer_service.mark_snapshotted()
+        return results
+
+    def _write(self, table_uris: TableUris, table_kind: str, name: str, part: int,
+               rows: pa.Table, checkpoint_id: int, partition: str = "key_group") -> SnapshotFile:
+        return write_key_group_file(_uri(table_uris, table_kind, name), part, rows,
+                                    checkpoint_id=checkpoint_id, subtask=self.subtask_index,
+                                    partition=partition)
+
+    def _snapshot_keyed(self, table_uris: TableUris,
+                        checkpoint_id: int) -> list[StateSnapshotResult]:
         backend = self.backend
+        results = []
         for name, descriptor in backend.descriptors.items():
-            changed = sorted(backend.changed_key_groups(name))
+            changed = backend.changed_key_groups(name)
+            if name in self.restore.migrated:  # rewrite every key group in the new schema
+                changed |= self.restore.restored_key_groups(name, backend.key_group_range)
             files = []
-            for kg in changed:
+            for kg in sorted(changed):
                 rows = backend.snapshot_key_group(name, kg)
                 if rows.num_rows:
-                    files.append(write_key_group_file(
-                        table_uris[name], kg, rows, checkpoint_id=checkpoint_id,
-                        subtask=self.subtask_index,
-                    ))
+                    files.append(self._write(table_uris, "keyed", name, kg, rows,
+                                             checkpoint_id))
             results.append(StateSnapshotResult(
                 state=name,
                 schema=schema_to_text(snapshot_schema(backend.key_type, descriptor)),
                 descriptor=descriptor.describe(),
-                changed_key_groups=tuple(changed),
+                changed_key_groups=tuple(sorted(changed)),
                 files=tuple(files),
             ))
-        backend.mark_snapshotted()
+        return results
+
+    def _snapshot_timers(self, table_uris: TableUris,
+                         checkpoint_id: int) -> list[StateSnapshotResult]:
+        timers = self.backend.timer_service
+        changed = sorted(timers.changed_key_groups())
+        files = []
+        for kg in changed:
+            rows = timers.snapshot_key_group(kg)
+            if rows.num_rows:
+                files.append(self._write(table_uris, TIMERS, TIMERS, kg, rows, checkpoint_id))
+        return [StateSnapshotResult(
+            state=TIMERS, schema=schema_to_text(timers_schema(self.backend.key_type)),
+            descriptor={"kind": TIMERS}, changed_key_groups=tuple(changed), files=tuple(files),
+            table_kind=TIMERS, kind=TIMERS,
+        )]
+
+    def _snapshot_operator_state(self, table_uris: TableUris,
+                                 checkpoint_id: int) -> list[StateSnapshotResult]:
+        store = self.operator_state
+        results = []
+        for name in store.state_names:
+            rows = store.snapshot(name)
+            files = (self._write(table_uris, "operator", name, self.subtask_index, rows,
+                                 checkpoint_id, partition="subtask"),) if rows.num_rows else ()
+            mode = store.mode(name)
+            results.append(StateSnapshotResult(
+                state=name, schema=schema_to_text(store.schema(name)),
+                descriptor={**store.descriptor(name).describe(), "mode": mode.value},
+                changed_key_groups=(self.subtask_index,), files=files,
+                table_kind="operator", kind=mode.catalog_kind, replace_all=True,
+            ))
         return results
 
     def close(self) -> None:

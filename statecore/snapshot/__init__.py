@@ -1,6 +1,8 @@
 """Snapshots as Delta Lake tables partitioned by key group (``deltalake`` is used only here)."""
 
 from statecore.snapshot.files import SnapshotFile, write_key_group_file
-from statecore.snapshot.table import SnapshotTable, key_group_schema
+from statecore.snapshot.layout import TIMERS, state_table_uri
+from statecore.snapshot.table import SnapshotTable, TableFile, key_group_schema
 
-__all__ = ["SnapshotFile", "SnapshotTable", "key_group_schema", "write_key_group_file"]
+__all__ = ["TIMERS", "SnapshotFile", "SnapshotTable", "TableFile", "key_group_schema",
+           "state_table_uri", "write_key_group_file"]

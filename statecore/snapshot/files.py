@@ -28,7 +28,7 @@ class SnapshotFile:
     """A written, not yet committed, Parquet file of one key group."""
 
     path: str  # relative to the table root, e.g. "key_group=7/cp-3-0-1a2b.parquet"
-    key_group: int
+    key_group: int  # the partition value: the key group (the subtask in operator-state tables)
     rows: int
     size: int
     modification_time: int
@@ -61,12 +61,15 @@ def _stats(rows: pa.Table) -> str:
 
 
 def write_key_group_file(
-    table_uri: str, key_group: int, rows: pa.Table, *, checkpoint_id: int, subtask: int
+    table_uri: str, key_group: int, rows: pa.Table, *, checkpoint_id: int, subtask: int,
+    partition: str = "key_group",
 ) -> SnapshotFile:
-    """Write the rows of one key group as a Parquet file inside the table's partition folder."""
+    """Write the rows of one key group (or of one subtask, with ``partition="subtask"``) as a
+    Parquet file inside the table's partition folder."""
     fs, root = table_filesystem(table_uri)
-    relative = f"key_group={key_group}/cp-{checkpoint_id}-{subtask}-{uuid.uuid4().hex[:12]}.parquet"
-    fs.create_dir(f"{root}/key_group={key_group}", recursive=True)
+    folder = f"{partition}={key_group}"
+    relative = f"{folder}/cp-{checkpoint_id}-{subtask}-{uuid.uuid4().hex[:12]}.parquet"
+    fs.create_dir(f"{root}/{folder}", recursive=True)
     full = f"{root}/{relative}"
     pq.write_table(rows, full, filesystem=fs, compression="zstd")
     size = fs.get_file_info(full).size

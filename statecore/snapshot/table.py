@@ -5,6 +5,9 @@ adds the new ones in one transaction; every other key group keeps its files (inc
 key-group granularity). The commit names the checkpoint as a Delta application transaction.
 If the table moved past the base version (an earlier attempt failed after committing here), it is
 first restored to the base version, so a failed checkpoint leaves nothing a later one builds on.
+
+Operator-state tables are partitioned by ``subtask`` instead and replaced as a whole each
+checkpoint; so is a keyed table whose schema migrated (every key group is rewritten).
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ __all__ = ["SnapshotTable", "TableFile", "key_group_schema"]
 PARTITION = "key_group"
 
 
-def key_group_schema(rows_schema: pa.Schema) -> pa.Schema:
-    """The table schema: the rows' columns plus the ``key_group`` partition column."""
-    return rows_schema.append(pa.field(PARTITION, pa.int32(), nullable=False))
+def key_group_schema(rows_schema: pa.Schema, partition: str = PARTITION) -> pa.Schema:
+    """The table schema: the rows' columns plus the ``key_group`` (or other) partition column."""
+    return rows_schema.append(pa.field(partition, pa.int32(), nullable=False))
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,12 @@ class TableFile:
 class SnapshotTable:
     """One state's Delta table at ``uri`` with the given row schema."""
 
-    def __init__(self, uri: str, rows_schema: pa.Schema, *, label: str) -> None:
+    def __init__(self, uri: str, rows_schema: pa.Schema, *, label: str,
+                 partition: str = PARTITION) -> None:
         self.uri = uri
         self.rows_schema = rows_schema
         self.label = label  # "job/operator/state", for messages
+        self.partition = partition
 
     # -- reading -------------------------------------------------------------------------
     def _open(self, version: int | None) -> DeltaTable:
@@ -75,7 +80,7 @@ class SnapshotTable:
         out = []
         for path, kg, rows, size in zip(
             actions.column("path").to_pylist(),
-            actions.column(f"partition.{PARTITION}").to_pylist(),
+            actions.column(f"partition.{self.partition}").to_pylist(),
             actions.column("num_records").to_pylist(),
             actions.column("size_bytes").to_pylist(),
         ):
@@ -112,37 +117,46 @@ class SnapshotTable:
         base_version: int | None,
         app_id: str,
         checkpoint_id: int,
+        replace_all: bool = False,
     ) -> int:
-        """Replace ``changed_key_groups`` of ``base_version`` by ``files``; the new version."""
-        schema = key_group_schema(self.rows_schema)
+        """Replace ``changed_key_groups`` of ``base_version`` by ``files``; the new version.
+
+        With ``replace_all`` the table becomes exactly ``files``, in ``rows_schema`` (which may
+        differ from the table's schema so far).
+        """
+        partition = self.partition
+        schema = key_group_schema(self.rows_schema, partition)
+        properties = CommitProperties(app_transactions=[Transaction(app_id, checkpoint_id)])
         try:
             if not self.exists():
-                DeltaTable.create(self.uri, schema, partition_by=[PARTITION], mode="ignore")
+                DeltaTable.create(self.uri, schema, partition_by=[partition], mode="ignore")
             table = DeltaTable(self.uri)
+            if base_version is not None and table.version() != base_version:
+                table.restore(base_version)
+                table = DeltaTable(self.uri)
+            if replace_all or base_version is None:  # nothing completed builds on what is there
+                table.create_write_transaction(
+                    [AddAction(f.path, f.size, {partition: str(f.key_group)},
+                               f.modification_time, True, f.stats) for f in files],
+                    "overwrite", schema, partition_by=[partition],
+                    commit_properties=properties)
+                return DeltaTable(self.uri).version()
             changed = set(changed_key_groups) | {f.key_group for f in files}
-            if base_version is None:
-                removed = self.files(table.version())  # nothing completed builds on it
-            else:
-                if table.version() != base_version:
-                    table.restore(base_version)
-                    table = DeltaTable(self.uri)
-                removed = [f for f in self.files(table.version()) if f.key_group in changed]
+            removed = [f for f in self.files(table.version()) if f.key_group in changed]
             now = time.time_ns() // 1_000_000
             actions: list[AddAction | RemoveAction] = [
-                RemoveAction(f.path, True, now, f.size, {PARTITION: str(f.key_group)})
+                RemoveAction(f.path, True, now, f.size, {partition: str(f.key_group)})
                 for f in removed
             ]
             actions += [
-                AddAction(f.path, f.size, {PARTITION: str(f.key_group)}, f.modification_time,
+                AddAction(f.path, f.size, {partition: str(f.key_group)}, f.modification_time,
                           True, f.stats)
                 for f in files
             ]
             if actions:
                 table.create_write_transaction(
-                    actions, "append", schema, partition_by=[PARTITION],
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(app_id, checkpoint_id)]
-                    ),
+                    actions, "append", schema, partition_by=[partition],
+                    commit_properties=properties,
                 )
             return DeltaTable(self.uri).version()
         except DeltaError as exc:

@@ -1,22 +1,29 @@
 """``keyed_process``: run a ``KeyedProcessFunction`` over a DataFrame as one checkpoint.
 
 One run restores the last completed checkpoint for each task's key-group range, processes every
-record, snapshots the changed key groups, commits and completes the checkpoint. A batch job calls
-it once per logical date; a Structured Streaming job calls it from ``foreachBatch`` with the
-micro-batch id as ``checkpoint_id``, so a replayed micro-batch is a no-op.
+record, fires the timers that came due, snapshots what changed, commits and completes the
+checkpoint. A batch job calls it once per logical date; a Structured Streaming job calls it from
+``foreachBatch`` with the micro-batch id as ``checkpoint_id``, so a replayed micro-batch is a no-op.
+
+With an ``event_time`` column the watermark advances, at the end of the run, to the run's largest
+event time minus ``allowed_lateness`` (computed on the driver, the same for every task), and every
+event-time timer up to it fires; processing-time timers due by the end of the run fire too. As in
+Flink after a restore, each run starts from the minimum watermark.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
-from pyspark import StorageLevel, TaskContext
+from pyspark import StorageLevel, TaskContext, cloudpickle
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -30,9 +37,12 @@ from statecore import errors
 from statecore.errors import ConfigError
 from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from statecore.runtime import KeyedProcessFunction
+from statecore.snapshot import state_table_uri
 from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
-from statecore.task import KeyedOperatorTask, RestorePlan, StateSnapshotResult
-from statecore.types import TypeInfo, schema_to_text
+from statecore.task import KeyedOperatorTask, StateSchema, StateSnapshotResult, TableUris
+from statecore.timers import MIN_WATERMARK
+from statecore.ttl.time import TtlTimeProvider
+from statecore.types import TypeInfo
 
 __all__ = ["KeyedRun", "keyed_process", "BACKENDS"]
 
@@ -64,18 +74,40 @@ def _key_info(df: DataFrame, key: str) -> TypeInfo:
     return TypeInfo.of(int)
 
 
-def _probe_schemas(function: KeyedProcessFunction, key_type: TypeInfo, planned: PlannedCheckpoint,
-                   job: str, operator: str) -> dict[str, str]:
-    """Run ``open()`` on the driver against an empty backend: the states it registers."""
-    from statecore.backends.base import snapshot_schema
-
+def _probe_states(function: KeyedProcessFunction, key_type: TypeInfo,
+                  planned: PlannedCheckpoint, job: str, operator: str) -> list[StateSchema]:
+    """Initialize and open a copy of the function on the driver against empty state: the
+    states it registers (the function itself is shipped to the executors untouched)."""
+    probe: KeyedProcessFunction = cloudpickle.loads(
+        cloudpickle.dumps(function))  # type: ignore[no-untyped-call]
     backend = HeapKeyedStateBackend(key_type=key_type, key_group_range=KeyGroupRange.empty(),
                                     max_parallelism=planned.max_parallelism)
-    task = KeyedOperatorTask(function, backend, job=job, operator=operator, subtask_index=0,
+    task = KeyedOperatorTask(probe, backend, job=job, operator=operator, subtask_index=0,
                              parallelism=planned.parallelism)
     task.open()
-    return {name: schema_to_text(snapshot_schema(key_type, d))
-            for name, d in backend.descriptors.items()}
+    states = task.registered_states()
+    task.close()
+    return states
+
+
+def _watermark(df: DataFrame, event_time: str | None, allowed_lateness: timedelta) -> int:
+    """The run's largest event time (epoch ms) minus the allowed lateness."""
+    if event_time is None:
+        return MIN_WATERMARK
+    if event_time not in df.columns:
+        raise ConfigError(f"event-time column {event_time!r} is not in {df.columns}")
+    data_type = df.schema[event_time].dataType
+    if isinstance(data_type, T.TimestampType | T.TimestampNTZType):
+        column = F.unix_millis(F.col(event_time).cast("timestamp"))
+    elif isinstance(data_type, T.LongType | T.IntegerType):
+        column = F.col(event_time)
+    else:
+        raise ConfigError(f"event-time column {event_time!r} has type "
+                          f"{data_type.simpleString()}; use a timestamp or epoch milliseconds")
+    latest = df.agg(F.max(column)).first()
+    if latest is None or latest[0] is None:
+        return MIN_WATERMARK
+    return int(latest[0]) - int(allowed_lateness / timedelta(milliseconds=1))
 
 
 def keyed_process(
@@ -92,11 +124,17 @@ def keyed_process(
     order_by: list[str] | None = None,
     backend: str = "heap",
     config: StatecoreConfig | None = None,
+    event_time: str | None = None,
+    allowed_lateness: timedelta = timedelta(0),
+    processing_time: TtlTimeProvider | None = None,
 ) -> KeyedRun:
     """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
 
     ``order_by`` fixes the processing order within each key (Spark's shuffle does not keep the
-    input order). The output is persisted; unpersist it when done.
+    input order). ``event_time`` names a timestamp (or epoch-millisecond) column: it becomes
+    ``ctx.timestamp`` and drives the watermark (see the module docstring). ``processing_time``
+    is the clock of TTL and processing-time timers (default: the system clock; it is pickled
+    to the tasks). The output is persisted; unpersist it when done.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"unknown state backend {backend!r}; known: {sorted(BACKENDS)}")
@@ -113,16 +151,18 @@ def keyed_process(
         if planned.replayed:
             empty = spark.createDataFrame([], output_schema)
             return KeyedRun(empty, catalog.get_checkpoint(job, checkpoint_id), True, 0)
-        schemas = _probe_schemas(function, key_type, planned, job, operator)
-        coordinator.check_compatible(schemas)
-        table_uris = {name: coordinator.table_uri(name) for name in schemas}
+        planned = coordinator.check_compatible(
+            planned, _probe_states(function, key_type, planned, job, operator))
+        table_uris = functools.partial(state_table_uri, config.warehouse, job, operator)
+        watermark = _watermark(df, event_time, allowed_lateness)
 
         aligned = align_to_key_groups(df, key, parallelism=planned.parallelism,
                                       max_parallelism=planned.max_parallelism, order_by=order_by)
         run_task = _task_function(
             function, key=key, key_type=key_type, planned=planned, job=job, operator=operator,
             backend_factory=BACKENDS[backend], table_uris=table_uris,
-            output_schema=output_schema,
+            output_schema=output_schema, event_time=event_time, watermark=watermark,
+            processing_time=processing_time,
             time_zone=spark.conf.get("spark.sql.session.timeZone") or "UTC",
         )
         result_schema = T.StructType([*output_schema.fields, T.StructField(_META, T.StringType())])
@@ -163,11 +203,12 @@ def _task_error(exc: Exception, job: str, checkpoint_id: int) -> Exception:
 
 def _task_function(
     function: KeyedProcessFunction, *, key: str, key_type: TypeInfo, planned: PlannedCheckpoint,
-    job: str, operator: str, backend_factory: BackendFactory, table_uris: dict[str, str],
-    output_schema: T.StructType, time_zone: str,
+    job: str, operator: str, backend_factory: BackendFactory, table_uris: TableUris,
+    output_schema: T.StructType, time_zone: str, event_time: str | None, watermark: int,
+    processing_time: TtlTimeProvider | None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     p, max_p = planned.parallelism, planned.max_parallelism
-    restore: RestorePlan = planned.restore
+    restore = planned.restore
     checkpoint_id = planned.checkpoint_id
     out_names = [f.name for f in output_schema.fields]
     arrow_out = to_arrow_schema(output_schema, timezone=time_zone)
@@ -178,15 +219,19 @@ def _task_function(
         key_groups = compute_key_group_range_for_operator_index(max_p, p, index)
         backend = backend_factory(key_type=key_type, key_group_range=key_groups,
                                   max_parallelism=max_p,
-                                  restore_source=restore.source(key_groups, key_type))
+                                  restore_source=restore.source(key_groups, key_type),
+                                  ttl_time_provider=processing_time)
         task = KeyedOperatorTask(function, backend, job=job, operator=operator,
-                                 subtask_index=index, parallelism=p)
+                                 subtask_index=index, parallelism=p, restore=restore)
         task.open()
         for batch in batches:
-            rows = task.process_batch(batch, key=key,
-                                      key_group=KEY_GROUP_COLUMN)
+            rows = task.process_batch(batch, key=key, key_group=KEY_GROUP_COLUMN,
+                                      event_time=event_time)
             if rows:
                 yield _to_batch(rows, arrow_out, result_schema, out_names)
+        rows = task.advance_watermark(watermark) + task.advance_processing_time()
+        if rows:
+            yield _to_batch(rows, arrow_out, result_schema, out_names)
         snapshot = task.snapshot(table_uris, checkpoint_id=checkpoint_id)
         task.close()
         meta = json.dumps({"subtask": index, "records": task.records,
