@@ -151,10 +151,14 @@ def keyed_process(
         if planned.replayed:
             empty = spark.createDataFrame([], output_schema)
             return KeyedRun(empty, catalog.get_checkpoint(job, checkpoint_id), True, 0)
-        planned = coordinator.check_compatible(
-            planned, _probe_states(function, key_type, planned, job, operator))
+        try:  # before any record is processed: the states' schemas, the watermark
+            planned = coordinator.check_compatible(
+                planned, _probe_states(function, key_type, planned, job, operator))
+            watermark = _watermark(df, event_time, allowed_lateness)
+        except Exception as exc:
+            catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
+            raise
         table_uris = functools.partial(state_table_uri, config.warehouse, job, operator)
-        watermark = _watermark(df, event_time, allowed_lateness)
 
         aligned = align_to_key_groups(df, key, parallelism=planned.parallelism,
                                       max_parallelism=planned.max_parallelism, order_by=order_by)
