@@ -19,8 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statecore.backends.base import KeyedStateBackend, snapshot_schema
+from statecore.backends.heap import HeapKeyedStateBackend
 from statecore.backends.operator import OperatorStateStore
 from statecore.errors import ConfigError, StateDescriptorConflictError
+from statecore.keygroups import KeyGroupRange
 from statecore.restore import RestoredState, RestorePlan
 from statecore.runtime import (
     CheckpointedFunction,
@@ -33,10 +35,10 @@ from statecore.runtime import (
 )
 from statecore.snapshot import TIMERS, SnapshotFile, write_key_group_file
 from statecore.timers import Timer, timers_schema
-from statecore.types import schema_to_text
+from statecore.types import TypeInfo, schema_to_text
 
 __all__ = ["RestorePlan", "RestoredState", "StateSnapshotResult", "StateSchema",
-           "KeyedOperatorTask", "TableUris"]
+           "KeyedOperatorTask", "TableUris", "probe_states"]
 
 TableUris = Mapping[str, str] | Callable[[str, str], str]
 """Where a task writes: state name → table URI, or ``(table_kind, state) → table URI``."""
@@ -310,3 +312,18 @@ class KeyedOperatorTask:
     def close(self) -> None:
         self.function.close()
         self.backend.close()
+
+
+def probe_states(function: KeyedProcessFunction, key_type: TypeInfo, *, job: str,
+                 operator: str, parallelism: int, max_parallelism: int) -> list[StateSchema]:
+    """Initialize and open ``function`` (a copy: it keeps the handles) against empty state:
+    the states it registers, for the driver's schema check before any record is processed."""
+    backend = HeapKeyedStateBackend(key_type=key_type, key_group_range=KeyGroupRange.empty(),
+                                    max_parallelism=max_parallelism)
+    task = KeyedOperatorTask(function, backend, job=job, operator=operator, subtask_index=0,
+                             parallelism=parallelism)
+    task.open()
+    try:
+        return task.registered_states()
+    finally:
+        task.close()

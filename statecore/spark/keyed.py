@@ -35,11 +35,17 @@ from statecore.checkpoint import CheckpointCoordinator, PlannedCheckpoint
 from statecore.config import StatecoreConfig
 from statecore import errors
 from statecore.errors import ConfigError
-from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
+from statecore.keygroups import compute_key_group_range_for_operator_index
 from statecore.runtime import KeyedProcessFunction
 from statecore.snapshot import state_table_uri
 from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
-from statecore.task import KeyedOperatorTask, StateSchema, StateSnapshotResult, TableUris
+from statecore.task import (
+    KeyedOperatorTask,
+    StateSchema,
+    StateSnapshotResult,
+    TableUris,
+    probe_states,
+)
 from statecore.timers import MIN_WATERMARK
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
@@ -76,18 +82,11 @@ def _key_info(df: DataFrame, key: str) -> TypeInfo:
 
 def _probe_states(function: KeyedProcessFunction, key_type: TypeInfo,
                   planned: PlannedCheckpoint, job: str, operator: str) -> list[StateSchema]:
-    """Initialize and open a copy of the function on the driver against empty state: the
-    states it registers (the function itself is shipped to the executors untouched)."""
+    """The states a copy of the function registers (the function itself ships untouched)."""
     probe: KeyedProcessFunction = cloudpickle.loads(
         cloudpickle.dumps(function))  # type: ignore[no-untyped-call]
-    backend = HeapKeyedStateBackend(key_type=key_type, key_group_range=KeyGroupRange.empty(),
-                                    max_parallelism=planned.max_parallelism)
-    task = KeyedOperatorTask(probe, backend, job=job, operator=operator, subtask_index=0,
-                             parallelism=planned.parallelism)
-    task.open()
-    states = task.registered_states()
-    task.close()
-    return states
+    return probe_states(probe, key_type, job=job, operator=operator,
+                        parallelism=planned.parallelism, max_parallelism=planned.max_parallelism)
 
 
 def _watermark(df: DataFrame, event_time: str | None, allowed_lateness: timedelta) -> int:
