@@ -10,13 +10,20 @@ States per user, one of each kind:
   event_counts  MapState         events per event type
   max_amount    ReducingState    the largest amount
   avg_amount    AggregatingState the average amount (sum and count accumulator)
+
+Operator state (``CheckpointedFunction``), per parallel instance:
+  processed     split ListState  per checkpoint, the events this instance processed; split
+                                 over the instances when the job is rescaled
+  rules         BroadcastState   the amount from which an event of a type is flagged
+                                 (``--rules '{"purchase": 150}'`` replaces them on every instance)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import date
 from typing import Any
 
@@ -33,7 +40,14 @@ from statecore.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
+from statecore.runtime import (
+    CheckpointedFunction,
+    Context,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    KeyedProcessFunction,
+    RuntimeContext,
+)
 from statecore.spark import KeyedRun, keyed_process
 
 JOB = "clickstream"
@@ -49,7 +63,11 @@ OUTPUT_SCHEMA = T.StructType([
     T.StructField("avg_amount", T.DoubleType()),
     T.StructField("events_of_type", T.LongType()),
     T.StructField("last_events", T.StringType()),
+    T.StructField("flagged", T.BooleanType()),
 ])
+
+DEFAULT_RULES = {"purchase": 150.0, "add_to_cart": 190.0}
+PROCESSED = pa.struct([("checkpoint_id", pa.int64()), ("events", pa.int64())])
 
 AVG_ACCUMULATOR = pa.struct([("sum", pa.float64()), ("count", pa.int64())])
 
@@ -68,7 +86,19 @@ class Average(AggregateFunction[float, dict[str, Any], float]):
         return {"sum": a["sum"] + b["sum"], "count": a["count"] + b["count"]}
 
 
-class UserActivity(KeyedProcessFunction):
+class UserActivity(KeyedProcessFunction, CheckpointedFunction):
+    def __init__(self, rules: Mapping[str, float] | None = None) -> None:
+        self.new_rules = dict(rules) if rules is not None else None
+
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        store = context.operator_state_store
+        self.processed = store.get_list_state(ListStateDescriptor("processed", PROCESSED))
+        self.rules = store.get_broadcast_state(MapStateDescriptor("rules", str, float))
+        if self.new_rules is not None or self.rules.is_empty():
+            self.rules.clear()
+            self.rules.put_all(DEFAULT_RULES if self.new_rules is None else self.new_rules)
+        self.events = 0
+
     def open(self, ctx: RuntimeContext) -> None:
         self.total = ctx.get_state(ValueStateDescriptor("total_amount", float, default=0.0))
         self.last_events = ctx.get_list_state(ListStateDescriptor("last_events", str))
@@ -79,6 +109,7 @@ class UserActivity(KeyedProcessFunction):
             AggregatingStateDescriptor("avg_amount", Average(), AVG_ACCUMULATOR))
 
     def process_element(self, value: Any, ctx: Context) -> Iterator[tuple[Any, ...]]:
+        self.events += 1
         total = self.total.value() + value.amount
         self.total.update(total)
         last = self.last_events.get()
@@ -88,18 +119,26 @@ class UserActivity(KeyedProcessFunction):
         self.counts.put(value.event_type, count)
         self.max_amount.add(value.amount)
         self.avg_amount.add(value.amount)
+        limit = self.rules.get(value.event_type)
         yield (ctx.current_key, value.ts, value.event_type, value.amount, total,
-               self.max_amount.get(), self.avg_amount.get(), count, ",".join(last[-LAST_N:]))
+               self.max_amount.get(), self.avg_amount.get(), count, ",".join(last[-LAST_N:]),
+               limit is not None and value.amount >= limit)
+
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        if self.events:
+            self.processed.add({"checkpoint_id": context.checkpoint_id, "events": self.events})
+        self.events = 0
 
 
 def run(
     spark: SparkSession, events: DataFrame, *, checkpoint_id: int, job: str = JOB,
     parallelism: int | None = None, max_parallelism: int | None = None, backend: str = "heap",
+    rules: Mapping[str, float] | None = None,
 ) -> KeyedRun:
-    """Process ``events`` as one checkpoint of ``job``."""
+    """Process ``events`` as one checkpoint of ``job`` (``rules`` replace the flagging rules)."""
     return keyed_process(
         events.select("user_id", "event_type", "amount", "ts"),
-        key="user_id", function=UserActivity(), output_schema=OUTPUT_SCHEMA, job=job,
+        key="user_id", function=UserActivity(rules), output_schema=OUTPUT_SCHEMA, job=job,
         checkpoint_id=checkpoint_id, parallelism=parallelism, max_parallelism=max_parallelism,
         order_by=["ts", "event_type", "amount"], backend=backend,
     )
@@ -116,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-parallelism", type=int)
     parser.add_argument("--backend", default="heap")
     parser.add_argument("--job", default=JOB)
+    parser.add_argument("--rules", type=json.loads,
+                        help='flagging rules as JSON, e.g. \'{"purchase": 150}\' (default: keep)')
     args = parser.parse_args(argv)
     home = StatecoreConfig.resolve().home
     args.input = args.input or f"{home}/data/clickstream"
@@ -126,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     events = spark.read.parquet(f"{args.input}/date={day}")
     result = run(spark, events, checkpoint_id=int(args.date.strftime("%Y%m%d")), job=args.job,
                  parallelism=args.parallelism, max_parallelism=args.max_parallelism,
-                 backend=args.backend)
+                 backend=args.backend, rules=args.rules)
     if result.replayed:
         print(f"checkpoint {result.checkpoint.checkpoint_id} already complete: nothing to do")
     else:

@@ -233,3 +233,32 @@ def test_schema_changes_are_checked_on_the_driver(spark: Any,
         rows = run_sql(catalog, "SELECT typeof(value) AS t, count(*) AS n FROM totals.total "
                        "GROUP BY 1", job="totals").to_pylist()
     assert rows == [{"t": "BIGINT", "n": 6}]  # every key group rewritten in the new schema
+
+
+def test_clickstream_keeps_offsets_and_rules_across_a_rescale(
+        spark: Any, statecore_home: StatecoreConfig, tmp_path: Any) -> None:
+    from jobs import clickstream
+    from statecore.demo import generate_clickstream
+
+    days = generate_clickstream(tmp_path, days=2, users=20, events_per_day=80)
+    first = clickstream.run(spark, spark.read.parquet(str(days[0])), checkpoint_id=1,
+                            job="clicks", parallelism=2)
+    flagged = [r for r in first.output.collect() if r.flagged]
+    first.output.unpersist()
+    assert flagged and all(r.event_type in clickstream.DEFAULT_RULES for r in flagged)
+    second = clickstream.run(spark, spark.read.parquet(str(days[1])), checkpoint_id=2,
+                             job="clicks", parallelism=3, rules={"view": 0.0})
+    rows = second.output.collect()
+    second.output.unpersist()
+    assert {r.flagged for r in rows if r.event_type == "view"} == {True}
+    assert {r.flagged for r in rows if r.event_type != "view"} == {False}
+    with Catalog.connect(statecore_home.catalog_url) as catalog:
+        processed = run_sql(catalog, "SELECT subtask, value.checkpoint_id AS cp, "
+                            "value.events AS n FROM clicks.processed", job="clicks").to_pylist()
+        rules = run_sql(catalog, "SELECT subtask, user_key, value FROM clicks.rules",
+                        job="clicks").to_pylist()
+    assert sum(r["n"] for r in processed if r["cp"] == 1) == 80
+    assert sum(r["n"] for r in processed if r["cp"] == 2) == 80
+    assert {r["subtask"] for r in processed} <= {0, 1, 2}
+    assert sorted((r["subtask"], r["user_key"], r["value"]) for r in rules) == [
+        (i, "view", 0.0) for i in range(3)]
