@@ -131,21 +131,33 @@ class HeapValueState(_HeapState, ValueState):
         assert isinstance(descriptor, ValueStateDescriptor)
         self._default = descriptor.default
         self._info = descriptor.value_info
+        self._accepted = self._info.accepted or ()
+        self._dirty = table.dirty
 
     def value(self) -> Any:
-        m = self._read_map()
-        if m is None:
-            return self._default
-        v = m.get(self._backend._key, _MISSING)
-        return self._default if v is _MISSING else v
+        # The per-record path: inlined look-ups, no allocation (stored values are never None).
+        backend = self._backend
+        kg = backend._kg
+        if kg is None:
+            self._read_map()  # raises: no current key
+        m = self._by_kg.get(kg)  # type: ignore[arg-type]
+        return self._default if m is None else m.get(backend._key, self._default)
 
     def update(self, value: Any) -> None:
-        if value is None:
-            self.clear()
-            return
-        if value.__class__ not in (self._info.accepted or ()):
+        if value.__class__ not in self._accepted:
+            if value is None:
+                self.clear()
+                return
             self._check(self._info, value)
-        self._write_map()[self._backend._key] = value
+        backend = self._backend
+        kg = backend._kg
+        if kg is None:
+            self._write_map()  # raises: no current key
+        self._dirty.add(kg)  # type: ignore[arg-type]
+        m = self._by_kg.get(kg)  # type: ignore[arg-type]
+        if m is None:
+            m = self._by_kg[kg] = {}  # type: ignore[index]
+        m[backend._key] = value
 
 
 class HeapListState(_HeapState, ListState):
