@@ -1,4 +1,8 @@
-"""State time-to-live: configuration, the injectable clock, and the decorator layer."""
+"""State time-to-live: configuration, the injectable clock, and the decorator layer.
+
+``config`` (``StateTtlConfig``), ``time`` (``TtlTimeProvider``), ``storage`` (how a TTL value is
+stored and snapshotted: ``{"value", "ttl_timestamp"}``) and ``states`` (the decorators).
+"""
 
 from statecore.ttl.config import (
     CleanupStrategy,
@@ -6,7 +10,7 @@ from statecore.ttl.config import (
     StateVisibility,
     UpdateType,
 )
-from statecore.ttl.time import ManualTimeProvider, TtlTimeProvider
+from statecore.ttl.time import ManualTimeProvider, SystemTimeProvider, TtlTimeProvider
 
 __all__ = [
     "CleanupStrategy",
@@ -14,5 +18,6 @@ __all__ = [
     "StateVisibility",
     "UpdateType",
     "TtlTimeProvider",
+    "SystemTimeProvider",
     "ManualTimeProvider",
 ]

@@ -12,6 +12,11 @@ a list state a list of them parallel to the ``value`` list. So SQL sees plain va
 on or off adds or drops one column, and ``DuckDB`` can ``unnest(value), unnest(ttl_timestamp)``
 side by side.
 
+``CleanupStrategy.FULL_SNAPSHOT`` filters the key groups a checkpoint writes, i.e. those that
+changed (checkpoints are incremental per key group); an unchanged key group keeps its expired rows
+until it changes or a TTL-cleanup run rewrites the table. Reads never return them either way under
+``NEVER_RETURN_EXPIRED``.
+
 >>> from datetime import timedelta
 >>> from statecore.descriptors import ValueStateDescriptor
 >>> from statecore.ttl.config import StateTtlConfig
