@@ -98,7 +98,8 @@ def _uri(table_uris: TableUris, table_kind: str, state: str) -> str:
 def event_time_millis(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
     """Epoch milliseconds of a timestamp column (an integer column is taken as milliseconds)."""
     if pa.types.is_timestamp(column.type):
-        column = pc.cast(pc.cast(column, pa.timestamp("ms", column.type.tz)), pa.int64())
+        column = pc.cast(pc.cast(column, pa.timestamp("ms", column.type.tz), safe=False),
+                         pa.int64())  # sub-millisecond precision is truncated
     elif not pa.types.is_integer(column.type):
         raise ConfigError(f"an event-time column must be a timestamp or epoch milliseconds, "
                           f"not {column.type}")

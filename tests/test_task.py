@@ -72,7 +72,7 @@ class TestTimers:
         start = datetime(2026, 1, 1, tzinfo=timezone.utc)
         batch = pa.RecordBatch.from_pydict({
             "user": ["a", "b", "a"], "kg": [None, None, None],
-            "ts": pa.array([start.replace(microsecond=1000 * i) for i in (0, 50, 300)],
+            "ts": pa.array([start.replace(microsecond=1000 * i + 7) for i in (0, 50, 300)],
                            pa.timestamp("us", tz="UTC")),
         })
         millis = int(start.timestamp() * 1000)
