@@ -17,7 +17,7 @@ whose stored values are ``{"value": v, "ttl_timestamp": ms}`` structs, see
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -164,10 +164,15 @@ class KeyedStateBackend(ABC):
             self._ttl[descriptor.name] = storage
         self._descriptors[descriptor.name] = descriptor
         self._states[descriptor.name] = state
-        if self._restore_source is not None:
-            for key_group, rows in self._restore_source(descriptor):
-                self.restore_key_group(descriptor.name, key_group, rows)
+        source = self._restore_source
+        self._restore_state(descriptor.name, () if source is None else source(descriptor))
         return state
+
+    def _restore_state(self, state_name: str, chunks: Iterable[tuple[int, pa.Table]]) -> None:
+        """Load a newly registered state's snapshot, ``(key_group, rows)`` at a time (lazily
+        read); a backend may override this to load them in bulk."""
+        for key_group, rows in chunks:
+            self.restore_key_group(state_name, key_group, rows)
 
     def _incremental_cleanup_of(self, storage: TtlStorage) -> Callable[[], None]:
         name, size, clock = storage.descriptor.name, storage.config.cleanup_size, \
@@ -230,13 +235,17 @@ class KeyedStateBackend(ABC):
         Rows of a TTL state without a ``ttl_timestamp`` column (TTL just turned on) start their
         time to live now.
         """
+        self._restore_key_group(state_name, key_group, self._stored_rows(state_name, rows))
+
+    def _stored_rows(self, state_name: str, rows: pa.Table) -> pa.Table:
+        """Snapshot rows of a registered state in the stored form ``_restore_key_group`` takes."""
         self.descriptor(state_name)  # raises UnknownStateError
         storage = self._ttl.get(state_name)
         if storage is not None:
-            rows = storage.from_snapshot(rows, now=self.ttl_time_provider.current_timestamp())
-        elif TTL_TIMESTAMP in rows.column_names:  # TTL turned off
-            rows = rows.drop_columns([TTL_TIMESTAMP])
-        self._restore_key_group(state_name, key_group, rows)
+            return storage.from_snapshot(rows, now=self.ttl_time_provider.current_timestamp())
+        if TTL_TIMESTAMP in rows.column_names:  # TTL turned off
+            return rows.drop_columns([TTL_TIMESTAMP])
+        return rows
 
     # -- what a backend implements ---------------------------------------------------------
     @abstractmethod
@@ -271,6 +280,17 @@ class KeyedStateBackend(ABC):
     def _cleanup_incrementally(self, state_name: str, purge: Purge, count: int) -> None:
         """Apply ``purge`` to the next ``count`` stored entries of ``state_name``, resuming where
         the previous call stopped; used when :attr:`incremental_ttl_cleanup` is true."""
+
+    def on_snapshot_written(
+        self, checkpoint_id: int, written: Mapping[str, Mapping[int, Sequence[str]]]
+    ) -> None:
+        """The task wrote its snapshot of ``checkpoint_id`` (not yet complete): per state, the
+        files of each changed key group (none when it became empty). Backends that keep local
+        state between runs record it here."""
+
+    def restore_metrics(self) -> dict[str, int]:
+        """How this backend got its state (reported with the task's snapshot); none by default."""
+        return {}
 
     def close(self) -> None:
         """Release resources (files, handles)."""
