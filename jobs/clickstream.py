@@ -49,6 +49,7 @@ from statecore.runtime import (
     RuntimeContext,
 )
 from statecore.spark import KeyedRun, keyed_process
+from statecore.spark.keyed import BACKENDS
 
 JOB = "clickstream"
 LAST_N = 5
@@ -133,14 +134,16 @@ class UserActivity(KeyedProcessFunction, CheckpointedFunction):
 def run(
     spark: SparkSession, events: DataFrame, *, checkpoint_id: int, job: str = JOB,
     parallelism: int | None = None, max_parallelism: int | None = None, backend: str = "heap",
-    rules: Mapping[str, float] | None = None,
+    rules: Mapping[str, float] | None = None, backend_options: object = None,
 ) -> KeyedRun:
-    """Process ``events`` as one checkpoint of ``job`` (``rules`` replace the flagging rules)."""
+    """Process ``events`` as one checkpoint of ``job`` (``rules`` replace the flagging rules;
+    ``backend_options`` configure the backend, e.g. ``RocksDBOptions``)."""
     return keyed_process(
         events.select("user_id", "event_type", "amount", "ts"),
         key="user_id", function=UserActivity(rules), output_schema=OUTPUT_SCHEMA, job=job,
         checkpoint_id=checkpoint_id, parallelism=parallelism, max_parallelism=max_parallelism,
         order_by=["ts", "event_type", "amount"], backend=backend,
+        backend_options=backend_options,
     )
 
 
@@ -153,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
                         "(default: $STATECORE_HOME/output/clickstream)")
     parser.add_argument("--parallelism", type=int)
     parser.add_argument("--max-parallelism", type=int)
-    parser.add_argument("--backend", default="heap")
+    parser.add_argument("--backend", default="heap", choices=sorted(BACKENDS),
+                        help="keyed state backend (rocksdb keeps state on local disk)")
     parser.add_argument("--job", default=JOB)
     parser.add_argument("--rules", type=json.loads,
                         help='flagging rules as JSON, e.g. \'{"purchase": 150}\' (default: keep)')

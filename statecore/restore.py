@@ -9,7 +9,7 @@ whose schema is older but compatible are migrated on the way in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -61,8 +61,9 @@ class RestorePlan:
     def _label(self, state: str) -> str:
         return f"job {self.job!r}, operator {self.operator!r}, state {state!r}"
 
-    def source(self, key_groups: KeyGroupRange, key_type: TypeInfo) -> RestoreSource:
-        """A ``RestoreSource`` reading only ``key_groups``, migrating older rows."""
+    def source(self, key_groups: Collection[int], key_type: TypeInfo) -> RestoreSource:
+        """A ``RestoreSource`` reading only ``key_groups`` (in key-group order), migrating older
+        rows."""
 
         def read(descriptor: StateDescriptor) -> Iterator[tuple[int, pa.Table]]:
             restored = self.states.get(descriptor.name)
@@ -73,13 +74,27 @@ class RestorePlan:
 
         return read
 
-    def _read(self, restored: RestoredState, key_groups: KeyGroupRange | None,
+    def _read(self, restored: RestoredState, key_groups: Collection[int] | None,
               expected: pa.Schema, label: str, partition: str = "key_group",
               ) -> Iterator[tuple[int, pa.Table]]:
-        mine = [f for f in restored.files if key_groups is None or f.key_group in key_groups]
+        mine = sorted(
+            (f for f in restored.files if key_groups is None or f.key_group in key_groups),
+            key=lambda f: (f.key_group, f.path))
         table = SnapshotTable(restored.uri, expected, label=label, partition=partition)
         for part, rows in table.read_files(mine):
             yield part, migrate_rows(rows, expected, label=label)
+
+    def file_paths(self, key_groups: Collection[int]) -> dict[str, dict[int, tuple[str, ...]]]:
+        """Per keyed state and key group of ``key_groups``: the files being restored (what a
+        task-local copy of the state must match to be reused)."""
+        out: dict[str, dict[int, tuple[str, ...]]] = {}
+        for name, restored in self.states.items():
+            by_kg: dict[int, list[str]] = {}
+            for f in restored.files:
+                if f.key_group in key_groups:
+                    by_kg.setdefault(f.key_group, []).append(f.path)
+            out[name] = {kg: tuple(sorted(paths)) for kg, paths in sorted(by_kg.items())}
+        return out
 
     def restored_key_groups(self, state: str, key_groups: KeyGroupRange) -> set[int]:
         """The key groups of ``key_groups`` that state ``state`` has files for."""

@@ -247,6 +247,10 @@ class KeyedOperatorTask:
         results += self._snapshot_operator_state(table_uris, checkpoint_id)
         self.backend.mark_snapshotted()
         self.backend.timer_service.mark_snapshotted()
+        self.backend.on_snapshot_written(checkpoint_id, {
+            r.state: {kg: [f.path for f in r.files if f.key_group == kg]
+                      for kg in r.changed_key_groups}
+            for r in results if r.table_kind == "keyed"})
         return results
 
     def _write(self, table_uris: TableUris, table_kind: str, name: str, part: int,

@@ -18,7 +18,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend
+from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend, TaskScope
 from statecore.catalog import Catalog, CheckpointRecord
 from statecore.checkpoint import CheckpointCoordinator, PlannedCheckpoint
 from statecore.config import StatecoreConfig
@@ -57,7 +57,39 @@ log = logging.getLogger(__name__)
 _META = "__statecore_snapshot"
 
 BackendFactory = Callable[..., KeyedStateBackend]
-BACKENDS: dict[str, BackendFactory] = {"heap": HeapKeyedStateBackend}
+"""``factory(key_type=, key_group_range=, max_parallelism=, restore_source=, ttl_time_provider=,
+scope=, options=)``: the backend contract's arguments, the task's scope and the job's options."""
+
+
+def _heap_backend(*, scope: TaskScope, options: object = None,
+                  **contract: Any) -> KeyedStateBackend:
+    return HeapKeyedStateBackend(**contract)
+
+
+def _rocksdb_backend(*, scope: TaskScope, options: object = None,
+                     **contract: Any) -> KeyedStateBackend:
+    from statecore.backends.rocksdb import RocksDBKeyedStateBackend
+
+    return RocksDBKeyedStateBackend(scope=scope, options=options,  # type: ignore[arg-type]
+                                    **contract)
+
+
+BACKENDS: dict[str, BackendFactory] = {"heap": _heap_backend, "rocksdb": _rocksdb_backend}
+"""The keyed state backends a job may select by name."""
+
+
+def _check_backend_options(backend: str, options: object) -> None:
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown state backend {backend!r}; known: {sorted(BACKENDS)}")
+    if options is None:
+        return
+    if backend == "rocksdb":
+        from statecore.backends.rocksdb import RocksDBOptions
+
+        if isinstance(options, RocksDBOptions):
+            return
+    raise ConfigError(f"state backend {backend!r} does not take options "
+                      f"{type(options).__name__}; the rocksdb backend takes RocksDBOptions")
 
 
 @dataclass(frozen=True)
@@ -68,6 +100,9 @@ class KeyedRun:
     checkpoint: CheckpointRecord
     replayed: bool
     records: int
+    restore: dict[str, int] = field(default_factory=dict)
+    """Summed over tasks: how the backends got their state (e.g. ``reused_key_groups``,
+    ``ingested_rows``), and ``tasks``."""
 
 
 def _key_info(df: DataFrame, key: str) -> TypeInfo:
@@ -122,6 +157,7 @@ def keyed_process(
     max_parallelism: int | None = None,
     order_by: list[str] | None = None,
     backend: str = "heap",
+    backend_options: object = None,
     config: StatecoreConfig | None = None,
     event_time: str | None = None,
     allowed_lateness: timedelta = timedelta(0),
@@ -133,10 +169,11 @@ def keyed_process(
     input order). ``event_time`` names a timestamp (or epoch-millisecond) column: it becomes
     ``ctx.timestamp`` and drives the watermark (see the module docstring). ``processing_time``
     is the clock of TTL and processing-time timers (default: the system clock; it is pickled
-    to the tasks). The output is persisted; unpersist it when done.
+    to the tasks). ``backend`` names the keyed state backend (``heap`` or ``rocksdb``) and
+    ``backend_options`` configures it (``RocksDBOptions`` for ``rocksdb``). The output is
+    persisted; unpersist it when done.
     """
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown state backend {backend!r}; known: {sorted(BACKENDS)}")
+    _check_backend_options(backend, backend_options)
     config = config or StatecoreConfig.resolve()
     key_type = _key_info(df, key)
     spark = df.sparkSession
@@ -163,7 +200,8 @@ def keyed_process(
                                       max_parallelism=planned.max_parallelism, order_by=order_by)
         run_task = _task_function(
             function, key=key, key_type=key_type, planned=planned, job=job, operator=operator,
-            backend_factory=BACKENDS[backend], table_uris=table_uris,
+            backend_factory=BACKENDS[backend], backend_options=backend_options,
+            home=config.home, table_uris=table_uris,
             output_schema=output_schema, event_time=event_time, watermark=watermark,
             processing_time=processing_time,
             time_zone=spark.conf.get("spark.sql.session.timeZone") or "UTC",
@@ -180,10 +218,16 @@ def keyed_process(
         snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
         record = coordinator.commit(planned, snapshots)
         records = sum(m["records"] for m in metas)
+        restore = _sum_restore_metrics(metas)
         log.info("job %s: checkpoint %s complete (%d records, %d rows of state)", job,
                  checkpoint_id, records, record.total_rows)
+        if planned.restore.checkpoint_id is not None:
+            log.info("job %s: restored checkpoint %s with the %s backend: %d key groups reused "
+                     "local state, %d rows ingested", job, planned.restore.checkpoint_id,
+                     backend, restore.get("reused_key_groups", 0),
+                     restore.get("ingested_rows", 0))
         output = result.where(F.col(_META).isNull()).drop(_META)
-        return KeyedRun(output, record, False, records)
+        return KeyedRun(output, record, False, records, restore)
     finally:
         catalog.close()
 
@@ -206,7 +250,8 @@ def _task_error(exc: Exception, job: str, checkpoint_id: int) -> Exception:
 
 def _task_function(
     function: KeyedProcessFunction, *, key: str, key_type: TypeInfo, planned: PlannedCheckpoint,
-    job: str, operator: str, backend_factory: BackendFactory, table_uris: TableUris,
+    job: str, operator: str, backend_factory: BackendFactory, backend_options: object,
+    home: str, table_uris: TableUris,
     output_schema: T.StructType, time_zone: str, event_time: str | None, watermark: int,
     processing_time: TtlTimeProvider | None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -220,29 +265,49 @@ def _task_function(
         result_schema = arrow_out.append(pa.field(_META, pa.string()))
         index = TaskContext.get().partitionId()  # type: ignore[union-attr]
         key_groups = compute_key_group_range_for_operator_index(max_p, p, index)
+        scope = TaskScope(
+            job=job, operator=operator, subtask_index=index, checkpoint_id=checkpoint_id,
+            home=home, restored_checkpoint_id=restore.checkpoint_id,
+            restored_files=restore.file_paths(key_groups),
+            restore_source_for=lambda kgs: restore.source(kgs, key_type),
+        )
         backend = backend_factory(key_type=key_type, key_group_range=key_groups,
                                   max_parallelism=max_p,
                                   restore_source=restore.source(key_groups, key_type),
-                                  ttl_time_provider=processing_time)
+                                  ttl_time_provider=processing_time, scope=scope,
+                                  options=backend_options)
         task = KeyedOperatorTask(function, backend, job=job, operator=operator,
                                  subtask_index=index, parallelism=p, restore=restore)
-        task.open()
-        for batch in batches:
-            rows = task.process_batch(batch, key=key, key_group=KEY_GROUP_COLUMN,
-                                      event_time=event_time)
+        try:
+            task.open()
+            for batch in batches:
+                rows = task.process_batch(batch, key=key, key_group=KEY_GROUP_COLUMN,
+                                          event_time=event_time)
+                if rows:
+                    yield _to_batch(rows, arrow_out, result_schema, out_names)
+            rows = task.advance_watermark(watermark) + task.advance_processing_time()
             if rows:
                 yield _to_batch(rows, arrow_out, result_schema, out_names)
-        rows = task.advance_watermark(watermark) + task.advance_processing_time()
-        if rows:
-            yield _to_batch(rows, arrow_out, result_schema, out_names)
-        snapshot = task.snapshot(table_uris, checkpoint_id=checkpoint_id)
+            snapshot = task.snapshot(table_uris, checkpoint_id=checkpoint_id)
+            restored = backend.restore_metrics()
+        except BaseException:
+            backend.close()  # a failed attempt must not keep its local state open
+            raise
         task.close()
-        meta = json.dumps({"subtask": index, "records": task.records,
+        meta = json.dumps({"subtask": index, "records": task.records, "restore": restored,
                            "states": [s.to_json_dict() for s in snapshot]})
         columns: list[Any] = [pa.nulls(1, f.type) for f in arrow_out] + [pa.array([meta])]
         yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
 
     return run
+
+
+def _sum_restore_metrics(metas: list[dict[str, Any]]) -> dict[str, int]:
+    total: dict[str, int] = {"tasks": len(metas)}
+    for meta in metas:
+        for name, value in meta.get("restore", {}).items():
+            total[name] = total.get(name, 0) + int(value)
+    return total
 
 
 def _to_batch(rows: list[Any], arrow_out: pa.Schema, result_schema: pa.Schema,
