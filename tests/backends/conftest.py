@@ -19,6 +19,7 @@ import pytest
 
 from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend
 from statecore.backends.base import RestoreSource
+from statecore.backends.rocksdb import RocksDBKeyedStateBackend
 from statecore.keygroups import KeyGroupRange
 from statecore.ttl import ManualTimeProvider
 from statecore.ttl.time import TtlTimeProvider
@@ -28,6 +29,7 @@ BackendFactory = Callable[..., KeyedStateBackend]
 
 BACKENDS: dict[str, BackendFactory] = {
     "heap": HeapKeyedStateBackend,
+    "rocksdb": RocksDBKeyedStateBackend,
 }
 
 START_MS = 1_700_000_000_000
