@@ -13,7 +13,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
@@ -66,7 +65,8 @@ def dict_loop(workload: Workload) -> Sample:
     return Sample("dict loop", seconds, workload.events)
 
 
-def _backend(name: str, workdir: Path) -> Any:
+def _backend(name: str) -> Any:
+    """A backend of every key group, built as the Spark runtime builds one per task."""
     from statecore.keygroups import KeyGroupRange
     from statecore.spark.keyed import BACKENDS
     from statecore.types import TypeInfo
@@ -92,18 +92,17 @@ def operator_task(backend_name: str, workload: Workload) -> Sample:
 
     batches = [b.drop_columns(["seq"]) for b in _batches(workload)]  # record = (value,)
     variant = f"statecore {backend_name}, in-process (task + function)"
-    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        backend = _backend(backend_name, Path(tmp))
-        task = KeyedOperatorTask(RunningSum(), backend, job="bench", operator="main",
-                                 subtask_index=0, parallelism=1)
-        task.open()
-        emitted = 0
-        start = clock()
-        for batch in batches:
-            emitted += len(task.process_batch(batch, key="key", key_group=KEY_GROUP))
-        seconds = clock() - start
-        _check(workload, variant, emitted, _final_sums(backend))
-        task.close()
+    backend = _backend(backend_name)
+    task = KeyedOperatorTask(RunningSum(), backend, job="bench", operator="main",
+                             subtask_index=0, parallelism=1)
+    task.open()
+    emitted = 0
+    start = clock()
+    for batch in batches:
+        emitted += len(task.process_batch(batch, key="key", key_group=KEY_GROUP))
+    seconds = clock() - start
+    _check(workload, variant, emitted, _final_sums(backend))
+    task.close()
     return Sample(variant, seconds, workload.events)
 
 
@@ -111,26 +110,25 @@ def state_api(backend_name: str, workload: Workload) -> Sample:
     """2b. statecore in-process: a loop over ``set_current_key`` and ``ValueState`` only."""
     batches = _batches(workload)
     variant = f"statecore {backend_name}, in-process (state API loop)"
-    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        backend = _backend(backend_name, Path(tmp))
-        state = backend.get_partitioned_state(TOTAL)
-        set_key, read, write = backend.set_current_key, state.value, state.update
-        emitted = 0
-        start = clock()
-        for batch in batches:
-            out: list[tuple[str, int, int]] = []
-            append = out.append
-            for key, kg, value in zip(batch.column("key").to_pylist(),
-                                      batch.column(KEY_GROUP).to_pylist(),
-                                      batch.column("value").to_pylist()):
-                set_key(key, kg)
-                total = read() + value
-                write(total)
-                append((key, value, total))
-            emitted += len(out)
-        seconds = clock() - start
-        _check(workload, variant, emitted, _final_sums(backend))
-        backend.close()
+    backend = _backend(backend_name)
+    state = backend.get_partitioned_state(TOTAL)
+    set_key, read, write = backend.set_current_key, state.value, state.update
+    emitted = 0
+    start = clock()
+    for batch in batches:
+        out: list[tuple[str, int, int]] = []
+        append = out.append
+        for key, kg, value in zip(batch.column("key").to_pylist(),
+                                  batch.column(KEY_GROUP).to_pylist(),
+                                  batch.column("value").to_pylist()):
+            set_key(key, kg)
+            total = read() + value
+            write(total)
+            append((key, value, total))
+        emitted += len(out)
+    seconds = clock() - start
+    _check(workload, variant, emitted, _final_sums(backend))
+    backend.close()
     return Sample(variant, seconds, workload.events)
 
 

@@ -166,9 +166,9 @@ def _targets(results: Results) -> list[str]:
               RAW_WRITE, 0.7, "%")
     cp = by.get(CHECKPOINT, [])
     if cp:
-        s = cp[0]
-        planned = s.extra["restore_planned_bytes"] / s.extra["snapshot_bytes"]
-        read = s.extra["restore_read_bytes"] / s.extra["snapshot_bytes"]
+        total = cp[0].extra["snapshot_bytes"]
+        planned = cp[0].extra["restore_planned_bytes"] / total
+        read = statistics.median(s.extra["restore_read_bytes"] for s in cp) / total
         lines.append(f"| restore at p = 4 reads ≤ 30% of the snapshot (subtask 0) | "
                      f"{read:.1%} of the snapshot's bytes actually read; {planned:.1%} planned "
                      f"(its key groups' share) | {_verdict(read <= 0.3)} |")
@@ -236,7 +236,8 @@ def render(results: Results, method: str) -> str:
         f"{results.seconds / 60:.1f} min: {results.events:,} events, {results.repeats} "
         "interleaved repetitions per variant (medians). Do not edit by hand.",
         "",
-        "Machine: " + "; ".join(f"{k}: {v}" for k, v in m.items()) + ".",
+        "Machine: " + "; ".join(f"{k}: {v}" for k, v in m.items()) + "; load average at end: "
+        + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (the machine is shared).",
         "",
         "## Throughput",
         "",

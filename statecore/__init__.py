@@ -1,1 +1,96 @@
-"""statecore: Apache Flink's state model for PySpark jobs."""
+"""statecore: Apache Flink's state model for PySpark jobs.
+
+The public API without Spark; the PySpark runtime is :mod:`statecore.spark`
+(``from statecore.spark import keyed_process``).
+
+>>> import statecore
+>>> statecore.ValueStateDescriptor("total", int, default=0).name
+'total'
+"""
+
+from statecore.backends import (
+    BroadcastState,
+    HeapKeyedStateBackend,
+    KeyedStateBackend,
+    OperatorStateMode,
+    OperatorStateStore,
+)
+from statecore.config import StatecoreConfig
+from statecore.descriptors import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    StateKind,
+    ValueStateDescriptor,
+)
+from statecore.errors import (
+    CheckpointCommitError,
+    CheckpointNotFoundError,
+    ConfigError,
+    CorruptSnapshotError,
+    JobNotFoundError,
+    KeyGroupOutOfRangeError,
+    KeyTypeError,
+    MaxParallelismMismatchError,
+    StateAccessError,
+    StateDescriptorConflictError,
+    StateError,
+    StateMigrationError,
+    UnknownStateError,
+)
+from statecore.keygroups import (
+    KeyGroupRange,
+    assign_to_key_group,
+    compute_default_max_parallelism,
+    compute_key_group_range_for_operator_index,
+    compute_operator_index_for_key_group,
+    spark_hash,
+)
+from statecore.runtime import (
+    CheckpointedFunction,
+    Context,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    KeyedProcessFunction,
+    OnTimerContext,
+    RuntimeContext,
+)
+from statecore.state import (
+    AggregatingState,
+    ListState,
+    MapState,
+    ReducingState,
+    State,
+    ValueState,
+)
+from statecore.ttl import (
+    CleanupStrategy,
+    ManualTimeProvider,
+    StateTtlConfig,
+    StateVisibility,
+    SystemTimeProvider,
+    TtlTimeProvider,
+    UpdateType,
+)
+from statecore.types import PICKLED
+
+__all__ = [
+    "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "BroadcastState",
+    "CheckpointCommitError", "CheckpointNotFoundError", "CheckpointedFunction",
+    "CleanupStrategy", "ConfigError", "Context", "CorruptSnapshotError",
+    "FunctionInitializationContext", "FunctionSnapshotContext", "HeapKeyedStateBackend",
+    "JobNotFoundError", "KeyGroupOutOfRangeError", "KeyGroupRange", "KeyTypeError",
+    "KeyedProcessFunction", "KeyedStateBackend", "ListState", "ListStateDescriptor",
+    "ManualTimeProvider", "MapState", "MapStateDescriptor", "MaxParallelismMismatchError",
+    "OnTimerContext", "OperatorStateMode", "OperatorStateStore", "PICKLED", "ReducingState",
+    "ReducingStateDescriptor", "RuntimeContext", "State", "StateAccessError",
+    "StateDescriptor", "StateDescriptorConflictError", "StateError", "StateKind",
+    "StateMigrationError", "StateTtlConfig", "StateVisibility", "StatecoreConfig",
+    "SystemTimeProvider", "TtlTimeProvider", "UnknownStateError", "UpdateType", "ValueState",
+    "ValueStateDescriptor", "assign_to_key_group", "compute_default_max_parallelism",
+    "compute_key_group_range_for_operator_index", "compute_operator_index_for_key_group",
+    "spark_hash",
+]
