@@ -1,12 +1,15 @@
 """statecore: Apache Flink's state model for PySpark jobs.
 
 The public API without Spark; the PySpark runtime is :mod:`statecore.spark`
-(``from statecore.spark import keyed_process``).
+(``from statecore.spark import keyed_process``). ``RocksDBKeyedStateBackend`` and
+``RocksDBOptions`` load ``rocksdict`` on first use.
 
 >>> import statecore
 >>> statecore.ValueStateDescriptor("total", int, default=0).name
 'total'
 """
+
+from typing import TYPE_CHECKING, Any
 
 from statecore.backends import (
     BroadcastState,
@@ -77,6 +80,9 @@ from statecore.ttl import (
 )
 from statecore.types import PICKLED
 
+if TYPE_CHECKING:
+    from statecore.backends.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
+
 __all__ = [
     "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "BroadcastState",
     "CheckpointCommitError", "CheckpointNotFoundError", "CheckpointedFunction",
@@ -86,7 +92,8 @@ __all__ = [
     "KeyedProcessFunction", "KeyedStateBackend", "ListState", "ListStateDescriptor",
     "ManualTimeProvider", "MapState", "MapStateDescriptor", "MaxParallelismMismatchError",
     "OnTimerContext", "OperatorStateMode", "OperatorStateStore", "PICKLED", "ReducingState",
-    "ReducingStateDescriptor", "RuntimeContext", "State", "StateAccessError",
+    "ReducingStateDescriptor", "RocksDBKeyedStateBackend", "RocksDBOptions", "RuntimeContext",
+    "State", "StateAccessError",
     "StateDescriptor", "StateDescriptorConflictError", "StateError", "StateKind",
     "StateMigrationError", "StateTtlConfig", "StateVisibility", "StatecoreConfig",
     "SystemTimeProvider", "TtlTimeProvider", "UnknownStateError", "UpdateType", "ValueState",
@@ -94,3 +101,11 @@ __all__ = [
     "compute_key_group_range_for_operator_index", "compute_operator_index_for_key_group",
     "spark_hash",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RocksDBKeyedStateBackend", "RocksDBOptions"):
+        from statecore.backends import rocksdb
+
+        return getattr(rocksdb, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
