@@ -65,16 +65,18 @@ def dict_loop(workload: Workload) -> Sample:
     return Sample("dict loop", seconds, workload.events)
 
 
-def _backend(name: str) -> Any:
-    """A backend of every key group, built as the Spark runtime builds one per task."""
+def _backend(name: str, home: str) -> Any:
+    """A backend of every key group, built by the factory the Spark runtime uses per task
+    (a RocksDB backend keeps its files under ``home``)."""
+    from statecore.backends.scope import TaskScope
     from statecore.keygroups import KeyGroupRange
     from statecore.spark.keyed import BACKENDS
     from statecore.types import TypeInfo
 
-    kwargs: dict[str, Any] = dict(key_type=TypeInfo.of(str),
-                                  key_group_range=KeyGroupRange(0, MAX_PARALLELISM - 1),
-                                  max_parallelism=MAX_PARALLELISM)
-    return BACKENDS[name](**kwargs)
+    scope = TaskScope(job="bench", operator="main", subtask_index=0, checkpoint_id=1, home=home)
+    return BACKENDS[name](key_type=TypeInfo.of(str),
+                          key_group_range=KeyGroupRange(0, MAX_PARALLELISM - 1),
+                          max_parallelism=MAX_PARALLELISM, scope=scope)
 
 
 def _final_sums(backend: Any) -> dict[str, int]:
@@ -92,17 +94,18 @@ def operator_task(backend_name: str, workload: Workload) -> Sample:
 
     batches = [b.drop_columns(["seq"]) for b in _batches(workload)]  # record = (value,)
     variant = f"statecore {backend_name}, in-process (task + function)"
-    backend = _backend(backend_name)
-    task = KeyedOperatorTask(RunningSum(), backend, job="bench", operator="main",
-                             subtask_index=0, parallelism=1)
-    task.open()
-    emitted = 0
-    start = clock()
-    for batch in batches:
-        emitted += len(task.process_batch(batch, key="key", key_group=KEY_GROUP))
-    seconds = clock() - start
-    _check(workload, variant, emitted, _final_sums(backend))
-    task.close()
+    with tempfile.TemporaryDirectory(prefix="bench-") as home:
+        backend = _backend(backend_name, home)
+        task = KeyedOperatorTask(RunningSum(), backend, job="bench", operator="main",
+                                 subtask_index=0, parallelism=1)
+        task.open()
+        emitted = 0
+        start = clock()
+        for batch in batches:
+            emitted += len(task.process_batch(batch, key="key", key_group=KEY_GROUP))
+        seconds = clock() - start
+        _check(workload, variant, emitted, _final_sums(backend))
+        task.close()
     return Sample(variant, seconds, workload.events)
 
 
@@ -110,39 +113,42 @@ def state_api(backend_name: str, workload: Workload) -> Sample:
     """2b. statecore in-process: a loop over ``set_current_key`` and ``ValueState`` only."""
     batches = _batches(workload)
     variant = f"statecore {backend_name}, in-process (state API loop)"
-    backend = _backend(backend_name)
-    state = backend.get_partitioned_state(TOTAL)
-    set_key, read, write = backend.set_current_key, state.value, state.update
-    emitted = 0
-    start = clock()
-    for batch in batches:
-        out: list[tuple[str, int, int]] = []
-        append = out.append
-        for key, kg, value in zip(batch.column("key").to_pylist(),
-                                  batch.column(KEY_GROUP).to_pylist(),
-                                  batch.column("value").to_pylist()):
-            set_key(key, kg)
-            total = read() + value
-            write(total)
-            append((key, value, total))
-        emitted += len(out)
-    seconds = clock() - start
-    _check(workload, variant, emitted, _final_sums(backend))
-    backend.close()
+    with tempfile.TemporaryDirectory(prefix="bench-") as home:
+        backend = _backend(backend_name, home)
+        state = backend.get_partitioned_state(TOTAL)
+        set_key, read, write = backend.set_current_key, state.value, state.update
+        emitted = 0
+        start = clock()
+        for batch in batches:
+            out: list[tuple[str, int, int]] = []
+            append = out.append
+            for key, kg, value in zip(batch.column("key").to_pylist(),
+                                      batch.column(KEY_GROUP).to_pylist(),
+                                      batch.column("value").to_pylist()):
+                set_key(key, kg)
+                total = read() + value
+                write(total)
+                append((key, value, total))
+            emitted += len(out)
+        seconds = clock() - start
+        _check(workload, variant, emitted, _final_sums(backend))
+        backend.close()
     return Sample(variant, seconds, workload.events)
 
 
 def rocksdict_raw(workload: Workload) -> Sample:
-    """The RocksDB ceiling: raw ``rocksdict`` get + put, utf-8 keys, 8-byte values."""
-    from rocksdict import Options, Rdict, WriteOptions
+    """The RocksDB ceiling: raw ``rocksdict`` get + put, utf-8 keys, 8-byte values, with the
+    RocksDB backend's own options (``RocksDBOptions()``: cache, bloom filter, no WAL)."""
+    from rocksdict import Rdict
+
+    from statecore.backends.rocksdb import RocksDBOptions
 
     batches = _batches(workload)
     tmp = tempfile.mkdtemp(prefix="bench-rocksdict-")
     try:
-        db = Rdict(f"{tmp}/db", options=Options(raw_mode=True))
-        write_options = WriteOptions()
-        setattr(write_options, "disable_wal", True)  # a property; the stub says method
-        db.set_write_options(write_options)
+        defaults = RocksDBOptions()
+        db = Rdict(f"{tmp}/db", options=defaults.to_options())
+        db.set_write_options(defaults.to_write_options())
         get = db.get
         from_bytes = int.from_bytes
         emitted = 0

@@ -50,7 +50,7 @@ def inprocess(workload: Workload, limit: int) -> None:
     from statecore.task import KeyedOperatorTask
 
     batches = [b.drop_columns(["seq"]) for b in variants._batches(workload)]
-    backend = variants._backend("heap")
+    backend = variants._backend("heap", str(OUT))
     task = KeyedOperatorTask(RunningSum(), backend, job="bench", operator="main",
                              subtask_index=0, parallelism=1)
     task.open()

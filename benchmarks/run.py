@@ -67,13 +67,13 @@ METHOD = """
   computed before timing (on Spark the JVM computes them). Peak RSS is that child process's,
   including the loaded input and the imports (about 250 MiB of baseline).
 - **In-process samples** (dict loop, statecore in-process, rocksdict, checkpoint write) are each
-  the fastest of `--inner` (3) runs on fresh state in one child process: they take well under a
-  second, where one burst of a neighbour on the shared 2-core machine would otherwise decide the
-  number. Spark variants are single runs per repetition, each right after its own untimed
+  the fastest of `--inner` runs (3 up to 500,000 events, else 1) on fresh state in one child
+  process: at the quick size they take well under a second, where one burst of a neighbour on
+  the shared 2-core machine would otherwise decide the number. Spark variants are single runs per repetition, each right after its own untimed
   warm-up run on 10,000 events (one variant otherwise slows the next one's first job by seconds)
   and a wait until the JVM and its Python workers are idle.
 - **rocksdict raw get+put**: the RocksDB ceiling; utf-8 keys, 8-byte little-endian values,
-  `raw_mode`, WAL off.
+  `raw_mode`, with the RocksDB backend's own `RocksDBOptions()` (cache, bloom filter, WAL off).
 - **statecore end to end**: `keyed_process` on Spark `local[2]` at parallelism 2 with
   `order_by=["seq"]`, a fresh job (checkpoint 1: snapshot, Delta commit, SQLite catalog), output
   written to Parquet; timed from reading the input to the written output.
@@ -134,14 +134,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=FULL_EVENTS)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--inner", type=int, default=3,
-                        help="runs per in-process sample, the fastest counts")
+    parser.add_argument("--inner", type=int,
+                        help="runs per in-process sample, the fastest counts (default: 3 up to "
+                        "500,000 events, 1 above, where one run takes seconds)")
     parser.add_argument("--only", default="", help="comma-separated substrings of variant names")
     parser.add_argument("--no-spark", action="store_true", help="in-process variants only")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite RESULTS.md")
     parser.add_argument("--output", type=Path, help="default: RESULTS.md for the issue's "
                         f"{FULL_EVENTS:,} events, RESULTS-<events>.md for other sizes")
     args = parser.parse_args(argv)
+    if args.inner is None:
+        args.inner = 3 if args.events <= 500_000 else 1
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     only = [p.strip() for p in args.only.split(",") if p.strip()]
 
@@ -177,6 +180,27 @@ def main(argv: list[str] | None = None) -> int:
                         for name, run in _spark_variants(spark, work, backends).items()
                         if _selected(name, only)})
 
+    output = args.output or HERE / ("RESULTS.md" if args.events == FULL_EVENTS
+                                    else f"RESULTS-{args.events}.md")
+
+    def write(done: int) -> None:
+        """Render what ran so far; after every repetition, so a cut-short run leaves results."""
+        results = Results(
+            events=args.events, repeats=done,
+            command="python -m benchmarks.run " + shlex.join(argv if argv is not None
+                                                             else sys.argv[1:]),
+            samples=samples, failures=failures, machine=machine, started=started,
+            seconds=clock() - t0, backends=backends,
+            ttl_cleanup=checkpoints.ttl_cleanup_available(),
+        )
+        text = render(results, METHOD)
+        if args.no_write:
+            if done == args.repeats:
+                print(text)
+        else:
+            output.write_text(text)
+            say(f"wrote {output} ({done} of {args.repeats} repetitions)")
+
     samples: list[list[Sample]] = []
     failures: dict[str, str] = {}
     names = list(planned)
@@ -206,23 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                 this.append(rescaled)
                 say(f"[{rep + 1}/{args.repeats}] {describe(rescaled)}")
         samples.append(this)
+        write(rep + 1)
 
-    results = Results(
-        events=args.events, repeats=args.repeats,
-        command="python -m benchmarks.run " + shlex.join(argv if argv is not None
-                                                         else sys.argv[1:]),
-        samples=samples, failures=failures, machine=machine, started=started,
-        seconds=clock() - t0, backends=backends,
-        ttl_cleanup=checkpoints.ttl_cleanup_available(),
-    )
-    text = render(results, METHOD)
-    output = args.output or HERE / ("RESULTS.md" if args.events == FULL_EVENTS
-                                    else f"RESULTS-{args.events}.md")
-    if args.no_write:
-        print(text)
-    else:
-        output.write_text(text)
-        say(f"wrote {output}")
     if spark is not None:
         spark.stop()
     return 1 if failures else 0
