@@ -81,7 +81,9 @@ def machine_info() -> dict[str, str]:
         "java": _run(["java", "-version"]).splitlines()[0],
         "pyspark": pyspark.__version__,
         "pyarrow": pyarrow.__version__,
-        "statecore commit": _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
+        "statecore commit": _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+        + (" + uncommitted changes in statecore/" if _run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "statecore"]) else ""),
         "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
