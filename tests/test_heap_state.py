@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from statecore.backends import HeapKeyedStateBackend
 from statecore.descriptors import (
-    AggregateFunction,
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -24,23 +21,7 @@ from statecore.errors import (
 )
 from statecore.keygroups import KeyGroupRange, assign_to_key_group
 from statecore.types import TypeInfo
-
-
-class Mean(AggregateFunction[float, dict[str, Any], float]):
-    def create_accumulator(self) -> dict[str, Any]:
-        return {"sum": 0.0, "count": 0}
-
-    def add(self, value: float, acc: dict[str, Any]) -> dict[str, Any]:
-        return {"sum": acc["sum"] + value, "count": acc["count"] + 1}
-
-    def get_result(self, acc: dict[str, Any]) -> float:
-        return float(acc["sum"] / acc["count"])
-
-    def merge(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-        return {"sum": a["sum"] + b["sum"], "count": a["count"] + b["count"]}
-
-
-MEAN_TYPE = pa.struct([("sum", pa.float64()), ("count", pa.int64())])
+from tests.backends.contract import MEAN_TYPE, Mean
 
 
 def backend(kg_range: KeyGroupRange = KeyGroupRange(0, 127)) -> HeapKeyedStateBackend:

@@ -20,7 +20,6 @@ from statecore.backends.base import KeyedStateBackend
 from statecore.backends.heap import HeapKeyedStateBackend
 from statecore.backends.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from statecore.descriptors import (
-    AggregateFunction,
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -32,22 +31,9 @@ from statecore.descriptors import (
 from statecore.errors import ConfigError, KeyGroupOutOfRangeError, KeyTypeError, StateAccessError
 from statecore.keygroups import KeyGroupRange
 from statecore.types import PICKLED, TypeInfo
+from tests.backends.contract import MEAN_TYPE, Mean
 
-SUM_COUNT = pa.struct([("sum", pa.float64()), ("count", pa.int64())])
-
-
-class Mean(AggregateFunction[float, dict[str, Any], float]):
-    def create_accumulator(self) -> dict[str, Any]:
-        return {"sum": 0.0, "count": 0}
-
-    def add(self, value: float, accumulator: dict[str, Any]) -> dict[str, Any]:
-        return {"sum": accumulator["sum"] + value, "count": accumulator["count"] + 1}
-
-    def get_result(self, accumulator: dict[str, Any]) -> float:
-        return float(accumulator["sum"] / accumulator["count"])
-
-    def merge(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-        return {"sum": a["sum"] + b["sum"], "count": a["count"] + b["count"]}
+SUM_COUNT = MEAN_TYPE
 
 
 DESCRIPTORS: list[StateDescriptor] = [
