@@ -11,7 +11,7 @@ max parallelism.
 ...                                                       for k in keys]
 True
 >>> assign_to_key_groups(pa.array([7, -1], pa.int64()), 128).tolist()
-[11, 36]
+[11, 41]
 """
 
 from __future__ import annotations

@@ -208,8 +208,9 @@ def commit_files(
     files = list(files)
     partition = layout.partition
     properties = CommitProperties(app_transactions=[Transaction(app_id, checkpoint_id)])
-    adds: list[AddAction | RemoveAction] = [AddAction(f.path, f.size, {partition: str(f.key_group)}, f.modification_time, True,
-                      f.stats) for f in files]
+    adds: list[AddAction | RemoveAction] = [
+        AddAction(f.path, f.size, {partition: str(f.key_group)}, f.modification_time, True,
+                  f.stats) for f in files]
     try:
         if table_version(uri) is None:
             DeltaTable.create(uri, layout.schema, partition_by=[partition], mode="ignore")
