@@ -23,10 +23,12 @@ from pathlib import Path
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, Param, dag
+from airflow.sdk import Param, dag
+
+from statecore_airflow import checkpoint_asset
 
 JOB_FILE = Path(__file__).resolve().parents[1] / "jobs" / "clickstream.py"
-CLICKSTREAM_CHECKPOINTS = Asset(name="statecore-clickstream", uri="statecore://clickstream")
+CLICKSTREAM_CHECKPOINTS = checkpoint_asset("clickstream")
 RUN_DATE = "{{ params.date or ((dag_run.logical_date or dag_run.run_after) | ds) }}"
 
 
