@@ -1,11 +1,11 @@
 """Pre-flight compatibility: would a job's states restore from a savepoint? For CI before a deploy.
 
-The job's current states come from its function (``open()`` is run against an empty backend, as
-the runtime does before a run) or, without one, from the catalog's last registration. Each is
-compared with the savepoint's by the rules a restore applies: same kind, and a stored schema the
-new one can read. A state the savepoint does not have starts empty (fine); a state of the
-savepoint the job no longer has would not be restored (refused unless allowed, as Flink's
-``--allowNonRestoredState``).
+The job's current states come from its function (probed against empty state, exactly as the
+runtime does before a run) or, without one, from the catalog's last registration. Each is
+compared with the savepoint's by the rules a restore applies (:mod:`statecore.compatibility`):
+the same kind, and a stored schema that is compatible as is or after migration. A state the
+savepoint does not have starts empty (fine); a state of the savepoint the job no longer has would
+not be restored (refused unless allowed, as Flink's ``--allowNonRestoredState``).
 """
 
 from __future__ import annotations
@@ -17,20 +17,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from statecore.backends import HeapKeyedStateBackend
-from statecore.backends.base import snapshot_schema
 from statecore.catalog import StateRecord
+from statecore.compatibility import check_schema
 from statecore.errors import ConfigError, StateMigrationError
-from statecore.keygroups import KeyGroupRange
 from statecore.restore_point import RestorePoint
 from statecore.runtime import KeyedProcessFunction
-from statecore.task import KeyedOperatorTask
-from statecore.types import TypeInfo, schema_from_text, schema_to_text
+from statecore.task import probe_states
+from statecore.types import TypeInfo, schema_from_text
 
 __all__ = ["StateCheck", "check_compatibility", "function_states", "load_function",
            "raise_if_incompatible"]
 
 COMPATIBLE = "compatible"
+MIGRATES = "compatible after migration"
 NEW = "new"
 NOT_RESTORED = "not restored"
 INCOMPATIBLE = "incompatible"
@@ -42,7 +41,7 @@ class StateCheck:
 
     operator: str
     state: str
-    verdict: str  # compatible, new, not restored or incompatible
+    verdict: str  # compatible (after migration), new, not restored or incompatible
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,26 +79,22 @@ def _key_info(point: RestorePoint) -> TypeInfo:
 
 def function_states(function: KeyedProcessFunction, point: RestorePoint, *, job: str,
                     operator: str = "main") -> list[StateRecord]:
-    """The states ``function`` registers in ``open()``, keyed like the savepoint's job."""
-    key_type = _key_info(point)
-    backend = HeapKeyedStateBackend(key_type=key_type, key_group_range=KeyGroupRange.empty(),
-                                    max_parallelism=point.max_parallelism)
-    task = KeyedOperatorTask(function, backend, job=job, operator=operator, subtask_index=0,
-                             parallelism=1)
-    task.open()
-    return [StateRecord(job=job, operator=operator, name=name, kind=d.kind.value,
-                        descriptor=d.describe(),
-                        schema=schema_to_text(snapshot_schema(key_type, d)),
-                        ttl=d.describe().get("ttl"))
-            for name, d in backend.descriptors.items()]
+    """The states ``function`` registers (keyed, operator state and timers), keyed like the
+    savepoint's job, as the runtime probes them before a run."""
+    registered = probe_states(function, _key_info(point), job=job, operator=operator,
+                              parallelism=point.parallelism,
+                              max_parallelism=point.max_parallelism)
+    return [StateRecord(job=job, operator=operator, name=s.name, kind=s.kind, descriptor={},
+                        schema=s.schema) for s in registered]
 
 
 def _schema_verdict(stored: pa.Schema, new: pa.Schema) -> tuple[str, str]:
-    if stored.equals(new, check_metadata=False):
-        return COMPATIBLE, ""
-    old_fields = ", ".join(f"{f.name}: {f.type}" for f in stored)
-    new_fields = ", ".join(f"{f.name}: {f.type}" for f in new)
-    return INCOMPATIBLE, f"the schema changed from ({old_fields}) to ({new_fields})"
+    check = check_schema(stored, new)
+    if check.is_incompatible:
+        return INCOMPATIBLE, check.reason
+    if check.needs_migration:
+        return MIGRATES, check.reason
+    return COMPATIBLE, ""
 
 
 def check_compatibility(current: Sequence[StateRecord], against: RestorePoint) -> list[StateCheck]:

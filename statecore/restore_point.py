@@ -24,6 +24,7 @@ from statecore.catalog import (
     TableVersion,
 )
 from statecore.errors import CheckpointNotFoundError, CorruptSnapshotError
+from statecore.snapshot import TIMERS
 from statecore.snapshot.files import table_filesystem
 from statecore.types import schema_from_text
 
@@ -45,8 +46,8 @@ SAVEPOINT_FORMAT = 1
 
 def table_location(operator: str, table_kind: str, state: str) -> str:
     """Where a table lives below a job's folder: ``<operator>/<kind>/<state>`` (the timers:
-    ``<operator>/timers``), as in the warehouse."""
-    return f"{operator}/timers" if table_kind == "timers" else f"{operator}/{table_kind}/{state}"
+    ``<operator>/timers``), as in the warehouse (:func:`statecore.snapshot.state_table_uri`)."""
+    return f"{operator}/{TIMERS}" if table_kind == TIMERS else f"{operator}/{table_kind}/{state}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,6 +37,7 @@ from statecore.restore_point import (
     load_savepoint,
     table_location,
 )
+from statecore.snapshot import state_table_uri
 from statecore.snapshot.files import table_filesystem
 from statecore.snapshot.maintenance import (
     TableLayout,
@@ -213,8 +214,8 @@ def import_point(
         for i, table in enumerate(point.tables, 1):
             progress(f"restore {job}: table {i}/{len(point.tables)} {table.operator}/"
                      f"{table.table_kind}/{table.state}")
-            uri = (f"{config.warehouse.rstrip('/')}/{job}/"
-                   f"{table_location(table.operator, table.table_kind, table.state)}")
+            uri = state_table_uri(config.warehouse, job, table.operator, table.table_kind,
+                                  table.state)
             layout = table_layout(table.path, table.version)
             files = copy_files(table.path, uri, layout, table_files(table.path, table.version),
                                prefix=f"cp-{checkpoint_id}")

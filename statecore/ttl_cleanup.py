@@ -40,11 +40,11 @@ from statecore.snapshot.maintenance import (
     write_partition_file,
 )
 from statecore.snapshot.table import TableFile
+from statecore.ttl.storage import TTL_TIMESTAMP
 from statecore.ttl.time import SystemTimeProvider, TtlTimeProvider
 
 __all__ = ["CleanupReport", "KeyGroupCleanup", "expire_rows", "ttl_cleanup"]
 
-TTL_TIMESTAMP = "ttl_timestamp"
 VALUE = "value"
 KEY_GROUP = "key_group"
 

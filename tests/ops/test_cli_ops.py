@@ -18,11 +18,13 @@ from tests.ops.statebuilder import catalog_snapshot, files_under
 
 
 class Deployed(KeyedProcessFunction):
-    """The job's next version: ``plain`` as before, ``total`` now an int, ``fresh`` new."""
+    """The job's next version: ``plain`` as before, ``total`` without its TTL, ``seen`` a value
+    state now, ``fresh`` new; no operator state any more."""
 
     def open(self, ctx: RuntimeContext) -> None:
         ctx.get_state(ValueStateDescriptor("plain", float))
-        ctx.get_state(ValueStateDescriptor("total", int))
+        ctx.get_state(ValueStateDescriptor("total", float))
+        ctx.get_state(ValueStateDescriptor("seen", int))
         ctx.get_state(ValueStateDescriptor("fresh", str))
 
     def process_element(self, value: Any, ctx: Any) -> None:
@@ -85,10 +87,11 @@ def test_check_a_deploy_against_a_savepoint(job: StatecoreConfig, capsys: Any) -
     code, out, err = run(job, capsys, "check", JOB, "--against", "sp", "--format", "json",
                          "--function", "tests.ops.test_cli_ops:Deployed")
     verdicts = {c["state"]: c["verdict"] for c in json_lines(out)}
-    assert code == 2 and verdicts == {"plain": "compatible", "total": "incompatible",
-                                      "fresh": "new", "seen": "not restored",
-                                      "timers": "not restored", "offsets": "not restored"}
-    assert "total: incompatible" in err and "value: double" in err
+    assert code == 2 and verdicts == {
+        "plain": "compatible", "total": "compatible after migration", "seen": "incompatible",
+        "fresh": "new", "timers": "compatible", "offsets": "not restored"}
+    assert "main/seen: incompatible (the kind changed from list to value)" in err
+    assert "main/offsets: not restored" in err and "total" not in err
 
 
 def test_errors_exit_2_and_change_nothing(job: StatecoreConfig, capsys: Any) -> None:
