@@ -85,8 +85,9 @@ class RescaleOperator(_StatecoreOperator):
 
     template_fields: Sequence[str] = ("job", "parallelism", "max_parallelism", "savepoint")
 
-    def __init__(self, *, job: str, parallelism: int | str, max_parallelism: int | str | None = None,
-                 savepoint: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, job: str, parallelism: int | str,
+                 max_parallelism: int | str | None = None, savepoint: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism

@@ -3,8 +3,8 @@
 One Airflow interpreter runs, in order: the pipeline (day 1, parallelism 2), ``rescale`` to 3,
 the pipeline (day 2, at the job's parallelism), ``rescale`` to 1, the pipeline (day 3),
 ``rescale`` to 2 with max parallelism 128 → 256, ``savepoint``, then ``state_maintenance`` for the
-clickstream job and for a job with TTL state. The effects are checked against a reference run of
-the same days at parallelism 2 that never rescaled.
+clickstream job and for a job with TTL state (written on Spark 3 hours apart). The effects are
+checked against a reference run of the same days at parallelism 2 that never rescaled.
 """
 
 from __future__ import annotations
@@ -23,9 +23,15 @@ from statecore.demo import generate_clickstream
 from statecore.diff import checksums
 from statecore.keygroups import assign_to_key_group
 from statecore.query import connect, delta_scan
-from statecore.restore_point import RestorePoint, checkpoint_point, load_savepoint
+from statecore.restore_point import (
+    RestorePoint,
+    checkpoint_point,
+    load_savepoint,
+    tables_by_name,
+)
+from statecore.ttl import ManualTimeProvider
 from tests.airflow.dagrun import run_dags
-from tests.ops.statebuilder import Table, value_rows, write_checkpoint
+from tests.spark import ttl_job
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
@@ -33,9 +39,22 @@ DAYS = [date(2026, 1, 1) + timedelta(days=i) for i in range(4)]
 HOUR_MS = 3_600_000
 
 
-def state_of(point: RestorePoint) -> dict[str, tuple[int, int | None, str]]:
-    """Rows, keys and checksum per state (independent of parallelism and key groups)."""
-    return {c.state: (c.rows, c.keys, c.checksum) for c in checksums(point)}
+def state_of(point: RestorePoint) -> dict[str, Any]:
+    """What must not depend on the parallelism: rows, keys and checksum of each keyed state and
+    the timers (their key groups aside); of the operator state, the events processed per
+    checkpoint (split list state: its elements move between instances) and the distinct rules
+    (broadcast state: one copy per instance)."""
+    out: dict[str, Any] = {c.state: (c.rows, c.keys, c.checksum) for c in checksums(point)
+                           if c.table_kind != "operator"}
+    tables = tables_by_name(point)
+    con = connect()
+    out["processed"] = con.execute(
+        "SELECT value.checkpoint_id, sum(value.events) FROM "
+        f"{delta_scan(tables['main', 'operator', 'processed'])} GROUP BY 1 ORDER BY 1").fetchall()
+    out["rules"] = con.execute(
+        f"SELECT DISTINCT user_key, value FROM {delta_scan(tables['main', 'operator', 'rules'])} "
+        "ORDER BY 1").fetchall()
+    return out
 
 
 def run_day(spark: Any, config: StatecoreConfig, data: Path, day: date, **options: Any) -> None:
@@ -66,12 +85,13 @@ def test_rescale_savepoint_and_maintenance_dags(spark: Any, reference: dict[str,
     generate_clickstream(home / "data" / "clickstream", days=len(DAYS), users=30,
                          events_per_day=120)
     config = StatecoreConfig.resolve(home=str(home), env={})
+    # a job with TTL state (2 hours): the early users were last seen 3 hours ago
     now = int(time.time() * 1000)
-    visits = {f"visitor-{i}": float(i) for i in range(20)}
-    stamps = {k: now - 48 * HOUR_MS if i % 2 else now for i, k in enumerate(visits)}
-    write_checkpoint(config, "sessions", 1, {
-        "last_visit": Table(value_rows(visits, stamps), ttl_ms=24 * HOUR_MS),
-        "lifetime": Table(value_rows(visits))})
+    early, late = [f"u{i}" for i in range(10)], [f"u{i}" for i in range(5, 15)]
+    ttl_job.run(spark, ttl_job.visits(spark, early, "home"), checkpoint_id=1, config=config,
+                clock=ManualTimeProvider(now - 3 * HOUR_MS))
+    ttl_job.run(spark, ttl_job.visits(spark, late, "cart"), checkpoint_id=2, config=config,
+                clock=ManualTimeProvider(now))
 
     steps = run_dags(home, [
         ("stateful_pipeline", {"date": "2026-01-01", "parallelism": 2}),
@@ -111,17 +131,19 @@ def test_rescale_savepoint_and_maintenance_dags(spark: Any, reference: dict[str,
         assert statuses[20260101] is CheckpointStatus.EXPIRED
         assert state_of(checkpoint_point(catalog, "clickstream", 20260103))
 
-        # TTL cleanup: the expired half of the sessions is gone, as a maintenance checkpoint
+        # TTL cleanup: what expired is gone, as a maintenance checkpoint
         cleanup = steps[8]["xcom"]["ttl_cleanup"]
-        assert cleanup["expired"] == 10 and cleanup["rows_reclaimed"] == 10
-        assert cleanup["key_groups"] and cleanup["bytes_reclaimed"] > 0
+        gone = [u for u in early if u not in late]
+        assert cleanup["rows_reclaimed"] == 2 * len(gone)  # their last_page and pages rows
+        assert cleanup["expired"] == len(gone) + len(early)  # ... and every "home" page
+        assert cleanup["bytes_reclaimed"] > 0
+        assert {k["state"] for k in cleanup["key_groups"]} == {"last_page", "pages"}
         sessions = checkpoint_point(catalog, "sessions")
         assert sessions.checkpoint_id == cleanup["checkpoint_id"]
-        rows = {t.state: con.execute(f"SELECT key FROM {delta_scan(t)}").fetchall()
+        rows = {t.state: sorted(con.execute(f"SELECT key FROM {delta_scan(t)}").fetchall())
                 for t in sessions.tables}
-        assert sorted(k for (k,) in rows["last_visit"]) == sorted(
-            k for i, k in enumerate(visits) if not i % 2)
-        assert len(rows["lifetime"]) == 20
+        assert rows["last_page"] == rows["pages"] == sorted((u,) for u in late)
+        assert len(rows["visits"]) == 15
 
     # the savepoint restores with a fresh catalog, and the job goes on from it
     saved = steps[6]["xcom"]["savepoint"]

@@ -19,15 +19,15 @@ from statecore.errors import (
     JobNotFoundError,
     MaintenanceLockedError,
 )
-from statecore.restore_point import METADATA_FILE, load_savepoint
+from statecore.restore_point import METADATA_FILE, RestorePoint, load_savepoint
 from statecore.retention import apply_retention
 from statecore.savepoint import restore_savepoint, take_savepoint
 from tests.ops.conftest import JOB, latest
 from tests.ops.statebuilder import catalog_snapshot, files_under
 
 
-def sums(point: object) -> list[tuple[str, str, int, str]]:
-    return [(c.table_kind, c.state, c.rows, c.checksum) for c in checksums(point)]  # type: ignore[arg-type]
+def sums(point: RestorePoint) -> list[tuple[str, str, int, str]]:
+    return [(c.table_kind, c.state, c.rows, c.checksum) for c in checksums(point)]
 
 
 def test_a_savepoint_copies_every_table_and_describes_the_job(job: StatecoreConfig) -> None:

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pyarrow as pa
 import pytest
 
-from statecore.catalog import Catalog, CheckpointKind
+from statecore.catalog import Catalog, CheckpointKind, TableVersion
 from statecore.config import StatecoreConfig
 from statecore.errors import MaintenanceLockedError
 from statecore.query import connect, delta_scan
@@ -30,8 +30,8 @@ from tests.ops.statebuilder import catalog_snapshot, files_under, list_rows
 NOW = 20_000 + TTL_MS + 20  # entries stamped up to 20_020 have expired: users 0..20
 
 
-def rows_of(table: object) -> pa.Table:
-    return connect().execute(f"SELECT * FROM {delta_scan(table)}").to_arrow_table()  # type: ignore[arg-type]
+def rows_of(table: TableVersion) -> pa.Table:
+    return connect().execute(f"SELECT * FROM {delta_scan(table)}").to_arrow_table()
 
 
 def test_expired_rows_are_gone_as_a_maintenance_checkpoint(job: StatecoreConfig) -> None:

@@ -1,5 +1,6 @@
 """The Spark runtime and the operations: restore from a savepoint (empty catalog, replayed runs),
-job runs refused while a maintenance operation holds the job, expired checkpoints replay."""
+job runs refused while a maintenance operation holds the job, expired checkpoints replay, TTL
+cleanup of state the runtime wrote (and the job going on from it)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ from statecore.config import StatecoreConfig
 from statecore.demo import generate_clickstream
 from statecore.diff import checksums
 from statecore.errors import MaintenanceLockedError
+from statecore.query import run_sql
 from statecore.restore_point import checkpoint_point
 from statecore.retention import apply_retention
 from statecore.savepoint import take_savepoint
+from statecore.ttl import ManualTimeProvider
+from statecore.ttl_cleanup import ttl_cleanup
 from tests.ops.statebuilder import catalog_snapshot
+from tests.spark import ttl_job
 
 pytestmark = pytest.mark.spark
 
@@ -81,3 +86,37 @@ def test_a_run_waits_for_maintenance_and_expired_days_replay(spark: Any, days: l
     latest = state(config)
     assert run_day(spark, config, days[0], 1).replayed  # day 1 again: not counted twice
     assert state(config) == latest
+
+
+def test_ttl_cleanup_of_state_written_by_the_runtime(spark: Any, tmp_path: Path) -> None:
+    config = StatecoreConfig.resolve(home=str(tmp_path / "home"), env={})
+    hour = 3_600_000
+    t0 = 1_800_000_000_000
+    early, late = [f"u{i}" for i in range(10)], [f"u{i}" for i in range(5, 15)]
+    ttl_job.run(spark, ttl_job.visits(spark, early, "home"), checkpoint_id=1, config=config,
+                clock=ManualTimeProvider(t0))
+    ttl_job.run(spark, ttl_job.visits(spark, late, "cart"), checkpoint_id=2, config=config,
+                clock=ManualTimeProvider(t0 + 3 * hour))
+    with Catalog.connect(config.catalog_url) as catalog:
+        report = ttl_cleanup(config, catalog, "sessions",
+                             time_provider=ManualTimeProvider(t0 + 3 * hour + 1),
+                             vacuum_after=None)
+        rows = {t.state: run_sql(catalog, f"SELECT * FROM sessions.{t.state} ORDER BY key",
+                                 job="sessions").to_pylist()
+                for t in checkpoint_point(catalog, "sessions").tables}
+    expired_only = [u for u in early if u not in late]  # last written 3 hours ago
+    assert report.checkpoint_id is not None
+    assert {k.state for k in report.key_groups} == {"last_page", "pages"}
+    assert report.rows_reclaimed == 2 * len(expired_only)
+    assert report.expired == len(expired_only) + len(early)  # the "home" pages expired
+    assert [r["key"] for r in rows["last_page"]] == sorted(late)
+    assert {r["key"]: r["value"] for r in rows["pages"]} == {u: ["cart"] for u in late}
+    assert len(rows["visits"]) == 15  # no TTL: untouched
+    # the job goes on from the cleaned state
+    result = ttl_job.run(spark, ttl_job.visits(spark, ["u0", "u7"], "pay"), checkpoint_id=3,
+                         config=config, clock=ManualTimeProvider(t0 + 4 * hour))
+    with Catalog.connect(config.catalog_url) as catalog:
+        assert result.checkpoint.restored_from == report.checkpoint_id
+        pages = run_sql(catalog, "SELECT key, value FROM sessions.pages WHERE key IN "
+                        "('u0', 'u7') ORDER BY key", job="sessions").to_pylist()
+    assert pages == [{"key": "u0", "value": ["pay"]}, {"key": "u7", "value": ["cart", "pay"]}]
