@@ -122,6 +122,13 @@ def _copy_table(
                    rows=sum(r for r, _ in sizes.values()), bytes=sum(b for _, b in sizes.values()))
 
 
+def _savepoints(catalog: Catalog, job: str) -> list[SavepointRecord]:
+    try:
+        return catalog.list_savepoints(job)
+    except JobNotFoundError:
+        return []
+
+
 def write_savepoint(
     catalog: Catalog | None,
     config: StatecoreConfig,
@@ -141,6 +148,8 @@ def write_savepoint(
     fs, root = table_filesystem(folder)
     if fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
         raise ConfigError(f"savepoint folder {folder} exists already and is not empty")
+    if catalog is not None and any(s.name == name for s in _savepoints(catalog, point.job)):
+        raise ConfigError(f"job {point.job!r} already has a savepoint named {name!r}")
     tables = []
     try:
         for i, table in enumerate(point.tables, 1):

@@ -106,3 +106,12 @@ def test_a_savepoint_waits_for_no_one(job: StatecoreConfig) -> None:
         with pytest.raises(MaintenanceLockedError, match="'rescale'"):
             take_savepoint(job, catalog, JOB)
         assert catalog.list_savepoints(JOB) == []
+
+
+def test_a_savepoint_name_is_unique_per_job_whatever_the_folder(job: StatecoreConfig,
+                                                                tmp_path: Path) -> None:
+    with Catalog.connect(job.catalog_url) as catalog:
+        take_savepoint(job, catalog, JOB, name="sp")
+        with pytest.raises(ConfigError, match="already has a savepoint named 'sp'"):
+            take_savepoint(job, catalog, JOB, name="sp", target=str(tmp_path / "other"))
+    assert not (tmp_path / "other").exists()
