@@ -10,8 +10,11 @@ new checkpoint in the statecore catalog; the checkpoint is published as the Asse
 **Params** (set them in *Trigger DAG w/ config*):
 - `date`: the day to process (`YYYY-MM-DD`); default: the run's logical date, or its
   `run_after` for runs triggered without one.
-- `parallelism`: parallel instances of the keyed operator (a change rescales at the next run).
+- `parallelism`: parallel instances of the keyed operator; default: the job's current parallelism
+  (as the `rescale` DAG left it). A change rescales at the next run.
 - `backend`: the keyed state backend, `heap` or `rocksdb`.
+- `from_savepoint`: a savepoint folder to start from instead of the latest checkpoint (works
+  with an empty catalog).
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from pathlib import Path
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, Param, dag
+from airflow.sdk import Param, dag
+
+from statecore_airflow import checkpoint_asset
 
 JOB_FILE = Path(__file__).resolve().parents[1] / "jobs" / "clickstream.py"
-CLICKSTREAM_CHECKPOINTS = Asset(name="statecore-clickstream", uri="statecore://clickstream")
+CLICKSTREAM_CHECKPOINTS = checkpoint_asset("clickstream")
 RUN_DATE = "{{ params.date or ((dag_run.logical_date or dag_run.run_after) | ds) }}"
 
 
@@ -37,8 +42,11 @@ RUN_DATE = "{{ params.date or ((dag_run.logical_date or dag_run.run_after) | ds)
     params={
         "date": Param(None, type=["null", "string"], format="date",
                       description="day to process; default: the logical date"),
-        "parallelism": Param(2, type="integer", minimum=1, maximum=32768),
+        "parallelism": Param(None, type=["null", "integer"], minimum=1, maximum=32768,
+                             description="default: the job's current parallelism"),
         "backend": Param("heap", enum=["heap", "rocksdb"]),
+        "from_savepoint": Param(None, type=["null", "string"],
+                                description="savepoint folder to restore from"),
     },
 )
 def stateful_pipeline() -> None:
@@ -49,8 +57,9 @@ def stateful_pipeline() -> None:
         name="statecore-clickstream",
         application_args=[
             "--date", RUN_DATE,
-            "--parallelism", "{{ params.parallelism }}",
+            "--parallelism={{ params.parallelism or '' }}",
             "--backend", "{{ params.backend }}",
+            "--from-savepoint={{ params.from_savepoint or '' }}",
         ],
         conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
         outlets=[CLICKSTREAM_CHECKPOINTS],

@@ -135,16 +135,23 @@ def run(
     spark: SparkSession, events: DataFrame, *, checkpoint_id: int, job: str = JOB,
     parallelism: int | None = None, max_parallelism: int | None = None, backend: str = "heap",
     rules: Mapping[str, float] | None = None, backend_options: object = None,
+    restore_from: str | None = None, config: StatecoreConfig | None = None,
 ) -> KeyedRun:
     """Process ``events`` as one checkpoint of ``job`` (``rules`` replace the flagging rules;
-    ``backend_options`` configure the backend, e.g. ``RocksDBOptions``)."""
+    ``backend_options`` configure the backend, e.g. ``RocksDBOptions``; ``restore_from`` is a
+    savepoint folder to start from)."""
     return keyed_process(
         events.select("user_id", "event_type", "amount", "ts"),
         key="user_id", function=UserActivity(rules), output_schema=OUTPUT_SCHEMA, job=job,
         checkpoint_id=checkpoint_id, parallelism=parallelism, max_parallelism=max_parallelism,
         order_by=["ts", "event_type", "amount"], backend=backend,
-        backend_options=backend_options,
+        backend_options=backend_options, restore_from=restore_from, config=config,
     )
+
+
+def _optional_int(text: str) -> int | None:
+    """An int, or ``None`` for an empty argument (an unset Airflow param renders as '')."""
+    return int(text) if text.strip() not in ("", "None") else None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -154,10 +161,13 @@ def main(argv: list[str] | None = None) -> None:
                         "(default: $STATECORE_HOME/data/clickstream)")
     parser.add_argument("--output", help="folder for the enriched events "
                         "(default: $STATECORE_HOME/output/clickstream)")
-    parser.add_argument("--parallelism", type=int)
-    parser.add_argument("--max-parallelism", type=int)
+    parser.add_argument("--parallelism", type=_optional_int,
+                        help="default: the job's current parallelism (set by a rescale)")
+    parser.add_argument("--max-parallelism", type=_optional_int)
     parser.add_argument("--backend", default="heap", choices=sorted(BACKENDS),
                         help="keyed state backend (rocksdb keeps state on local disk)")
+    parser.add_argument("--from-savepoint", default="",
+                        help="a savepoint folder to start from instead of the latest checkpoint")
     parser.add_argument("--job", default=JOB)
     parser.add_argument("--rules", type=json.loads,
                         help='flagging rules as JSON, e.g. \'{"purchase": 150}\' (default: keep)')
@@ -171,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     events = spark.read.parquet(f"{args.input}/date={day}")
     result = run(spark, events, checkpoint_id=int(args.date.strftime("%Y%m%d")), job=args.job,
                  parallelism=args.parallelism, max_parallelism=args.max_parallelism,
-                 backend=args.backend, rules=args.rules)
+                 backend=args.backend, rules=args.rules,
+                 restore_from=args.from_savepoint or None)
     if result.replayed:
         print(f"checkpoint {result.checkpoint.checkpoint_id} already complete: nothing to do")
     else:

@@ -89,7 +89,7 @@ class CheckpointCoordinator:
             self.job, checkpoint_id, kind=CheckpointKind.CHECKPOINT, parallelism=p,
             max_parallelism=max_p, restored_from=base.checkpoint_id if base else None,
         )
-        replayed = record.status is CheckpointStatus.COMPLETED
+        replayed = record.status in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
         if replayed:
             log.info("job %s: checkpoint %s is already complete; replay is a no-op",
                      self.job, checkpoint_id)

@@ -15,7 +15,9 @@ names what it is about: the job, operator, state, key group or checkpoint.
     ├── JobNotFoundError               a job the catalog does not know
     ├── CheckpointNotFoundError        a checkpoint (or savepoint) that does not exist
     ├── CheckpointCommitError          a commit conflict or a failed checkpoint commit
-    └── CorruptSnapshotError           snapshot files missing, unreadable or inconsistent
+    ├── CorruptSnapshotError           snapshot files missing, unreadable or inconsistent
+    ├── MaintenanceLockedError         another maintenance operation holds the job
+    └── StateRepairError               a repair statement that would break the state's layout
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointCommitError",
     "CorruptSnapshotError",
+    "MaintenanceLockedError",
+    "StateRepairError",
 ]
 
 
@@ -90,3 +94,11 @@ class CheckpointCommitError(StateError):
 
 class CorruptSnapshotError(StateError):
     """Snapshot files that are missing, unreadable or inconsistent with the catalog."""
+
+
+class MaintenanceLockedError(StateError):
+    """Another maintenance operation (savepoint, rescale, cleanup, repair) holds the job."""
+
+
+class StateRepairError(StateError):
+    """A repair statement that is not allowed, e.g. one that changes the key column."""

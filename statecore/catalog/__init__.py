@@ -1,4 +1,5 @@
-"""The checkpoint catalog: jobs, registered states and checkpoints in a SQLAlchemy database.
+"""The checkpoint catalog: jobs, registered states, checkpoints, savepoints and maintenance locks
+in a SQLAlchemy database.
 
 SQLite (the local default) and Postgres (production) run the same code. This package is the only
 place in statecore that imports SQLAlchemy; everything it returns is a frozen record.
@@ -14,6 +15,8 @@ from statecore.catalog.records import (
     CheckpointRecord,
     CheckpointStatus,
     JobRecord,
+    MaintenanceLock,
+    SavepointRecord,
     StateRecord,
     TableVersion,
 )
@@ -26,6 +29,8 @@ __all__ = [
     "CheckpointRecord",
     "CheckpointStatus",
     "JobRecord",
+    "MaintenanceLock",
+    "SavepointRecord",
     "StateRecord",
     "TableVersion",
 ]

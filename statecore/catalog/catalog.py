@@ -1,4 +1,4 @@
-"""The checkpoint catalog: jobs, their registered states and their checkpoints.
+"""The checkpoint catalog: jobs, their registered states, checkpoints, savepoints and locks.
 
 A checkpoint is *complete* when :meth:`Catalog.complete_checkpoint` has committed, in one
 database transaction, the Delta version of every table it restores from. Every write locks the
@@ -17,7 +17,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 
 import sqlalchemy as sa
@@ -26,12 +26,21 @@ from sqlalchemy.orm import sessionmaker
 from statecore.catalog.engine import WRITE, create_engine, redacted
 from statecore.catalog.lookup import find_checkpoint, load_checkpoint, load_job
 from statecore.catalog.migrations import migrate
-from statecore.catalog.models import CheckpointRow, CheckpointTableRow, JobRow, StateRow
+from statecore.catalog.models import (
+    CheckpointRow,
+    CheckpointTableRow,
+    JobRow,
+    MaintenanceLockRow,
+    SavepointRow,
+    StateRow,
+)
 from statecore.catalog.records import (
     CheckpointKind,
     CheckpointRecord,
     CheckpointStatus,
     JobRecord,
+    MaintenanceLock,
+    SavepointRecord,
     StateRecord,
     TableVersion,
 )
@@ -42,12 +51,18 @@ from statecore.catalog.validation import (
     check_states,
     check_tables,
 )
-from statecore.errors import CheckpointCommitError, ConfigError
+from statecore.errors import (
+    CheckpointCommitError,
+    CheckpointNotFoundError,
+    ConfigError,
+    MaintenanceLockedError,
+)
 
 __all__ = ["Catalog"]
 
 _IN_PROGRESS = CheckpointStatus.IN_PROGRESS.name
 _COMPLETED = CheckpointStatus.COMPLETED.name
+_EXPIRED = CheckpointStatus.EXPIRED.name
 
 
 class Catalog:
@@ -191,15 +206,16 @@ class Catalog:
     ) -> CheckpointRecord:
         """Start checkpoint ``checkpoint_id`` of ``job``.
 
-        A checkpoint that already COMPLETED is returned unchanged (a replay: the caller does
-        nothing); one that is IN_PROGRESS or FAILED starts again (a retry).
+        A checkpoint that already COMPLETED (or completed and EXPIRED since) is returned
+        unchanged (a replay: the caller does nothing); one that is IN_PROGRESS or FAILED starts
+        again (a retry).
         """
         check_checkpoint_id(job, checkpoint_id)
         check_parallelism(job, parallelism, max_parallelism)
         with self._write.begin() as session:
             job_row = load_job(session, job, lock=True)
             row = find_checkpoint(session, job_row, checkpoint_id)
-            if row is not None and row.status == _COMPLETED:
+            if row is not None and row.status in (_COMPLETED, _EXPIRED):
                 return row.to_record(job)
             if row is None:
                 row = CheckpointRow(job_id=job_row.id, checkpoint_id=checkpoint_id)
@@ -305,6 +321,149 @@ class Catalog:
         with self._write.begin() as session:
             job_row = load_job(session, job, lock=True)
             session.delete(load_checkpoint(session, job_row, checkpoint_id))
+
+    def expire_checkpoints(
+        self, job: str, checkpoint_ids: Iterable[int]
+    ) -> list[CheckpointRecord]:
+        """Mark completed checkpoints EXPIRED and forget their table versions, in one transaction.
+
+        The rows stay (re-running an expired checkpoint id is still a replay); the latest
+        completed checkpoint is never expired.
+        """
+        with self._write.begin() as session:
+            job_row = load_job(session, job, lock=True)
+            latest = session.scalar(
+                sa.select(CheckpointRow.checkpoint_id)
+                .where(CheckpointRow.job_id == job_row.id, CheckpointRow.status == _COMPLETED)
+                .order_by(CheckpointRow.completion_seq.desc())
+                .limit(1)
+            )
+            expired = []
+            for checkpoint_id in checkpoint_ids:
+                row = load_checkpoint(session, job_row, checkpoint_id)
+                if row.status != _COMPLETED:
+                    raise ConfigError(
+                        f"checkpoint {checkpoint_id} of job {job!r} is {row.status}: only a "
+                        "COMPLETED checkpoint expires"
+                    )
+                if checkpoint_id == latest:
+                    raise ConfigError(
+                        f"checkpoint {checkpoint_id} is the latest completed checkpoint of job "
+                        f"{job!r}: it is never expired"
+                    )
+                row.status = _EXPIRED
+                row.tables = []
+                expired.append(row)
+            session.flush()
+            return [row.to_record(job) for row in expired]
+
+    # savepoints
+
+    def add_savepoint(self, savepoint: SavepointRecord) -> SavepointRecord:
+        """Record a savepoint that was written completely; its name is unique per job."""
+        check_name("savepoint", savepoint.name)
+        try:
+            with self._write.begin() as session:
+                job_row = load_job(session, savepoint.job, lock=True)
+                row = SavepointRow(
+                    job_id=job_row.id,
+                    name=savepoint.name,
+                    path=savepoint.path,
+                    reason=savepoint.reason,
+                    source_checkpoint=savepoint.source_checkpoint,
+                    parallelism=savepoint.parallelism,
+                    max_parallelism=savepoint.max_parallelism,
+                    rows=savepoint.rows,
+                    bytes=savepoint.bytes,
+                    created_at=savepoint.created_at,
+                )
+                session.add(row)
+                session.flush()
+                return row.to_record(savepoint.job)
+        except sa.exc.IntegrityError as exc:
+            raise ConfigError(
+                f"job {savepoint.job!r} already has a savepoint named {savepoint.name!r}"
+            ) from exc
+
+    def list_savepoints(self, job: str | None = None) -> list[SavepointRecord]:
+        """The savepoints of ``job`` (of every job when ``None``), oldest first."""
+        with self._read.begin() as session:
+            query = sa.select(SavepointRow, JobRow.name).join(
+                JobRow, SavepointRow.job_id == JobRow.id
+            )
+            if job is not None:
+                query = query.where(SavepointRow.job_id == load_job(session, job).id)
+            rows = session.execute(query.order_by(SavepointRow.created_at, SavepointRow.id))
+            return [row.to_record(name) for row, name in rows]
+
+    def get_savepoint(self, job: str, name: str) -> SavepointRecord:
+        """Savepoint ``name`` of ``job``; :class:`CheckpointNotFoundError` if none."""
+        with self._read.begin() as session:
+            job_row = load_job(session, job)
+            row = session.scalar(
+                sa.select(SavepointRow).where(
+                    SavepointRow.job_id == job_row.id, SavepointRow.name == name
+                )
+            )
+            if row is None:
+                names = session.scalars(
+                    sa.select(SavepointRow.name)
+                    .where(SavepointRow.job_id == job_row.id)
+                    .order_by(SavepointRow.created_at)
+                )
+                known = ", ".join(names) or "none"
+                raise CheckpointNotFoundError(
+                    f"job {job!r} has no savepoint named {name!r}; its savepoints: {known}"
+                )
+            return row.to_record(job)
+
+    # maintenance locks
+
+    def acquire_maintenance_lock(
+        self, job: str, *, operation: str, owner: str, stale_after: timedelta | None = None
+    ) -> MaintenanceLock:
+        """Hold ``job`` for one maintenance operation.
+
+        :class:`MaintenanceLockedError` names the operation that holds it already, unless that
+        lock is older than ``stale_after`` (then it is taken over).
+        """
+        with self._write.begin() as session:
+            job_row = load_job(session, job, lock=True)
+            row = session.get(MaintenanceLockRow, job_row.id)
+            now = _now()
+            if row is not None:
+                if stale_after is None or now - row.acquired_at < stale_after:
+                    raise MaintenanceLockedError(
+                        f"job {job!r} is held by the maintenance operation {row.operation!r} "
+                        f"({row.owner}) since {row.acquired_at:%Y-%m-%d %H:%M:%S} UTC; wait for "
+                        f"it to finish, or if it died, release it with `statecore unlock {job}`"
+                    )
+                session.delete(row)
+                session.flush()
+            row = MaintenanceLockRow(
+                job_id=job_row.id, operation=operation, owner=owner, acquired_at=now
+            )
+            session.add(row)
+            return row.to_record(job)
+
+    def release_maintenance_lock(
+        self, job: str, *, owner: str | None = None
+    ) -> MaintenanceLock | None:
+        """Release the job's maintenance lock (only if ``owner`` holds it, when given)."""
+        with self._write.begin() as session:
+            job_row = load_job(session, job, lock=True)
+            row = session.get(MaintenanceLockRow, job_row.id)
+            if row is None or (owner is not None and row.owner != owner):
+                return None
+            session.delete(row)
+            return row.to_record(job)
+
+    def maintenance_lock(self, job: str) -> MaintenanceLock | None:
+        """The maintenance operation holding ``job``, or ``None``."""
+        with self._read.begin() as session:
+            job_row = load_job(session, job)
+            row = session.get(MaintenanceLockRow, job_row.id)
+            return None if row is None else row.to_record(job)
 
 
 def _now() -> datetime:

@@ -137,11 +137,49 @@ def _v1_initial(connection: sa.Connection) -> None:
     metadata.create_all(connection)
 
 
+def _v2_savepoints_and_maintenance_locks(connection: sa.Connection) -> None:
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    sa.Table("statecore_jobs", metadata, sa.Column("id", _id_type(), primary_key=True))
+    utc = sa.DateTime(timezone=True)
+    sa.Table(
+        "statecore_savepoints",
+        metadata,
+        sa.Column("id", _id_type(), primary_key=True),
+        sa.Column("job_id", _id_type(), sa.ForeignKey("statecore_jobs.id"), nullable=False),
+        sa.Column("name", sa.String(200), nullable=False),
+        sa.Column("path", sa.Text, nullable=False),
+        sa.Column("reason", sa.String(32), nullable=False),
+        sa.Column("source_checkpoint", sa.BigInteger, nullable=True),
+        sa.Column("parallelism", sa.Integer, nullable=False),
+        sa.Column("max_parallelism", sa.Integer, nullable=False),
+        sa.Column("rows", sa.BigInteger, nullable=False),
+        sa.Column("bytes", sa.BigInteger, nullable=False),
+        sa.Column("created_at", utc, nullable=False),
+        sa.UniqueConstraint("job_id", "name"),
+    )
+    sa.Table(
+        "statecore_maintenance_locks",
+        metadata,
+        sa.Column("job_id", _id_type(), sa.ForeignKey("statecore_jobs.id"), primary_key=True,
+                  autoincrement=False),
+        sa.Column("operation", sa.String(64), nullable=False),
+        sa.Column("owner", sa.String(200), nullable=False),
+        sa.Column("acquired_at", utc, nullable=False),
+    )
+    metadata.create_all(connection, tables=[
+        metadata.tables["statecore_savepoints"], metadata.tables["statecore_maintenance_locks"]])
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
         description="jobs, states, checkpoints and checkpoint tables",
         apply=_v1_initial,
+    ),
+    Migration(
+        version=2,
+        description="savepoints and maintenance locks",
+        apply=_v2_savepoints_and_maintenance_locks,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

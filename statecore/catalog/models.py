@@ -19,11 +19,22 @@ from statecore.catalog.records import (
     CheckpointRecord,
     CheckpointStatus,
     JobRecord,
+    MaintenanceLock,
+    SavepointRecord,
     StateRecord,
     TableVersion,
 )
 
-__all__ = ["Base", "CheckpointRow", "CheckpointTableRow", "JobRow", "StateRow", "UTCDateTime"]
+__all__ = [
+    "Base",
+    "CheckpointRow",
+    "CheckpointTableRow",
+    "JobRow",
+    "MaintenanceLockRow",
+    "SavepointRow",
+    "StateRow",
+    "UTCDateTime",
+]
 
 
 class UTCDateTime(sa.types.TypeDecorator[datetime]):
@@ -196,4 +207,51 @@ class CheckpointTableRow(Base):
                     self.key_groups.items(), key=lambda item: int(item[0])
                 )
             },
+        )
+
+
+class SavepointRow(Base):
+    __tablename__ = "statecore_savepoints"
+    __table_args__ = (sa.UniqueConstraint("job_id", "name"),)
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True)
+    job_id: Mapped[int] = mapped_column(_ID, sa.ForeignKey("statecore_jobs.id"))
+    name: Mapped[str] = mapped_column(sa.String(200))
+    path: Mapped[str] = mapped_column(sa.Text)
+    reason: Mapped[str] = mapped_column(sa.String(32))
+    source_checkpoint: Mapped[int | None] = mapped_column(sa.BigInteger)
+    parallelism: Mapped[int]
+    max_parallelism: Mapped[int]
+    rows: Mapped[int] = mapped_column(sa.BigInteger)
+    bytes: Mapped[int] = mapped_column(sa.BigInteger)
+    created_at: Mapped[datetime]
+
+    def to_record(self, job: str) -> SavepointRecord:
+        return SavepointRecord(
+            job=job,
+            name=self.name,
+            path=self.path,
+            reason=self.reason,
+            source_checkpoint=self.source_checkpoint,
+            parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism,
+            rows=self.rows,
+            bytes=self.bytes,
+            created_at=self.created_at,
+        )
+
+
+class MaintenanceLockRow(Base):
+    __tablename__ = "statecore_maintenance_locks"
+
+    job_id: Mapped[int] = mapped_column(
+        _ID, sa.ForeignKey("statecore_jobs.id"), primary_key=True, autoincrement=False
+    )
+    operation: Mapped[str] = mapped_column(sa.String(64))
+    owner: Mapped[str] = mapped_column(sa.String(200))
+    acquired_at: Mapped[datetime]
+
+    def to_record(self, job: str) -> MaintenanceLock:
+        return MaintenanceLock(
+            job=job, operation=self.operation, owner=self.owner, acquired_at=self.acquired_at
         )

@@ -25,6 +25,8 @@ __all__ = [
     "CheckpointRecord",
     "CheckpointStatus",
     "JobRecord",
+    "MaintenanceLock",
+    "SavepointRecord",
     "StateRecord",
     "TableVersion",
 ]
@@ -39,6 +41,9 @@ class CheckpointStatus(enum.Enum):
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
     FAILED = "failed"
+    EXPIRED = "expired"
+    """Completed once, then expired by retention: its tables are forgotten (and may be vacuumed),
+    its id is kept so that re-running it is still a no-op."""
 
 
 class CheckpointKind(enum.Enum):
@@ -155,3 +160,33 @@ class CheckpointRecord:
         if self.completed_at is None:
             return None
         return self.completed_at - self.started_at
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavepointRecord:
+    """A savepoint the catalog knows: a self-contained copy of a job's state at ``path``.
+
+    ``source_checkpoint`` is the checkpoint it was taken from (``None`` when it was derived from
+    another savepoint); ``reason`` says which operation took it (``"manual"``, ``"rescale"``, ...).
+    """
+
+    job: str
+    name: str
+    path: str
+    reason: str
+    source_checkpoint: int | None
+    parallelism: int
+    max_parallelism: int
+    rows: int
+    bytes: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaintenanceLock:
+    """The maintenance operation that holds a job, by whom and since when."""
+
+    job: str
+    operation: str
+    owner: str
+    acquired_at: datetime

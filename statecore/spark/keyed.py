@@ -30,13 +30,15 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend, TaskScope
-from statecore.catalog import Catalog, CheckpointRecord
+from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint import CheckpointCoordinator, PlannedCheckpoint
 from statecore.config import StatecoreConfig
 from statecore import errors
 from statecore.errors import ConfigError
 from statecore.keygroups import compute_key_group_range_for_operator_index
+from statecore.maintenance import check_not_locked
 from statecore.runtime import KeyedProcessFunction
+from statecore.savepoint import restore_savepoint
 from statecore.snapshot import state_table_uri
 from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
 from statecore.task import (
@@ -162,6 +164,7 @@ def keyed_process(
     event_time: str | None = None,
     allowed_lateness: timedelta = timedelta(0),
     processing_time: TtlTimeProvider | None = None,
+    restore_from: str | None = None,
 ) -> KeyedRun:
     """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
 
@@ -170,8 +173,9 @@ def keyed_process(
     ``ctx.timestamp`` and drives the watermark (see the module docstring). ``processing_time``
     is the clock of TTL and processing-time timers (default: the system clock; it is pickled
     to the tasks). ``backend`` names the keyed state backend (``heap`` or ``rocksdb``) and
-    ``backend_options`` configures it (``RocksDBOptions`` for ``rocksdb``). The output is
-    persisted; unpersist it when done.
+    ``backend_options`` configures it (``RocksDBOptions`` for ``rocksdb``). ``restore_from`` is
+    a savepoint folder: the run starts from it instead of the job's latest checkpoint (the
+    catalog may be empty). The output is persisted; unpersist it when done.
     """
     _check_backend_options(backend, backend_options)
     config = config or StatecoreConfig.resolve()
@@ -179,6 +183,9 @@ def keyed_process(
     spark = df.sparkSession
     catalog = Catalog.connect(config.catalog_url)
     try:
+        if restore_from is not None and not _is_complete(catalog, job, checkpoint_id):
+            restore_savepoint(config, catalog, restore_from, job=job, parallelism=parallelism)
+        check_not_locked(catalog, job)
         coordinator = CheckpointCoordinator(config, catalog, job=job, operator=operator)
         planned = coordinator.plan(
             checkpoint_id, parallelism=parallelism, max_parallelism=max_parallelism,
@@ -230,6 +237,14 @@ def keyed_process(
         return KeyedRun(output, record, False, records, restore)
     finally:
         catalog.close()
+
+
+def _is_complete(catalog: Catalog, job: str, checkpoint_id: int) -> bool:
+    """Whether the run is a replay (then a savepoint to restore from was restored already)."""
+    if job not in {j.name for j in catalog.list_jobs()}:
+        return False
+    done = [c for c in catalog.list_checkpoints(job) if c.checkpoint_id == checkpoint_id]
+    return bool(done) and done[0].status in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
 
 
 _ERROR_LINE = re.compile(r"statecore\.errors\.(\w+): (.*)")

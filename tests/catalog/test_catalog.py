@@ -386,6 +386,7 @@ def test_list_checkpoints_by_id_and_status(job_catalog: Catalog) -> None:
         CheckpointStatus.IN_PROGRESS: [10],
         CheckpointStatus.FAILED: [20],
         CheckpointStatus.COMPLETED: [30],
+        CheckpointStatus.EXPIRED: [],
     }
 
 

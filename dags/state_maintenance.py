@@ -1,0 +1,57 @@
+"""
+### state_maintenance
+
+Daily state maintenance of a statecore job: **TTL cleanup → retention**. Runs at 03:00 UTC and
+also whenever the job completes a checkpoint (the Asset `statecore://clickstream` that
+`stateful_pipeline` updates).
+
+- `ttl_cleanup`: removes the expired entries of every state with a TTL as a new maintenance
+  checkpoint, merges small files per key group, and VACUUMs files no retained checkpoint needs.
+  Its XCom (and log) reports rows and bytes reclaimed per state and key group.
+- `retention`: keeps the last `retain` completed checkpoints, expires the others, VACUUMs.
+
+**Params**
+- `job`: the statecore job (default `clickstream`).
+- `retain`: completed checkpoints to keep (default 7).
+- `vacuum_retention_hours`: only files older than this are vacuumed (default 168, as Delta).
+- `dry_run`: report what would be done, change nothing.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag
+
+from statecore_airflow import RetentionOperator, TtlCleanupOperator, checkpoint_asset
+
+JOB = "{{ params.job }}"
+VACUUM_HOURS = "{{ params.vacuum_retention_hours }}"
+DRY_RUN = "{{ params.dry_run }}"
+
+
+@dag(
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"),
+        assets=[checkpoint_asset("clickstream")],
+    ),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["statecore", "operations"],
+    doc_md=__doc__,
+    params={
+        "job": Param("clickstream", type="string", minLength=1),
+        "retain": Param(7, type="integer", minimum=1),
+        "vacuum_retention_hours": Param(168, type="number", minimum=0),
+        "dry_run": Param(False, type="boolean"),
+    },
+)
+def state_maintenance() -> None:
+    cleanup = TtlCleanupOperator(task_id="ttl_cleanup", job=JOB,
+                                 vacuum_retention_hours=VACUUM_HOURS, dry_run=DRY_RUN)
+    retention = RetentionOperator(task_id="retention", job=JOB, retain="{{ params.retain }}",
+                                  vacuum_retention_hours=VACUUM_HOURS, dry_run=DRY_RUN)
+    cleanup >> retention
+
+
+state_maintenance()

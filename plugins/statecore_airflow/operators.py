@@ -1,0 +1,161 @@
+"""Operators for savepoint, rescale, TTL cleanup and retention: declarative, logic in statecore.
+
+Each takes keyword-only, templated arguments, does no I/O in ``__init__``, builds its hook in
+``execute()`` and makes one library call; its result (JSON-able) is the task's XCom. Templated
+numbers may arrive as text ("3", "" or "None" for unset); ``execute()`` turns them into values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from statecore.catalog import Catalog
+from statecore.cli.output import format_rows
+from statecore_airflow.hooks import StatecoreHook
+
+__all__ = ["RescaleOperator", "RetentionOperator", "SavepointOperator", "TtlCleanupOperator"]
+
+
+def _optional_int(value: Any) -> int | None:
+    if value is None or str(value).strip() in ("", "None", "null"):
+        return None
+    return int(value)
+
+
+def _optional_str(value: Any) -> str | None:
+    text = "" if value is None else str(value).strip()
+    return None if text in ("", "None", "null") else text
+
+
+def _flag(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+class _StatecoreOperator(BaseOperator):
+    """What every statecore operator has: the job, and the connection naming the catalog."""
+
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, job: str, statecore_conn_id: str = StatecoreHook.default_conn_name,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.statecore_conn_id = statecore_conn_id
+
+    def _hook(self) -> StatecoreHook:
+        return StatecoreHook(self.statecore_conn_id)
+
+
+class SavepointOperator(_StatecoreOperator):
+    """Take a savepoint of ``job``'s latest checkpoint (``statecore savepoint``).
+
+    XCom: ``{"job", "name", "path", "checkpoint_id", "rows", "bytes"}``.
+    """
+
+    template_fields: Sequence[str] = ("job", "name", "target")
+
+    def __init__(self, *, job: str, name: str | None = None, target: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(job=job, **kwargs)
+        self.name = name
+        self.target = target
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from statecore.savepoint import take_savepoint
+
+        config = self._hook().get_config()
+        with Catalog.connect(config.catalog_url) as catalog:
+            point = take_savepoint(config, catalog, self.job, name=_optional_str(self.name),
+                                   target=_optional_str(self.target), progress=self.log.info)
+        return {"job": point.job, "name": point.name, "path": point.savepoint,
+                "checkpoint_id": point.checkpoint_id, "rows": point.total_rows,
+                "bytes": point.total_bytes}
+
+
+class RescaleOperator(_StatecoreOperator):
+    """Rescale ``job`` to ``parallelism`` (past its max parallelism with ``max_parallelism``),
+    as ``statecore rescale``; ``savepoint`` is one taken just before, if any.
+
+    XCom: the :class:`~statecore.rescale.RescaleResult` as a dict.
+    """
+
+    template_fields: Sequence[str] = ("job", "parallelism", "max_parallelism", "savepoint")
+
+    def __init__(self, *, job: str, parallelism: int | str,
+                 max_parallelism: int | str | None = None, savepoint: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(job=job, **kwargs)
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.savepoint = savepoint
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from statecore.rescale import rescale
+
+        config = self._hook().get_config()
+        with Catalog.connect(config.catalog_url) as catalog:
+            result = rescale(config, catalog, self.job, parallelism=int(self.parallelism),
+                             max_parallelism=_optional_int(self.max_parallelism),
+                             savepoint=_optional_str(self.savepoint), progress=self.log.info)
+        return result.to_dict()
+
+
+class TtlCleanupOperator(_StatecoreOperator):
+    """Remove the expired TTL state of ``job`` as a maintenance checkpoint, compact, VACUUM
+    (``statecore ttl-cleanup``); logs the per state and key group report as a table.
+
+    XCom: the report (``expired``, ``rows_reclaimed``, ``bytes_reclaimed``, ``key_groups``, ...).
+    """
+
+    template_fields: Sequence[str] = ("job", "vacuum_retention_hours", "dry_run")
+
+    def __init__(self, *, job: str, vacuum_retention_hours: float | str | None = 168,
+                 dry_run: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(job=job, **kwargs)
+        self.vacuum_retention_hours = vacuum_retention_hours
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from statecore.ttl_cleanup import ttl_cleanup
+
+        config = self._hook().get_config()
+        hours = _optional_str(self.vacuum_retention_hours)
+        with Catalog.connect(config.catalog_url) as catalog:
+            report = ttl_cleanup(
+                config, catalog, self.job, dry_run=_flag(self.dry_run), progress=self.log.info,
+                vacuum_after=None if hours is None else timedelta(hours=float(hours)))
+        self.log.info("TTL cleanup of %s:\n%s", self.job,
+                      format_rows(report.rows(), empty=("state", "key_group")))
+        return report.to_dict()
+
+
+class RetentionOperator(_StatecoreOperator):
+    """Keep the last ``retain`` checkpoints of ``job``, expire the rest, VACUUM
+    (``statecore retention``).
+
+    XCom: ``{"retained", "expired", "files_deleted", "bytes_reclaimed", ...}``.
+    """
+
+    template_fields: Sequence[str] = ("job", "retain", "vacuum_retention_hours", "dry_run")
+
+    def __init__(self, *, job: str, retain: int | str, vacuum_retention_hours: float | str = 168,
+                 dry_run: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(job=job, **kwargs)
+        self.retain = retain
+        self.vacuum_retention_hours = vacuum_retention_hours
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from statecore.retention import apply_retention
+
+        config = self._hook().get_config()
+        with Catalog.connect(config.catalog_url) as catalog:
+            report = apply_retention(
+                config, catalog, self.job, retain=int(self.retain), dry_run=_flag(self.dry_run),
+                vacuum_after=timedelta(hours=float(self.vacuum_retention_hours)),
+                progress=self.log.info)
+        return report.to_dict()

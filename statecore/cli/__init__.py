@@ -1,0 +1,185 @@
+"""The ``statecore`` command: run the demo, inspect, operate on and repair the state of jobs.
+
+    statecore demo [--days N] [--parallelism P] [--backend heap]
+    statecore checkpoints list [--job J] | show JOB CHECKPOINT_ID [--key-groups]
+    statecore savepoint JOB [--name N] [--target DIR] [--checkpoint ID]
+    statecore savepoints list [--job J] | show REF [--job J] [--key-groups]
+                       | restore FOLDER [--job J] [--parallelism P]
+    statecore rescale JOB --parallelism P [--max-parallelism M] [--savepoint FOLDER]
+    statecore retention JOB --retain N [--vacuum-retention-hours H | --no-vacuum] [--dry-run]
+    statecore ttl-cleanup JOB [--dry-run] [--no-compact] [--vacuum-retention-hours H | --no-vacuum]
+    statecore state delete JOB --key K [--from REF] [--name N] [--target DIR]
+    statecore state apply JOB --sql "UPDATE|DELETE ..." [--from REF] [--name N] [--target DIR]
+    statecore diff JOB A B [--examples N]
+    statecore check JOB --against REF [--function module:Class] [--allow-not-restored]
+    statecore sql "SELECT ..." [--job J] [--checkpoint ID | --savepoint REF]
+    statecore unlock JOB
+
+REF is a checkpoint id, a savepoint name (of JOB) or a savepoint folder. Results print as
+``--format table|csv|json``; progress goes to standard error. Errors print one line naming what
+is wrong and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from statecore.cli import commands
+from statecore.cli.output import FORMATS, format_table
+from statecore.config import StatecoreConfig
+from statecore.errors import StateError
+from statecore.retention import DEFAULT_VACUUM_GRACE
+
+__all__ = ["format_table", "main"]
+
+_GRACE_HOURS = DEFAULT_VACUUM_GRACE.total_seconds() / 3600
+
+
+def _formatted(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--format", choices=FORMATS, default="table")
+    return parser
+
+
+def _vacuum_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vacuum-retention-hours", type=float, default=_GRACE_HOURS,
+                        help=f"vacuum only files older than this (default {_GRACE_HOURS:g})")
+    parser.add_argument("--no-vacuum", action="store_true")
+    parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
+
+
+def _new_savepoint_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", help="savepoint name (default: job, reason, time)")
+    parser.add_argument("--target", help="parent folder (default <warehouse>/_savepoints/<job>)")
+
+
+def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cps = sub.add_parser("checkpoints", help="list checkpoints or show one, sizes per state")
+    cp_sub = cps.add_subparsers(dest="action", required=True)
+    _formatted(cp_sub.add_parser("list")).add_argument("--job")
+    show = _formatted(cp_sub.add_parser("show"))
+    show.add_argument("job")
+    show.add_argument("checkpoint_id", type=int)
+    show.add_argument("--key-groups", action="store_true", help="sizes per key group")
+    cps.set_defaults(run=commands.checkpoints)
+
+    sps = sub.add_parser("savepoints", help="list, show or restore savepoints")
+    sp_sub = sps.add_subparsers(dest="action", required=True)
+    _formatted(sp_sub.add_parser("list")).add_argument("--job")
+    sp_show = _formatted(sp_sub.add_parser("show"))
+    sp_show.add_argument("savepoint", help="savepoint folder, or name with --job")
+    sp_show.add_argument("--job")
+    sp_show.add_argument("--key-groups", action="store_true")
+    restore = _formatted(sp_sub.add_parser(
+        "restore", help="make a savepoint the job's latest checkpoint (works on an empty catalog)"))
+    restore.add_argument("savepoint", help="savepoint folder")
+    restore.add_argument("--job", help="default: the savepoint's job")
+    restore.add_argument("--parallelism", type=int)
+    sps.set_defaults(run=commands.savepoints)
+
+    diff = _formatted(sub.add_parser("diff", help="keys added, removed, changed per state"))
+    diff.add_argument("job")
+    diff.add_argument("a", help="checkpoint id, savepoint name or folder")
+    diff.add_argument("b", help="checkpoint id, savepoint name or folder")
+    diff.add_argument("--examples", type=int, default=5, help="keys shown per state")
+    diff.set_defaults(run=commands.diff)
+
+    check = _formatted(sub.add_parser("check", help="can the job restore from a savepoint?"))
+    check.add_argument("job")
+    check.add_argument("--against", required=True, help="savepoint name or folder, checkpoint id")
+    check.add_argument("--function", help="module:Class of the job's KeyedProcessFunction "
+                       "(default: the states the catalog registered last)")
+    check.add_argument("--operator", default="main")
+    check.add_argument("--allow-not-restored", action="store_true",
+                       help="accept states of the savepoint the job no longer has")
+    check.set_defaults(run=commands.check)
+
+    sql = _formatted(sub.add_parser("sql", help="read-only SQL over a checkpoint or savepoint "
+                                    "(views <job>.<state>)"))
+    sql.add_argument("query")
+    sql.add_argument("--job")
+    sql.add_argument("--checkpoint", type=int, help="checkpoint id (default: the latest)")
+    sql.add_argument("--savepoint", help="savepoint folder, or name with --job")
+    sql.set_defaults(run=commands.sql)
+
+
+def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    savepoint = _formatted(sub.add_parser("savepoint", help="take a savepoint of a job"))
+    savepoint.add_argument("job")
+    _new_savepoint_options(savepoint)
+    savepoint.add_argument("--checkpoint", type=int, help="default: the latest checkpoint")
+    savepoint.set_defaults(run=commands.savepoint)
+
+    rescale = _formatted(sub.add_parser("rescale", help="change a job's parallelism"))
+    rescale.add_argument("job")
+    rescale.add_argument("--parallelism", type=int, required=True)
+    rescale.add_argument("--max-parallelism", type=int,
+                         help="a new max parallelism: the state is rewritten with new key groups")
+    rescale.add_argument("--savepoint", help="a savepoint of the latest checkpoint, if taken")
+    rescale.set_defaults(run=commands.rescale)
+
+    retention = _formatted(sub.add_parser(
+        "retention", help="keep the last N checkpoints, expire the rest, VACUUM"))
+    retention.add_argument("job")
+    retention.add_argument("--retain", type=int, required=True)
+    _vacuum_options(retention)
+    retention.set_defaults(run=commands.retention)
+
+    cleanup = _formatted(sub.add_parser("ttl-cleanup", help="remove expired TTL state"))
+    cleanup.add_argument("job")
+    cleanup.add_argument("--no-compact", action="store_true")
+    cleanup.add_argument("--now-ms", type=int, help="processing time to expire against")
+    _vacuum_options(cleanup)
+    cleanup.set_defaults(run=commands.ttl_cleanup)
+
+    state = sub.add_parser("state", help="repair state into a new savepoint")
+    st_sub = state.add_subparsers(dest="action", required=True)
+    delete = _formatted(st_sub.add_parser("delete", help="erase one key from every state"))
+    delete.add_argument("job")
+    delete.add_argument("--key", required=True)
+    apply = _formatted(st_sub.add_parser("apply", help="run UPDATE/DELETE statements"))
+    apply.add_argument("job")
+    apply.add_argument("--sql", required=True)
+    for parser in (delete, apply):
+        parser.add_argument("--from", dest="source",
+                            help="checkpoint id, savepoint name or folder (default: latest)")
+        _new_savepoint_options(parser)
+    state.set_defaults(run=commands.state)
+
+    unlock = sub.add_parser("unlock", help="release a maintenance lock left by a dead operation")
+    unlock.add_argument("job")
+    unlock.set_defaults(run=commands.unlock)
+
+    demo = sub.add_parser("demo", help="run the clickstream pipeline day by day via Airflow")
+    demo.add_argument("--days", type=int, default=3)
+    demo.add_argument("--parallelism", type=int, default=2)
+    demo.add_argument("--backend", default="heap")
+    demo.add_argument("--project", default=".", help="the folder holding dags/ and jobs/")
+    demo.set_defaults(run=commands.demo)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="statecore", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--home", help="STATECORE_HOME (default ./.statecore)")
+    parser.add_argument("--catalog-url", help="SQLAlchemy URL of the checkpoint catalog")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _inspection(sub)
+    _operations(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = StatecoreConfig.resolve(home=args.home, catalog_url=args.catalog_url)
+        print(args.run(args, config))
+    except StateError as exc:
+        print(f"statecore: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

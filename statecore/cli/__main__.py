@@ -1,0 +1,7 @@
+"""``python -m statecore.cli``."""
+
+import sys
+
+from statecore.cli import main
+
+sys.exit(main())

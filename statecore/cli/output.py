@@ -1,0 +1,106 @@
+"""How the command prints results: aligned text tables, CSV or JSON lines."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from statecore.catalog import CheckpointRecord, SavepointRecord
+from statecore.restore_point import RestorePoint
+
+__all__ = ["FORMATS", "checkpoint_rows", "format_rows", "format_table", "key_group_rows",
+           "point_rows", "savepoint_rows", "table_rows"]
+
+FORMATS = ("table", "csv", "json")
+
+
+def format_table(table: pa.Table, fmt: str = "table") -> str:
+    """Render rows as an aligned text table, CSV or JSON lines."""
+    if fmt == "json":
+        return "\n".join(json.dumps(row, default=_json_value) for row in table.to_pylist())
+    if fmt == "csv":
+        buf = io.BytesIO()
+        pacsv.write_csv(table, buf)
+        return buf.getvalue().decode()
+    names = table.column_names
+    rows = [["" if v is None else str(v) for v in row.values()] for row in table.to_pylist()]
+    widths = [max([len(n), *(len(r[i]) for r in rows)]) for i, n in enumerate(names)]
+    line = "  ".join(n.ljust(w) for n, w in zip(names, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
+
+
+def format_rows(rows: Sequence[Mapping[str, Any]], fmt: str = "table",
+                empty: Sequence[str] = ("result",)) -> str:
+    """Render dicts (one per row) like :func:`format_table`."""
+    if not rows:
+        return format_table(pa.table({name: pa.array([], pa.string()) for name in empty}), fmt)
+    plain = [{k: _plain(v, fmt) for k, v in row.items()} for row in rows]
+    return format_table(pa.Table.from_pylist(plain), fmt)
+
+
+def _plain(value: Any, fmt: str) -> Any:
+    if isinstance(value, list | tuple):
+        return list(value) if fmt == "json" else ", ".join(str(v) for v in value)
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
+        return str(value)
+    return value
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
+def checkpoint_rows(records: Sequence[CheckpointRecord]) -> list[dict[str, Any]]:
+    return [{
+        "job": c.job, "checkpoint": c.checkpoint_id, "kind": c.kind.name,
+        "status": c.status.name, "parallelism": c.parallelism,
+        "max_parallelism": c.max_parallelism, "states": len(c.tables), "rows": c.total_rows,
+        "bytes": c.total_bytes,
+        "duration_s": round(c.duration.total_seconds(), 1) if c.duration else None,
+        "completed_at": c.completed_at,
+    } for c in records]
+
+
+def savepoint_rows(records: Sequence[SavepointRecord]) -> list[dict[str, Any]]:
+    return [{"job": s.job, "savepoint": s.name, "reason": s.reason,
+             "from_checkpoint": s.source_checkpoint, "parallelism": s.parallelism,
+             "max_parallelism": s.max_parallelism, "rows": s.rows, "bytes": s.bytes,
+             "created_at": s.created_at, "path": s.path} for s in records]
+
+
+def point_rows(point: RestorePoint) -> list[dict[str, Any]]:
+    return [{"job": point.job, "name": point.name, "reason": point.reason,
+             "from_checkpoint": point.checkpoint_id, "parallelism": point.parallelism,
+             "max_parallelism": point.max_parallelism, "tables": len(point.tables),
+             "rows": point.total_rows, "bytes": point.total_bytes,
+             "created_at": point.created_at, "path": point.savepoint}]
+
+
+def table_rows(point: RestorePoint) -> list[dict[str, Any]]:
+    return [{"operator": t.operator, "state": t.state, "kind": t.table_kind,
+             "delta_version": t.version, "rows": t.rows, "bytes": t.bytes,
+             "partitions": len(t.key_groups), "path": t.path} for t in point.tables]
+
+
+def key_group_rows(point: RestorePoint) -> list[dict[str, Any]]:
+    """Sizes per state and key group (per subtask for operator state)."""
+    return [{"operator": t.operator, "state": t.state, "kind": t.table_kind,
+             "partition": "subtask" if t.table_kind == "operator" else "key_group",
+             "value": part, "rows": rows, "bytes": size}
+            for t in point.tables for part, (rows, size) in sorted(t.key_groups.items())]

@@ -1,0 +1,61 @@
+"""Run DAGs with ``dag.test()`` on a real Airflow (SQLite) in a subprocess of their own.
+
+One interpreter runs a list of steps ``(dag_id, conf)`` in order, each as a ``dag.test()`` with
+its own logical date, and prints one JSON line per step: the run's state, each task's state and
+each task's XCom. It stops at the first run that fails.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from statecore.demo import airflow_environment
+
+REPO = Path(__file__).resolve().parents[2]
+
+DRIVER = """
+import json, sys
+import pendulum
+from airflow.dag_processing.dagbag import DagBag
+from airflow.models.xcom import XComModel
+from airflow.utils.db import initdb
+from airflow.utils.session import create_session
+
+initdb()
+base = pendulum.datetime(2026, 2, 1, tz="UTC")
+for i, (dag_id, conf) in enumerate(json.loads(sys.argv[2])):
+    bag = DagBag(dag_folder=sys.argv[1])  # afresh: dag.test() keeps a run's conf in its params
+    assert not bag.import_errors, bag.import_errors
+    run = bag.get_dag(dag_id).test(logical_date=base.add(minutes=i), run_conf=conf)
+    tasks, xcoms = {}, {}
+    with create_session() as session:
+        for ti in run.get_task_instances(session=session):
+            tasks[ti.task_id] = str(ti.state)
+            row = session.scalars(XComModel.get_many(run_id=run.run_id, key="return_value",
+                                                     task_ids=ti.task_id, dag_ids=dag_id)).first()
+            xcoms[ti.task_id] = None if row is None else XComModel.deserialize_value(row)
+    print("STEP " + json.dumps({"dag": dag_id, "state": str(run.state), "tasks": tasks,
+                                "xcom": xcoms}, default=str), flush=True)
+    if str(run.state) != "success":
+        break
+"""
+
+
+def run_dags(home: Path, steps: list[tuple[str, dict[str, Any]]], *, timeout: float = 1500,
+             ) -> list[dict[str, Any]]:
+    """Run ``steps`` with STATECORE_HOME ``home``; the result of each step (the runs' output is
+    kept in ``home/dag-runs.log``)."""
+    env = airflow_environment(REPO, home)
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(REPO / "dags"), json.dumps(steps)],
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    (home / "dag-runs.log").write_text(done.stdout + done.stderr)
+    results = [json.loads(line[5:]) for line in done.stdout.splitlines()
+               if line.startswith("STEP ")]
+    failed = done.returncode != 0 or len(results) != len(steps) or \
+        any(r["state"] != "success" for r in results)
+    assert not failed, (results, done.stdout[-4000:], done.stderr[-6000:])
+    return results

@@ -1,0 +1,156 @@
+"""The operations DAGs on a real Airflow (``dag.test()``), on state made by the pipeline.
+
+One Airflow interpreter runs, in order: the pipeline (day 1, parallelism 2), ``rescale`` to 3,
+the pipeline (day 2, at the job's parallelism), ``rescale`` to 1, the pipeline (day 3),
+``rescale`` to 2 with max parallelism 128 → 256, ``savepoint``, then ``state_maintenance`` for the
+clickstream job and for a job with TTL state (written on Spark 3 hours apart). The effects are
+checked against a reference run of the same days at parallelism 2 that never rescaled.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobs import clickstream
+from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus
+from statecore.config import StatecoreConfig
+from statecore.demo import generate_clickstream
+from statecore.diff import checksums
+from statecore.keygroups import assign_to_key_group
+from statecore.query import connect, delta_scan
+from statecore.restore_point import (
+    RestorePoint,
+    checkpoint_point,
+    load_savepoint,
+    tables_by_name,
+)
+from statecore.ttl import ManualTimeProvider
+from tests.airflow.dagrun import run_dags
+from tests.spark import ttl_job
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
+
+DAYS = [date(2026, 1, 1) + timedelta(days=i) for i in range(4)]
+HOUR_MS = 3_600_000
+
+
+def state_of(point: RestorePoint) -> dict[str, Any]:
+    """What must not depend on the parallelism: rows, keys and checksum of each keyed state and
+    the timers (their key groups aside); of the operator state, the events processed per
+    checkpoint (split list state: its elements move between instances) and the distinct rules
+    (broadcast state: one copy per instance)."""
+    out: dict[str, Any] = {c.state: (c.rows, c.keys, c.checksum) for c in checksums(point)
+                           if c.table_kind != "operator"}
+    tables = tables_by_name(point)
+    con = connect()
+    out["processed"] = con.execute(
+        "SELECT value.checkpoint_id, sum(value.events) FROM "
+        f"{delta_scan(tables['main', 'operator', 'processed'])} GROUP BY 1 ORDER BY 1").fetchall()
+    out["rules"] = con.execute(
+        f"SELECT DISTINCT user_key, value FROM {delta_scan(tables['main', 'operator', 'rules'])} "
+        "ORDER BY 1").fetchall()
+    return out
+
+
+def run_day(spark: Any, config: StatecoreConfig, data: Path, day: date, **options: Any) -> None:
+    events = spark.read.parquet(str(data / f"date={day.isoformat()}"))
+    result = clickstream.run(spark, events, checkpoint_id=int(day.strftime("%Y%m%d")),
+                             config=config, **options)
+    result.output.unpersist()
+
+
+@pytest.fixture(scope="module")
+def reference(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The clickstream state after days 3 and 4, run at parallelism 2 without any rescale."""
+    root = tmp_path_factory.mktemp("reference")
+    data = root / "data"
+    generate_clickstream(data, days=len(DAYS), users=30, events_per_day=120)
+    config = StatecoreConfig.resolve(home=str(root / "home"), env={})
+    out: dict[str, Any] = {"data": data}
+    for day in DAYS:
+        run_day(spark, config, data, day, parallelism=2)
+        with Catalog.connect(config.catalog_url) as catalog:
+            out[day] = state_of(checkpoint_point(catalog, "clickstream"))
+    return out
+
+
+def test_rescale_savepoint_and_maintenance_dags(spark: Any, reference: dict[str, Any],
+                                                tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    generate_clickstream(home / "data" / "clickstream", days=len(DAYS), users=30,
+                         events_per_day=120)
+    config = StatecoreConfig.resolve(home=str(home), env={})
+    # a job with TTL state (2 hours): the early users were last seen 3 hours ago
+    now = int(time.time() * 1000)
+    early, late = [f"u{i}" for i in range(10)], [f"u{i}" for i in range(5, 15)]
+    ttl_job.run(spark, ttl_job.visits(spark, early, "home"), checkpoint_id=1, config=config,
+                clock=ManualTimeProvider(now - 3 * HOUR_MS))
+    ttl_job.run(spark, ttl_job.visits(spark, late, "cart"), checkpoint_id=2, config=config,
+                clock=ManualTimeProvider(now))
+
+    steps = run_dags(home, [
+        ("stateful_pipeline", {"date": "2026-01-01", "parallelism": 2}),
+        ("rescale", {"parallelism": 3}),
+        ("stateful_pipeline", {"date": "2026-01-02"}),
+        ("rescale", {"parallelism": 1}),
+        ("stateful_pipeline", {"date": "2026-01-03"}),
+        ("rescale", {"parallelism": 2, "max_parallelism": 256}),
+        ("savepoint", {"name": "after-rescales"}),
+        ("state_maintenance", {"retain": 2, "vacuum_retention_hours": 0}),
+        ("state_maintenance", {"job": "sessions", "retain": 5, "vacuum_retention_hours": 0}),
+    ])
+    rescales = [s["xcom"] for s in steps if s["dag"] == "rescale"]
+    assert [r["rescale"]["parallelism"] for r in rescales] == [3, 1, 2]
+    assert [r["rescale"]["keyed_bytes_rewritten"] > 0 for r in rescales] == [False, False, True]
+    assert all(r["verify"]["keys"] > 0 and r["validate"] for r in rescales)
+
+    with Catalog.connect(config.catalog_url) as catalog:
+        days = {c.checkpoint_id: c for c in catalog.list_checkpoints("clickstream")
+                if c.kind is CheckpointKind.CHECKPOINT}
+        # each day ran at the parallelism the rescale before it set
+        assert {i: (c.parallelism, c.max_parallelism) for i, c in days.items()} == {
+            20260101: (2, 128), 20260102: (3, 128), 20260103: (1, 128)}
+        latest = checkpoint_point(catalog, "clickstream")
+        assert latest.max_parallelism == 256 and catalog.get_job("clickstream").parallelism == 2
+        # state equal to the run that never rescaled: 2 -> 3 -> 1, then 128 -> 256
+        assert state_of(latest) == reference[DAYS[2]]
+        con = connect()
+        for table in (t for t in latest.tables if t.table_kind != "operator"):
+            rows = con.execute(f"SELECT key, key_group FROM {delta_scan(table)}").fetchall()
+            assert all(kg == assign_to_key_group(key, 256) for key, kg in rows), table.state
+
+        # retention kept the last two checkpoints and vacuumed the rest
+        retention = steps[7]["xcom"]["retention"]
+        assert retention["expired"] == [20260101, 20260102] and retention["files_deleted"] > 0
+        statuses = {c.checkpoint_id: c.status for c in catalog.list_checkpoints("clickstream")}
+        assert statuses[20260101] is CheckpointStatus.EXPIRED
+        assert state_of(checkpoint_point(catalog, "clickstream", 20260103))
+
+        # TTL cleanup: what expired is gone, as a maintenance checkpoint
+        cleanup = steps[8]["xcom"]["ttl_cleanup"]
+        gone = [u for u in early if u not in late]
+        assert cleanup["rows_reclaimed"] == 2 * len(gone)  # their last_page and pages rows
+        assert cleanup["expired"] == len(gone) + len(early)  # ... and every "home" page
+        assert cleanup["bytes_reclaimed"] > 0
+        assert {k["state"] for k in cleanup["key_groups"]} == {"last_page", "pages"}
+        sessions = checkpoint_point(catalog, "sessions")
+        assert sessions.checkpoint_id == cleanup["checkpoint_id"]
+        rows = {t.state: sorted(con.execute(f"SELECT key FROM {delta_scan(t)}").fetchall())
+                for t in sessions.tables}
+        assert rows["last_page"] == rows["pages"] == sorted((u,) for u in late)
+        assert len(rows["visits"]) == 15
+
+    # the savepoint restores with a fresh catalog, and the job goes on from it
+    saved = steps[6]["xcom"]["savepoint"]
+    assert load_savepoint(saved["path"]).max_parallelism == 256
+    fresh = StatecoreConfig.resolve(home=str(tmp_path / "fresh"), env={})
+    run_day(spark, fresh, reference["data"], DAYS[3], restore_from=saved["path"])
+    with Catalog.connect(fresh.catalog_url) as catalog:
+        kinds = [c.kind for c in catalog.list_checkpoints("clickstream")]
+        assert kinds == [CheckpointKind.CHECKPOINT, CheckpointKind.MAINTENANCE]
+        assert state_of(checkpoint_point(catalog, "clickstream")) == reference[DAYS[3]]

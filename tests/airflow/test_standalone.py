@@ -1,0 +1,134 @@
+"""Smoke test of a real ``airflow standalone`` (SQLite, parallelism 2) driven over its REST API.
+
+Airflow runs in an isolated AIRFLOW_HOME on a free port of 127.0.0.1; the test gets a token with
+the generated admin password, unpauses the ``savepoint`` DAG, triggers it with
+``{"logical_date": null, "conf": ...}``, waits (bounded) for success, checks the savepoint in the
+catalog, and stops Airflow with SIGINT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statecore.catalog import Catalog
+from statecore.config import StatecoreConfig
+from statecore.demo import airflow_environment
+from statecore.restore_point import load_savepoint
+from tests.airflow.dagrun import REPO
+from tests.ops.statebuilder import Table, value_rows, write_checkpoint
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+START_TIMEOUT = 420
+RUN_TIMEOUT = 300
+STOP_TIMEOUT = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Api:
+    """A tiny REST client of the local API server."""
+
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.token: str | None = None
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        request = urllib.request.Request(
+            self.base + path, method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json",
+                     **({"Authorization": f"Bearer {self.token}"} if self.token else {})})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    def wait(self, what: str, check: Any, timeout: float, process: subprocess.Popen[bytes]
+             ) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            assert process.poll() is None, f"airflow standalone exited while waiting for {what}"
+            try:
+                found = check()
+                if found:
+                    return found
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                last = exc
+            time.sleep(3)
+        raise AssertionError(f"timed out waiting for {what} (last error: {last})")
+
+
+def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    config = StatecoreConfig.resolve(home=str(home), env={})
+    write_checkpoint(config, "clicks", 1, {"total": Table(value_rows({"a": 1.0, "b": 2.0}))})
+    port = free_port()
+    env = airflow_environment(REPO, home)
+    env.update({
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+    })
+    log = (tmp_path / "standalone.log").open("wb")
+    process = subprocess.Popen(["airflow", "standalone"], env=env, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    api = Api(port)
+    stopped_by_sigint = False
+    try:
+        api.wait("the API server", lambda: api.call("GET", "/api/v2/monitor/health"),
+                 START_TIMEOUT, process)
+        passwords = Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
+        password = json.loads(passwords.read_text())["admin"]
+        api.token = api.call("POST", "/auth/token",
+                             {"username": "admin", "password": password})["access_token"]
+        api.wait("the savepoint DAG to be parsed",
+                 lambda: api.call("GET", "/api/v2/dags/savepoint"), START_TIMEOUT, process)
+        api.call("PATCH", "/api/v2/dags/savepoint", {"is_paused": False})
+        run = api.call("POST", "/api/v2/dags/savepoint/dagRuns", {
+            "logical_date": None, "conf": {"job": "clicks", "name": "smoke"}})
+        path = f"/api/v2/dags/savepoint/dagRuns/{run['dag_run_id']}"
+
+        def finished() -> str | None:
+            state = api.call("GET", path)["state"]
+            return state if state in ("success", "failed") else None
+
+        assert api.wait("the run", finished, RUN_TIMEOUT, process) == "success"
+    finally:
+        # SIGINT to standalone itself: it terminates its components and waits for them (a
+        # SIGINT to the whole group would also hit the LocalExecutor's workers, which the
+        # scheduler then waits for forever)
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=STOP_TIMEOUT)
+            stopped_by_sigint = True
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # only what this test started
+            process.wait(timeout=30)
+        log.close()
+    tail = "".join((tmp_path / "standalone.log").read_text(errors="replace")
+                   .splitlines(keepends=True)[-60:])
+    assert stopped_by_sigint, f"airflow standalone did not stop within {STOP_TIMEOUT} s of " \
+        f"SIGINT; its log ends with:\n{tail}"
+    with Catalog.connect(config.catalog_url) as catalog:
+        [saved] = catalog.list_savepoints("clicks")
+    assert saved.name == "smoke" and load_savepoint(saved.path).total_rows == 2
