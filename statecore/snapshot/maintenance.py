@@ -28,7 +28,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from statecore.errors import CheckpointCommitError, CorruptSnapshotError
 from statecore.snapshot.files import SnapshotFile, _stats, table_filesystem
-from statecore.snapshot.table import TableFile
+from statecore.snapshot.table import TableFile, read_table_files
 
 __all__ = [
     "TableLayout",
@@ -127,16 +127,7 @@ def partition_sizes(uri: str, version: int) -> dict[int, tuple[int, int]]:
 
 def read_files(uri: str, files: Iterable[TableFile]) -> Iterator[tuple[TableFile, pa.Table]]:
     """Each file with its rows (without the partition column)."""
-    fs, root = table_filesystem(uri)
-    for f in files:
-        try:
-            rows = pq.read_table(f"{root}/{f.path}", filesystem=fs)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise CorruptSnapshotError(
-                f"snapshot table {uri}, partition {f.key_group}: file {f.path} is missing or "
-                f"unreadable: {exc}"
-            ) from exc
-        yield f, rows
+    return read_table_files(uri, files, label=f"snapshot table {uri}")
 
 
 def _new_name(partition: str, value: int, prefix: str) -> str:

@@ -27,7 +27,7 @@ from statecore.errors import CheckpointCommitError, CorruptSnapshotError
 from statecore.keygroups import KeyGroupRange
 from statecore.snapshot.files import SnapshotFile, table_filesystem
 
-__all__ = ["SnapshotTable", "TableFile", "key_group_schema"]
+__all__ = ["SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
 
 PARTITION = "key_group"
 
@@ -45,6 +45,22 @@ class TableFile:
     key_group: int
     rows: int
     size: int
+
+
+def read_table_files(
+    uri: str, files: Iterable[TableFile], *, label: str
+) -> Iterator[tuple[TableFile, pa.Table]]:
+    """Each file of the table at ``uri`` with its rows (without the partition column)."""
+    fs, root = table_filesystem(uri)
+    for f in files:
+        try:
+            rows = pq.read_table(f"{root}/{f.path}", filesystem=fs)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise CorruptSnapshotError(
+                f"{label}, key group {f.key_group}: file {f.path} is missing or unreadable: "
+                f"{exc}"
+            ) from exc
+        yield f, rows
 
 
 class SnapshotTable:
@@ -97,15 +113,7 @@ class SnapshotTable:
 
     def read_files(self, files: Iterable[TableFile]) -> Iterator[tuple[int, pa.Table]]:
         """``(key_group, rows)`` of each file, read directly (only the files asked for)."""
-        fs, root = table_filesystem(self.uri)
-        for f in files:
-            try:
-                rows = pq.read_table(f"{root}/{f.path}", filesystem=fs)
-            except (OSError, pa.ArrowInvalid) as exc:
-                raise CorruptSnapshotError(
-                    f"snapshot of {self.label}, key group {f.key_group}: file {f.path} is missing "
-                    f"or unreadable: {exc}"
-                ) from exc
+        for f, rows in read_table_files(self.uri, files, label=f"snapshot of {self.label}"):
             yield f.key_group, rows
 
     # -- committing ----------------------------------------------------------------------
