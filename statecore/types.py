@@ -19,7 +19,7 @@ from typing import Any, Final, TypeAlias
 
 import pyarrow as pa
 
-from statecore.errors import ConfigError
+from statecore.errors import ConfigError, StateAccessError
 
 __all__ = ["PICKLED", "Pickled", "TypeSpec", "TypeInfo", "arrow_type", "schema_to_text",
            "schema_from_text"]
@@ -93,6 +93,16 @@ class TypeInfo:
         if isinstance(value, bool) and self.arrow != pa.bool_():
             return False
         return isinstance(value, self.accepted)
+
+    def check(self, value: object, *, state: str, what: str = "value") -> None:
+        """Raise :class:`StateAccessError` unless ``value`` may be stored in ``state``."""
+        if value is None:
+            raise StateAccessError(f"state {state!r}: a {what} must not be None")
+        if not self.accepts(value):
+            raise StateAccessError(
+                f"state {state!r}: {what} {value!r} of type {type(value).__name__} "
+                f"does not match the declared type {self.arrow}"
+            )
 
     def to_storage(self, values: list[Any]) -> list[Any]:
         if self.pickled_elements:

@@ -39,7 +39,6 @@ from statecore.errors import (
     StateMigrationError,
 )
 from statecore.state import VOID_NAMESPACE, ListState, MapState
-from statecore.types import TypeInfo
 
 __all__ = [
     "OperatorStateMode",

@@ -86,13 +86,7 @@ class _HeapState:
         return m
 
     def _check(self, info: TypeInfo, value: Any, what: str = "value") -> None:
-        if value is None:
-            raise StateAccessError(f"state {self._name!r}: a {what} must not be None")
-        if not info.accepts(value):
-            raise StateAccessError(
-                f"state {self._name!r}: {what} {value!r} of type {type(value).__name__} "
-                f"does not match the declared type {info.arrow}"
-            )
+        info.check(value, state=self._name, what=what)
 
     def clear(self) -> None:
         m = self._read_map()

@@ -69,13 +69,7 @@ class _RocksDBState:
             self._no_key()
 
     def _check(self, info: TypeInfo, value: Any, what: str = "value") -> None:
-        if value is None:
-            raise StateAccessError(f"state {self._name!r}: a {what} must not be None")
-        if not info.accepts(value):
-            raise StateAccessError(
-                f"state {self._name!r}: {what} {value!r} of type {type(value).__name__} "
-                f"does not match the declared type {info.arrow}"
-            )
+        info.check(value, state=self._name, what=what)
 
     def _encoding_failed(self, value: Any, exc: Exception, what: str = "value") -> NoReturn:
         raise StateAccessError(
