@@ -81,11 +81,13 @@ from statecore.ttl import (
     UpdateType,
 )
 from statecore.types import PICKLED
+from statecore.vectorized import Aggregate, KeyedBatch, KeyedBatchFunction, RunningAggregate
 
 if TYPE_CHECKING:
     from statecore.backends.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 
 __all__ = [
+    "Aggregate", "KeyedBatch", "KeyedBatchFunction", "RunningAggregate",
     "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "BroadcastState",
     "CheckpointCommitError", "CheckpointNotFoundError", "CheckpointedFunction",
     "CleanupStrategy", "ConfigError", "Context", "CorruptSnapshotError",

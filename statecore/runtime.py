@@ -100,15 +100,13 @@ class Context:
     """The per-record context: the current key (set by the runtime, never by user code), the
     record's event time (epoch ms, ``None`` without an event-time column) and the timers."""
 
-    __slots__ = ("_backend", "timestamp")
+    __slots__ = ("_backend", "timestamp", "current_key")
 
     def __init__(self, backend: KeyedStateBackend) -> None:
         self._backend = backend
         self.timestamp: int | None = None
-
-    @property
-    def current_key(self) -> Any:
-        return self._backend.current_key
+        self.current_key: Any = None
+        """The record's key (set by the runtime per record)."""
 
     @property
     def timer_service(self) -> TimerService:
@@ -117,7 +115,8 @@ class Context:
 
 
 class OnTimerContext(Context):
-    """The context of ``on_timer``: the timer's key is current, ``timestamp`` is the timer's."""
+    """The context of ``on_timer``: the timer's key is current (``current_key``),
+    ``timestamp`` is the timer's."""
 
     __slots__ = ("time_domain", "namespace")
 

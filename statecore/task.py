@@ -10,6 +10,7 @@ it in-process.
 
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -22,7 +23,7 @@ from statecore.backends.base import KeyedStateBackend, snapshot_schema
 from statecore.backends.heap import HeapKeyedStateBackend
 from statecore.backends.operator import OperatorStateStore
 from statecore.errors import ConfigError, StateDescriptorConflictError
-from statecore.keygroups import KeyGroupRange
+from statecore.keygroups import KeyGroupRange, assign_to_key_group
 from statecore.restore import RestoredState, RestorePlan
 from statecore.runtime import (
     CheckpointedFunction,
@@ -36,6 +37,7 @@ from statecore.runtime import (
 from statecore.snapshot import TIMERS, SnapshotFile, write_key_group_file
 from statecore.timers import Timer, timers_schema
 from statecore.types import TypeInfo, schema_to_text
+from statecore.vectorized import KeyedBatch, KeyedBatchFunction, group_by_key
 
 __all__ = ["RestorePlan", "RestoredState", "StateSnapshotResult", "StateSchema",
            "KeyedOperatorTask", "TableUris", "probe_states"]
@@ -115,7 +117,7 @@ class KeyedOperatorTask:
 
     def __init__(
         self,
-        function: KeyedProcessFunction,
+        function: KeyedProcessFunction | KeyedBatchFunction,
         backend: KeyedStateBackend,
         *,
         job: str,
@@ -138,6 +140,7 @@ class KeyedOperatorTask:
         self.context = Context(backend)
         self.timer_context = OnTimerContext(backend)
         self.records = 0
+        self._record_types: dict[tuple[str, ...], type] = {}
 
     def open(self) -> None:
         backend, restore = self.backend, self.restore
@@ -177,40 +180,120 @@ class KeyedOperatorTask:
         ``timestamps`` (epoch ms, one per record) become ``ctx.timestamp``.
         """
         out: list[Any] = []
+        extend = out.extend
         set_key = self.backend.set_current_key
-        process = self.function.process_element
+        process = self._per_record_function().process_element
         ctx = self.context
         n = 0
         if timestamps is None:
             for key, key_group, record in records:
                 set_key(key, key_group)
+                ctx.current_key = key
                 result = process(record, ctx)
                 if result is not None:
-                    out.extend(result)
+                    extend(result)
                 n += 1
         else:
             for (key, key_group, record), timestamp in zip(records, timestamps):
                 set_key(key, key_group)
+                ctx.current_key = key
                 ctx.timestamp = timestamp
                 result = process(record, ctx)
                 if result is not None:
-                    out.extend(result)
+                    extend(result)
                 n += 1
             ctx.timestamp = None
         self.records += n
         return out
 
+    def _per_record_function(self) -> KeyedProcessFunction:
+        if not isinstance(self.function, KeyedProcessFunction):
+            raise ConfigError(f"{type(self.function).__name__} is a KeyedBatchFunction; run it "
+                              "per batch (process_keyed_table)")
+        return self.function
+
     def process_batch(self, batch: pa.RecordBatch, *, key: str, key_group: str,
                       event_time: str | None = None) -> list[Any]:
-        """Process an Arrow batch; each record is a namedtuple of its columns (key included)."""
+        """Process an Arrow batch; each record is a namedtuple of its columns (key included).
+
+        The key groups (computed by Spark) are range-checked once per batch; then, when the
+        backend switches keys by plain assignment (heap, no per-record TTL cleanup), the loop
+        makes each key current without a call.
+        """
         names = [n for n in batch.schema.names if n != key_group]
-        row = namedtuple("Record", names, rename=True)  # type: ignore[misc]
-        columns = [batch.column(n).to_pylist() for n in names]
-        records = map(row._make, zip(*columns))
-        timestamps = None if event_time is None else \
-            event_time_millis(batch.column(event_time))
-        return self.process(zip(batch.column(key).to_pylist(),
-                                batch.column(key_group).to_pylist(), records), timestamps)
+        row = self._record_type(names)
+        records = map(functools.partial(tuple.__new__, row),
+                      zip(*[batch.column(n).to_pylist() for n in names]))
+        keys = batch.column(key).to_pylist()
+        groups = batch.column(key_group)
+        if groups.null_count == 0:
+            self._check_key_groups(groups, keys)
+        key_groups = groups.to_pylist()
+        backend = self.backend
+        if event_time is not None:
+            return self.process(zip(keys, key_groups, records),
+                                event_time_millis(batch.column(event_time)))
+        if groups.null_count or not backend.switches_keys_by_assignment():
+            return self.process(zip(keys, key_groups, records))
+        out: list[Any] = []
+        extend = out.extend
+        process = self._per_record_function().process_element
+        ctx = self.context
+        for current, current_group, record in zip(keys, key_groups, records):
+            backend._key = ctx.current_key = current
+            backend._kg = current_group
+            result = process(record, ctx)
+            if result is not None:
+                extend(result)
+        self.records += len(keys)
+        return out
+
+    def _record_type(self, names: list[str]) -> type:
+        """The namedtuple of a batch's columns (made once per distinct column list)."""
+        signature = tuple(names)
+        if self._record_types.get(signature) is None:
+            self._record_types[signature] = namedtuple("Record", names, rename=True)
+        return self._record_types[signature]
+
+    def _check_key_groups(self, groups: pa.Array, keys: list[Any]) -> None:
+        """Every key group (no nulls) is one of the backend's, else the backend's error for
+        the first key outside its range."""
+        if len(groups) == 0:
+            return
+        r = self.backend.key_group_range
+        bounds = pc.min_max(groups)
+        if r.start <= bounds["min"].as_py() and bounds["max"].as_py() <= r.end:
+            return
+        for current, current_group in zip(keys, groups.to_pylist()):
+            if not r.start <= current_group <= r.end:
+                self.backend.set_current_key(current, current_group)  # raises
+
+    def process_keyed_table(self, rows: pa.Table | pa.RecordBatch, *, key: str,
+                            key_group: str) -> pa.Table | None:
+        """Run a :class:`~statecore.vectorized.KeyedBatchFunction` over ``rows`` grouped by
+        ``key`` (the ``key_group`` column is checked and dropped); its output rows."""
+        function = self.function
+        if not isinstance(function, KeyedBatchFunction):
+            raise ConfigError(f"{type(function).__name__} is not a KeyedBatchFunction; run a "
+                              "KeyedProcessFunction per record (process_batch)")
+        if isinstance(rows, pa.RecordBatch):
+            rows = pa.Table.from_batches([rows])
+        if rows.num_rows == 0:
+            return None
+        keys, first, codes = group_by_key(rows, key)
+        groups = rows.column(key_group).combine_chunks().take(first)
+        if groups.null_count:  # not computed by Spark: compute them here
+            max_parallelism = self.backend.max_parallelism
+            groups = pa.array([assign_to_key_group(k, max_parallelism) for k in keys],
+                              pa.int32())
+        self._check_key_groups(groups, keys)
+        batch = KeyedBatch(rows.drop_columns([key_group]), keys, groups.to_pylist(), codes,
+                           self.backend)
+        out = function.process_batch(batch)
+        self.records += rows.num_rows
+        if isinstance(out, pa.RecordBatch):
+            out = pa.Table.from_batches([out])
+        return out
 
     # -- timers ----------------------------------------------------------------------------
     def advance_watermark(self, watermark: int) -> list[Any]:
@@ -224,9 +307,10 @@ class KeyedOperatorTask:
     def _on_timers(self, timers: Iterable[Timer]) -> list[Any]:
         out: list[Any] = []
         ctx = self.timer_context
-        on_timer = self.function.on_timer
+        on_timer = self._per_record_function().on_timer
         for timer in timers:
             ctx.timestamp = timer.timestamp
+            ctx.current_key = timer.key
             ctx.time_domain = timer.time_domain
             ctx.namespace = timer.namespace
             result = on_timer(timer.timestamp, ctx)
@@ -319,7 +403,7 @@ class KeyedOperatorTask:
         self.backend.close()
 
 
-def probe_states(function: KeyedProcessFunction, key_type: TypeInfo, *, job: str,
+def probe_states(function: KeyedProcessFunction | KeyedBatchFunction, key_type: TypeInfo, *, job: str,
                  operator: str, parallelism: int, max_parallelism: int) -> list[StateSchema]:
     """Initialize and open ``function`` (a copy: it keeps the handles) against empty state:
     the states it registers, for the driver's schema check before any record is processed."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -14,7 +14,7 @@ import pytest
 from statecore.backends import HeapKeyedStateBackend
 from statecore.config import StatecoreConfig
 from statecore.descriptors import ListStateDescriptor, ValueStateDescriptor
-from statecore.errors import ConfigError, StateDescriptorConflictError
+from statecore.errors import ConfigError, KeyGroupOutOfRangeError, StateDescriptorConflictError
 from statecore.keygroups import KeyGroupRange
 from statecore.runtime import (
     CheckpointedFunction,
@@ -26,7 +26,7 @@ from statecore.runtime import (
 )
 from statecore.task import KeyedOperatorTask
 from statecore.timers import TimeDomain
-from statecore.ttl import ManualTimeProvider
+from statecore.ttl import CleanupStrategy, ManualTimeProvider, StateTtlConfig
 from statecore.types import TypeInfo
 
 from .inprocess import run_checkpoint
@@ -189,3 +189,53 @@ class TestCheckpointedFunction:
 
         with pytest.raises(ConfigError, match="reserved"):
             task_for(Reserved())
+
+
+class Total(KeyedProcessFunction):
+    def open(self, ctx: RuntimeContext) -> None:
+        self.total = ctx.get_state(ValueStateDescriptor("total", int, default=0))
+
+    def process_element(self, value: Any, ctx: Context) -> Iterator[tuple[Any, ...]]:
+        self.total.update(self.total.value() + value.amount)
+        yield ctx.current_key, self.total.value()
+
+
+class TestProcessBatch:
+    """The per-batch key-group check and the per-record loop that assigns keys directly."""
+
+    def _task(self, key_groups: KeyGroupRange) -> KeyedOperatorTask:
+        backend = HeapKeyedStateBackend(key_type=TypeInfo.of(str), key_group_range=key_groups,
+                                        max_parallelism=128)
+        task = KeyedOperatorTask(Total(), backend, job="j", operator="main", subtask_index=0,
+                                 parallelism=1)
+        task.open()
+        return task
+
+    def test_keys_and_key_groups_current_per_record(self) -> None:
+        task = self._task(KeyGroupRange(0, 127))
+        assert task.backend.switches_keys_by_assignment()
+        batch = pa.RecordBatch.from_pydict({"user": ["a", "b", "a"], "kg": [3, 9, 3],
+                                            "amount": [1, 2, 3]})
+        assert task.process_batch(batch, key="user", key_group="kg") == [
+            ("a", 1), ("b", 2), ("a", 4)]
+        assert task.backend.changed_key_groups("total") == {3, 9}
+        assert task.records == 3
+
+    def test_a_key_group_outside_the_range_fails_before_any_record(self) -> None:
+        task = self._task(KeyGroupRange(0, 63))
+        batch = pa.RecordBatch.from_pydict({"user": ["a", "b"], "kg": [3, 64],
+                                            "amount": [1, 2]})
+        with pytest.raises(KeyGroupOutOfRangeError, match="key 'b' is in key group 64"):
+            task.process_batch(batch, key="user", key_group="kg")
+        assert task.records == 0
+        assert task.backend.changed_key_groups("total") == set()
+
+    def test_per_record_ttl_cleanup_keeps_the_backend_call(self) -> None:
+        backend = HeapKeyedStateBackend(key_type=TypeInfo.of(str),
+                                        key_group_range=KeyGroupRange(0, 127),
+                                        max_parallelism=128)
+        backend.get_partitioned_state(ListStateDescriptor(
+            "seen", str, ttl=StateTtlConfig(ttl=timedelta(seconds=1),
+                                            cleanup=CleanupStrategy.INCREMENTAL,
+                                            run_cleanup_for_every_record=True)))
+        assert not backend.switches_keys_by_assignment()

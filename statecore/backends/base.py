@@ -133,6 +133,14 @@ class KeyedStateBackend(ABC):
             for listener in self._key_listeners:
                 listener()
 
+    def switches_keys_by_assignment(self) -> bool:
+        """Whether making a key current is no more than setting ``_key`` and ``_kg``: then the
+        task's per-record loop assigns them itself, with the key groups range-checked per
+        batch (no per-record TTL cleanup listener, no key-derived cache such as RocksDB's
+        prefix)."""
+        return (type(self).set_current_key is KeyedStateBackend.set_current_key
+                and not self._key_listeners)
+
     # -- states ----------------------------------------------------------------------------
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
         """The state for ``descriptor``: created once per name, then the same handle.

@@ -1,5 +1,21 @@
-"""The PySpark runtime (``pyspark`` is used only here and in ``jobs/``)."""
+"""The PySpark runtime (``pyspark`` is used only here and in ``jobs/``).
 
-from statecore.spark.keyed import KeyedRun, keyed_process
+The driver API (``keyed_process``, ``keyed_process_batches``) loads on first use, so a Spark
+task's Python worker, which imports only :mod:`statecore.spark.executor`, never loads the
+driver's catalog and planning code.
+"""
 
-__all__ = ["KeyedRun", "keyed_process"]
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from statecore.spark.keyed import KeyedRun, keyed_process, keyed_process_batches
+
+__all__ = ["KeyedRun", "keyed_process", "keyed_process_batches"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from statecore.spark import keyed
+
+        return getattr(keyed, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,68 +17,45 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import pyarrow as pa
-from pyspark import StorageLevel, TaskContext, cloudpickle
+from pyspark import StorageLevel, cloudpickle
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend, TaskScope
+from statecore import errors
 from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint import CheckpointCoordinator, PlannedCheckpoint
 from statecore.config import StatecoreConfig
-from statecore import errors
 from statecore.errors import ConfigError
-from statecore.keygroups import compute_key_group_range_for_operator_index
 from statecore.maintenance import check_not_locked
 from statecore.runtime import KeyedProcessFunction
 from statecore.savepoint import restore_savepoint
 from statecore.snapshot import state_table_uri
-from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
-from statecore.task import (
-    KeyedOperatorTask,
-    StateSchema,
-    StateSnapshotResult,
-    TableUris,
-    probe_states,
+from statecore.spark.executor import (
+    BACKENDS,
+    META,
+    Process,
+    TaskSpec,
+    per_batch,
+    per_record,
+    task_function,
 )
+from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
+from statecore.task import StateSchema, StateSnapshotResult, probe_states
 from statecore.timers import MIN_WATERMARK
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
+from statecore.vectorized import KeyedBatchFunction
 
-__all__ = ["KeyedRun", "keyed_process", "BACKENDS"]
+__all__ = ["KeyedRun", "keyed_process", "keyed_process_batches", "BACKENDS"]
 
 log = logging.getLogger(__name__)
-
-_META = "__statecore_snapshot"
-
-BackendFactory = Callable[..., KeyedStateBackend]
-"""``factory(key_type=, key_group_range=, max_parallelism=, restore_source=, ttl_time_provider=,
-scope=, options=)``: the backend contract's arguments, the task's scope and the job's options."""
-
-
-def _heap_backend(*, scope: TaskScope, options: object = None,
-                  **contract: Any) -> KeyedStateBackend:
-    return HeapKeyedStateBackend(**contract)
-
-
-def _rocksdb_backend(*, scope: TaskScope, options: object = None,
-                     **contract: Any) -> KeyedStateBackend:
-    from statecore.backends.rocksdb import RocksDBKeyedStateBackend
-
-    return RocksDBKeyedStateBackend(scope=scope, options=options,  # type: ignore[arg-type]
-                                    **contract)
-
-
-BACKENDS: dict[str, BackendFactory] = {"heap": _heap_backend, "rocksdb": _rocksdb_backend}
-"""The keyed state backends a job may select by name."""
-
 
 def _check_backend_options(backend: str, options: object) -> None:
     if backend not in BACKENDS:
@@ -117,10 +94,10 @@ def _key_info(df: DataFrame, key: str) -> TypeInfo:
     return TypeInfo.of(int)
 
 
-def _probe_states(function: KeyedProcessFunction, key_type: TypeInfo,
+def _probe_states(function: KeyedProcessFunction | KeyedBatchFunction, key_type: TypeInfo,
                   planned: PlannedCheckpoint, job: str, operator: str) -> list[StateSchema]:
     """The states a copy of the function registers (the function itself ships untouched)."""
-    probe: KeyedProcessFunction = cloudpickle.loads(
+    probe: KeyedProcessFunction | KeyedBatchFunction = cloudpickle.loads(
         cloudpickle.dumps(function))  # type: ignore[no-untyped-call]
     return probe_states(probe, key_type, job=job, operator=operator,
                         parallelism=planned.parallelism, max_parallelism=planned.max_parallelism)
@@ -177,6 +154,63 @@ def keyed_process(
     a savepoint folder: the run starts from it instead of the job's latest checkpoint (the
     catalog may be empty). The output is persisted; unpersist it when done.
     """
+    return _run(df, key=key, function=function, process=per_record,
+                output_schema=output_schema, job=job, checkpoint_id=checkpoint_id,
+                operator=operator, parallelism=parallelism, max_parallelism=max_parallelism,
+                order_by=order_by, backend=backend, backend_options=backend_options,
+                config=config, event_time=event_time, allowed_lateness=allowed_lateness,
+                processing_time=processing_time, restore_from=restore_from)
+
+
+def keyed_process_batches(
+    df: DataFrame,
+    *,
+    key: str,
+    function: KeyedBatchFunction,
+    output_schema: T.StructType,
+    job: str,
+    checkpoint_id: int,
+    operator: str = "main",
+    parallelism: int | None = None,
+    max_parallelism: int | None = None,
+    order_by: list[str] | None = None,
+    backend: str = "heap",
+    backend_options: object = None,
+    config: StatecoreConfig | None = None,
+    processing_time: TtlTimeProvider | None = None,
+    restore_from: str | None = None,
+    batch_rows: int = 1_000_000,
+) -> KeyedRun:
+    """Like :func:`keyed_process`, with a vectorized ``function``
+    (:class:`~statecore.vectorized.KeyedBatchFunction`): each task gathers Spark's Arrow batches
+    into keyed batches of up to ``batch_rows`` rows, and the function reads and writes state
+    once per distinct key and batch. The state, checkpoints and operations are the same as the
+    per-record API's, so either API may continue the other's checkpoints. Vectorized functions
+    have no timers and no event time.
+    """
+    if not isinstance(function, KeyedBatchFunction):
+        raise ConfigError(f"{type(function).__name__} is not a KeyedBatchFunction; use "
+                          "keyed_process for a KeyedProcessFunction")
+    if batch_rows < 1:
+        raise ConfigError(f"batch_rows must be positive, not {batch_rows}")
+    return _run(df, key=key, function=function,
+                process=functools.partial(per_batch, batch_rows=batch_rows),
+                output_schema=output_schema, job=job, checkpoint_id=checkpoint_id,
+                operator=operator, parallelism=parallelism, max_parallelism=max_parallelism,
+                order_by=order_by, backend=backend, backend_options=backend_options,
+                config=config, event_time=None, allowed_lateness=timedelta(0),
+                processing_time=processing_time, restore_from=restore_from)
+
+
+def _run(
+    df: DataFrame, *, key: str, function: KeyedProcessFunction | KeyedBatchFunction,
+    process: Callable[[TaskSpec], Process], output_schema: T.StructType, job: str,
+    checkpoint_id: int, operator: str, parallelism: int | None, max_parallelism: int | None,
+    order_by: list[str] | None, backend: str, backend_options: object,
+    config: StatecoreConfig | None, event_time: str | None, allowed_lateness: timedelta,
+    processing_time: TtlTimeProvider | None, restore_from: str | None,
+) -> KeyedRun:
+    """One run of either API: plan, check, process on the executors, commit."""
     _check_backend_options(backend, backend_options)
     config = config or StatecoreConfig.resolve()
     key_type = _key_info(df, key)
@@ -201,23 +235,25 @@ def keyed_process(
         except Exception as exc:
             catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
             raise
-        table_uris = functools.partial(state_table_uri, config.warehouse, job, operator)
-
+        time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
+        spec = TaskSpec(
+            key=key, key_type=key_type, key_group_column=KEY_GROUP_COLUMN,
+            parallelism=planned.parallelism, max_parallelism=planned.max_parallelism,
+            checkpoint_id=planned.checkpoint_id, restore=planned.restore, job=job,
+            operator=operator, backend_factory=BACKENDS[backend],
+            backend_options=backend_options, home=config.home,
+            table_uris=functools.partial(state_table_uri, config.warehouse, job, operator),
+            output_schema=to_arrow_schema(output_schema, timezone=time_zone),
+            event_time=event_time, watermark=watermark, processing_time=processing_time,
+        )
         aligned = align_to_key_groups(df, key, parallelism=planned.parallelism,
                                       max_parallelism=planned.max_parallelism, order_by=order_by)
-        run_task = _task_function(
-            function, key=key, key_type=key_type, planned=planned, job=job, operator=operator,
-            backend_factory=BACKENDS[backend], backend_options=backend_options,
-            home=config.home, table_uris=table_uris,
-            output_schema=output_schema, event_time=event_time, watermark=watermark,
-            processing_time=processing_time,
-            time_zone=spark.conf.get("spark.sql.session.timeZone") or "UTC",
-        )
-        result_schema = T.StructType([*output_schema.fields, T.StructField(_META, T.StringType())])
-        result = aligned.mapInArrow(run_task, result_schema).persist(StorageLevel.MEMORY_AND_DISK)
+        result_schema = T.StructType([*output_schema.fields, T.StructField(META, T.StringType())])
+        result = aligned.mapInArrow(task_function(spec, function, process(spec)),
+                                    result_schema).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            metas = [json.loads(r[0]) for r in result.where(F.col(_META).isNotNull())
-                     .select(_META).collect()]
+            metas = [json.loads(r[0]) for r in result.where(F.col(META).isNotNull())
+                     .select(META).collect()]
         except Exception as exc:
             result.unpersist()
             catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
@@ -233,7 +269,7 @@ def keyed_process(
                      "local state, %d rows ingested", job, planned.restore.checkpoint_id,
                      backend, restore.get("reused_key_groups", 0),
                      restore.get("ingested_rows", 0))
-        output = result.where(F.col(_META).isNull()).drop(_META)
+        output = result.where(F.col(META).isNull()).drop(META)
         return KeyedRun(output, record, False, records, restore)
     finally:
         catalog.close()
@@ -263,73 +299,9 @@ def _task_error(exc: Exception, job: str, checkpoint_id: int) -> Exception:
     )
 
 
-def _task_function(
-    function: KeyedProcessFunction, *, key: str, key_type: TypeInfo, planned: PlannedCheckpoint,
-    job: str, operator: str, backend_factory: BackendFactory, backend_options: object,
-    home: str, table_uris: TableUris,
-    output_schema: T.StructType, time_zone: str, event_time: str | None, watermark: int,
-    processing_time: TtlTimeProvider | None,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    p, max_p = planned.parallelism, planned.max_parallelism
-    restore = planned.restore
-    checkpoint_id = planned.checkpoint_id
-    out_names = [f.name for f in output_schema.fields]
-    arrow_out = to_arrow_schema(output_schema, timezone=time_zone)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        result_schema = arrow_out.append(pa.field(_META, pa.string()))
-        index = TaskContext.get().partitionId()  # type: ignore[union-attr]
-        key_groups = compute_key_group_range_for_operator_index(max_p, p, index)
-        scope = TaskScope(
-            job=job, operator=operator, subtask_index=index, checkpoint_id=checkpoint_id,
-            home=home, restored_checkpoint_id=restore.checkpoint_id,
-            restored_files=restore.file_paths(key_groups),
-            restore_source_for=lambda kgs: restore.source(kgs, key_type),
-        )
-        backend = backend_factory(key_type=key_type, key_group_range=key_groups,
-                                  max_parallelism=max_p,
-                                  restore_source=restore.source(key_groups, key_type),
-                                  ttl_time_provider=processing_time, scope=scope,
-                                  options=backend_options)
-        task = KeyedOperatorTask(function, backend, job=job, operator=operator,
-                                 subtask_index=index, parallelism=p, restore=restore)
-        try:
-            task.open()
-            for batch in batches:
-                rows = task.process_batch(batch, key=key, key_group=KEY_GROUP_COLUMN,
-                                          event_time=event_time)
-                if rows:
-                    yield _to_batch(rows, arrow_out, result_schema, out_names)
-            rows = task.advance_watermark(watermark) + task.advance_processing_time()
-            if rows:
-                yield _to_batch(rows, arrow_out, result_schema, out_names)
-            snapshot = task.snapshot(table_uris, checkpoint_id=checkpoint_id)
-            restored = backend.restore_metrics()
-        except BaseException:
-            backend.close()  # a failed attempt must not keep its local state open
-            raise
-        task.close()
-        meta = json.dumps({"subtask": index, "records": task.records, "restore": restored,
-                           "states": [s.to_json_dict() for s in snapshot]})
-        columns: list[Any] = [pa.nulls(1, f.type) for f in arrow_out] + [pa.array([meta])]
-        yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
-
-    return run
-
-
 def _sum_restore_metrics(metas: list[dict[str, Any]]) -> dict[str, int]:
     total: dict[str, int] = {"tasks": len(metas)}
     for meta in metas:
         for name, value in meta.get("restore", {}).items():
             total[name] = total.get(name, 0) + int(value)
     return total
-
-
-def _to_batch(rows: list[Any], arrow_out: pa.Schema, result_schema: pa.Schema,
-              names: list[str]) -> pa.RecordBatch:
-    columns = list(zip(*rows)) if rows else [() for _ in names]
-    if len(columns) != len(names):
-        raise ConfigError(f"output rows have {len(columns)} fields, the output schema {names}")
-    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, arrow_out)]
-    arrays.append(pa.nulls(len(rows), pa.string()))
-    return pa.RecordBatch.from_arrays(arrays, schema=result_schema)
