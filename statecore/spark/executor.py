@@ -19,12 +19,13 @@ from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend, TaskSco
 from statecore.errors import ConfigError
 from statecore.keygroups import compute_key_group_range_for_operator_index
 from statecore.restore import RestorePlan
+from statecore.snapshot.output import OutputWriter
 from statecore.task import KeyedOperatorTask, TableUris
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
 __all__ = ["BACKENDS", "BackendFactory", "META", "TaskSpec", "task_function", "per_record",
-           "per_batch", "to_batch", "table_batches"]
+           "per_batch", "output_batches", "to_batch", "table_batches"]
 
 META = "__statecore_snapshot"
 """The extra output column through which each task reports its snapshot to the driver."""
@@ -59,7 +60,7 @@ class TaskSpec:
         max_parallelism: int, checkpoint_id: int, restore: RestorePlan, job: str, operator: str,
         backend_factory: BackendFactory, backend_options: object, home: str,
         table_uris: TableUris, output_schema: pa.Schema, event_time: str | None, watermark: int,
-        processing_time: TtlTimeProvider | None,
+        processing_time: TtlTimeProvider | None, output_table: str | None = None,
     ) -> None:
         self.key, self.key_type, self.key_group_column = key, key_type, key_group_column
         self.parallelism, self.max_parallelism = parallelism, max_parallelism
@@ -70,6 +71,9 @@ class TaskSpec:
         self.output_schema = output_schema
         self.event_time, self.watermark = event_time, watermark
         self.processing_time = processing_time
+        self.output_table = output_table
+        """When set, tasks write their output there (committed by the driver) instead of
+        returning it to Spark."""
 
     @property
     def result_schema(self) -> pa.Schema:
@@ -145,21 +149,31 @@ def task_function(
                                  subtask_index=index, parallelism=spec.parallelism,
                                  restore=spec.restore)
         result_schema = spec.result_schema
+        writer = None if spec.output_table is None else OutputWriter(
+            spec.output_table, spec.output_schema, checkpoint_id=spec.checkpoint_id,
+            subtask=index)
         try:
             task.open()
             for output in process(task, batches):
-                if isinstance(output, pa.Table):
-                    yield from table_batches(output, spec.output_schema, result_schema)
-                elif output:
-                    yield to_batch(output, spec.output_schema, result_schema)
+                for batch in output_batches(output, spec.output_schema):
+                    if writer is not None:
+                        writer.write(batch)
+                    else:
+                        yield pa.RecordBatch.from_arrays(
+                            [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
+                            schema=result_schema)
             snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
+            written = None if writer is None else writer.close()
             restored = backend.restore_metrics()
         except BaseException:
             backend.close()  # a failed attempt must not keep its local state open
+            if writer is not None:
+                writer.abort()
             raise
         task.close()
         meta = json.dumps({"subtask": index, "records": task.records, "restore": restored,
-                           "states": [s.to_json_dict() for s in snapshot]})
+                           "states": [s.to_json_dict() for s in snapshot],
+                           "output": None if written is None else written.to_json_dict()})
         columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
         columns.append(pa.array([meta]))
         yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
@@ -167,8 +181,15 @@ def task_function(
     return run
 
 
-def to_batch(rows: list[Any], output_schema: pa.Schema,
-             result_schema: pa.Schema) -> pa.RecordBatch:
+def output_batches(output: Output, output_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """What a task produced (rows or a table) as batches of the output schema."""
+    if isinstance(output, pa.Table):
+        yield from table_batches(output, output_schema)
+    elif output:
+        yield to_batch(output, output_schema)
+
+
+def to_batch(rows: list[Any], output_schema: pa.Schema) -> pa.RecordBatch:
     """Output rows (tuples in the output schema's field order) as one Arrow batch, built in
     one conversion (a struct array) rather than column by column."""
     try:
@@ -182,13 +203,10 @@ def to_batch(rows: list[Any], output_schema: pa.Schema,
                               f"output schema {names}") from exc
         raise ConfigError(f"output rows do not match the output schema "
                           f"{output_schema}: {exc}") from exc
-    columns = pa.RecordBatch.from_struct_array(struct).columns
-    return pa.RecordBatch.from_arrays([*columns, pa.nulls(len(rows), pa.string())],
-                                      schema=result_schema)
+    return pa.RecordBatch.from_struct_array(struct)
 
 
-def table_batches(table: pa.Table, output_schema: pa.Schema,
-                  result_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def table_batches(table: pa.Table, output_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """A vectorized function's output table in the output schema (by column name; extra
     columns dropped), as batches."""
     missing = [n for n in output_schema.names if n not in table.column_names]
@@ -200,6 +218,4 @@ def table_batches(table: pa.Table, output_schema: pa.Schema,
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise ConfigError(f"the function's output {table.schema} does not cast to the output "
                           f"schema {output_schema}: {exc}") from exc
-    for batch in table.to_batches():
-        yield pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(batch.num_rows, pa.string())],
-                                         schema=result_schema)
+    yield from table.to_batches()

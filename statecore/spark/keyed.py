@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from pyspark import StorageLevel, cloudpickle
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -37,6 +37,7 @@ from statecore.maintenance import check_not_locked
 from statecore.runtime import KeyedProcessFunction
 from statecore.savepoint import restore_savepoint
 from statecore.snapshot import state_table_uri
+from statecore.snapshot.output import OutputFile, OutputTable
 from statecore.spark.executor import (
     BACKENDS,
     META,
@@ -142,6 +143,7 @@ def keyed_process(
     allowed_lateness: timedelta = timedelta(0),
     processing_time: TtlTimeProvider | None = None,
     restore_from: str | None = None,
+    output_table: str | None = None,
 ) -> KeyedRun:
     """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
 
@@ -152,14 +154,22 @@ def keyed_process(
     to the tasks). ``backend`` names the keyed state backend (``heap`` or ``rocksdb``) and
     ``backend_options`` configures it (``RocksDBOptions`` for ``rocksdb``). ``restore_from`` is
     a savepoint folder: the run starts from it instead of the job's latest checkpoint (the
-    catalog may be empty). The output is persisted; unpersist it when done.
+    catalog may be empty).
+
+    Without ``output_table`` the output comes back as a persisted DataFrame (unpersist it when
+    done). With ``output_table`` (a Delta table path or URI) the tasks write the output there
+    and it is committed exactly once with the checkpoint (see
+    :mod:`statecore.snapshot.output`); the run's ``output`` then reads this checkpoint's rows
+    from the table, also on a replay. This is the faster way: the rows never go back through
+    Spark.
     """
     return _run(df, key=key, function=function, process=per_record,
                 output_schema=output_schema, job=job, checkpoint_id=checkpoint_id,
                 operator=operator, parallelism=parallelism, max_parallelism=max_parallelism,
                 order_by=order_by, backend=backend, backend_options=backend_options,
                 config=config, event_time=event_time, allowed_lateness=allowed_lateness,
-                processing_time=processing_time, restore_from=restore_from)
+                processing_time=processing_time, restore_from=restore_from,
+                output_table=output_table)
 
 
 def keyed_process_batches(
@@ -179,6 +189,7 @@ def keyed_process_batches(
     config: StatecoreConfig | None = None,
     processing_time: TtlTimeProvider | None = None,
     restore_from: str | None = None,
+    output_table: str | None = None,
     batch_rows: int = 1_000_000,
 ) -> KeyedRun:
     """Like :func:`keyed_process`, with a vectorized ``function``
@@ -199,7 +210,8 @@ def keyed_process_batches(
                 operator=operator, parallelism=parallelism, max_parallelism=max_parallelism,
                 order_by=order_by, backend=backend, backend_options=backend_options,
                 config=config, event_time=None, allowed_lateness=timedelta(0),
-                processing_time=processing_time, restore_from=restore_from)
+                processing_time=processing_time, restore_from=restore_from,
+                output_table=output_table)
 
 
 def _run(
@@ -209,6 +221,7 @@ def _run(
     order_by: list[str] | None, backend: str, backend_options: object,
     config: StatecoreConfig | None, event_time: str | None, allowed_lateness: timedelta,
     processing_time: TtlTimeProvider | None, restore_from: str | None,
+    output_table: str | None,
 ) -> KeyedRun:
     """One run of either API: plan, check, process on the executors, commit."""
     _check_backend_options(backend, backend_options)
@@ -225,17 +238,22 @@ def _run(
             checkpoint_id, parallelism=parallelism, max_parallelism=max_parallelism,
             default_parallelism=spark.sparkContext.defaultParallelism,
         )
+        time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
+        arrow_output = to_arrow_schema(output_schema, timezone=time_zone)
+        sink = None if output_table is None else OutputTable(
+            output_table, arrow_output, app_id=f"statecore:{job}/{operator}")
         if planned.replayed:
-            empty = spark.createDataFrame([], output_schema)
-            return KeyedRun(empty, catalog.get_checkpoint(job, checkpoint_id), True, 0)
-        try:  # before any record is processed: the states' schemas, the watermark
+            output = _committed_output(spark, sink, output_schema, checkpoint_id)
+            return KeyedRun(output, catalog.get_checkpoint(job, checkpoint_id), True, 0)
+        try:  # before any record is processed: the states' schemas, the watermark, the sink
             planned = coordinator.check_compatible(
                 planned, _probe_states(function, key_type, planned, job, operator))
             watermark = _watermark(df, event_time, allowed_lateness)
+            if sink is not None:
+                sink.check_schema()
         except Exception as exc:
             catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
             raise
-        time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
         spec = TaskSpec(
             key=key, key_type=key_type, key_group_column=KEY_GROUP_COLUMN,
             parallelism=planned.parallelism, max_parallelism=planned.max_parallelism,
@@ -243,14 +261,16 @@ def _run(
             operator=operator, backend_factory=BACKENDS[backend],
             backend_options=backend_options, home=config.home,
             table_uris=functools.partial(state_table_uri, config.warehouse, job, operator),
-            output_schema=to_arrow_schema(output_schema, timezone=time_zone),
-            event_time=event_time, watermark=watermark, processing_time=processing_time,
+            output_schema=arrow_output, event_time=event_time, watermark=watermark,
+            processing_time=processing_time, output_table=output_table,
         )
         aligned = align_to_key_groups(df, key, parallelism=planned.parallelism,
                                       max_parallelism=planned.max_parallelism, order_by=order_by)
         result_schema = T.StructType([*output_schema.fields, T.StructField(META, T.StringType())])
         result = aligned.mapInArrow(task_function(spec, function, process(spec)),
-                                    result_schema).persist(StorageLevel.MEMORY_AND_DISK)
+                                    result_schema)
+        if sink is None:  # the output stays with Spark: computed once, kept for the caller
+            result = result.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             metas = [json.loads(r[0]) for r in result.where(F.col(META).isNotNull())
                      .select(META).collect()]
@@ -258,6 +278,17 @@ def _run(
             result.unpersist()
             catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
             raise _task_error(exc, job, checkpoint_id) from exc
+        if sink is not None:
+            files = [OutputFile(**m["output"]) for m in metas if m.get("output")]
+            try:
+                if not sink.commit(files, checkpoint_id=checkpoint_id):
+                    log.warning("job %s: the output of checkpoint %s was committed by an earlier "
+                                "attempt; this attempt's output files were dropped", job,
+                                checkpoint_id)
+            except Exception as exc:
+                catalog.fail_checkpoint(job, checkpoint_id,
+                                        error=f"{type(exc).__name__}: {exc}")
+                raise
         snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
         record = coordinator.commit(planned, snapshots)
         records = sum(m["records"] for m in metas)
@@ -269,10 +300,22 @@ def _run(
                      "local state, %d rows ingested", job, planned.restore.checkpoint_id,
                      backend, restore.get("reused_key_groups", 0),
                      restore.get("ingested_rows", 0))
-        output = result.where(F.col(META).isNull()).drop(META)
+        if sink is None:
+            output = result.where(F.col(META).isNull()).drop(META)
+        else:
+            output = _committed_output(spark, sink, output_schema, checkpoint_id)
         return KeyedRun(output, record, False, records, restore)
     finally:
         catalog.close()
+
+
+def _committed_output(spark: SparkSession, sink: OutputTable | None,
+                      output_schema: T.StructType, checkpoint_id: int) -> DataFrame:
+    """The rows of ``checkpoint_id`` in the output table (none without an output table)."""
+    uris = [] if sink is None else sink.checkpoint_files(checkpoint_id)
+    if not uris:
+        return spark.createDataFrame([], output_schema)
+    return spark.read.schema(output_schema).parquet(*uris)
 
 
 def _is_complete(catalog: Catalog, job: str, checkpoint_id: int) -> bool:

@@ -1,0 +1,172 @@
+"""A job's output as a Delta table, appended exactly once per checkpoint.
+
+Flink's two-phase-commit sinks, on Delta: each task writes its output rows as Parquet files in the
+table's folder (invisible to readers until committed), and reports them with its snapshot; the
+driver commits them in one Delta transaction that records the checkpoint id as the job's
+application transaction version, then completes the checkpoint. A run that repeats a checkpoint
+whose output is already committed (it failed after that commit) finds the version recorded,
+commits nothing and deletes its own files, so each checkpoint's rows are in the table once.
+A file's name carries its checkpoint id, so the rows of one checkpoint can be read back alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction
+
+from statecore.errors import CheckpointCommitError, ConfigError
+from statecore.snapshot.files import table_filesystem
+
+__all__ = ["OutputFile", "OutputWriter", "OutputTable"]
+
+_STATS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string,
+          pa.types.is_large_string, pa.types.is_boolean)
+
+
+def _prefix(checkpoint_id: int) -> str:
+    return f"part-cp{checkpoint_id:012d}-"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputFile:
+    """A written, not yet committed, output file (``path`` relative to the table root)."""
+
+    path: str
+    rows: int
+    size: int
+    modification_time: int
+    stats: str
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class OutputWriter:
+    """Executor side: a task's output batches, streamed into one Parquet file."""
+
+    def __init__(self, table_uri: str, schema: pa.Schema, *, checkpoint_id: int,
+                 subtask: int) -> None:
+        self._fs, self._root = table_filesystem(table_uri)
+        self._schema = schema
+        self._relative = f"{_prefix(checkpoint_id)}{subtask:05d}-{uuid.uuid4().hex[:12]}.parquet"
+        self._writer: pq.ParquetWriter | None = None
+        self._rows = 0
+        self._nulls = {f.name: 0 for f in schema}
+        self._min: dict[str, Any] = {}
+        self._max: dict[str, Any] = {}
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if self._writer is None:
+            self._fs.create_dir(self._root, recursive=True)
+            self._writer = pq.ParquetWriter(f"{self._root}/{self._relative}", self._schema,
+                                            filesystem=self._fs, compression="zstd")
+        self._writer.write_batch(batch)
+        self._rows += batch.num_rows
+        for field, column in zip(self._schema, batch.columns):
+            self._nulls[field.name] += column.null_count
+            if not any(check(field.type) for check in _STATS) or \
+                    column.null_count == len(column):
+                continue
+            bounds = pc.min_max(column)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            known_low, known_high = self._min.get(field.name), self._max.get(field.name)
+            self._min[field.name] = low if known_low is None else min(low, known_low)
+            self._max[field.name] = high if known_high is None else max(high, known_high)
+
+    def close(self) -> OutputFile | None:
+        """Finish the file; ``None`` when the task had no output."""
+        if self._writer is None:
+            return None
+        self._writer.close()
+        full = f"{self._root}/{self._relative}"
+        stats = json.dumps({"numRecords": self._rows, "minValues": self._min,
+                            "maxValues": self._max, "nullCount": self._nulls})
+        return OutputFile(path=self._relative, rows=self._rows,
+                          size=int(self._fs.get_file_info(full).size or 0),
+                          modification_time=time.time_ns() // 1_000_000, stats=stats)
+
+    def abort(self) -> None:
+        """Drop the file of a failed attempt."""
+        if self._writer is not None:
+            self._writer.close()
+            self._fs.delete_file(f"{self._root}/{self._relative}")
+
+
+class OutputTable:
+    """Driver side: the job's output table at ``uri``, rows of ``schema``."""
+
+    def __init__(self, uri: str, schema: pa.Schema, *, app_id: str) -> None:
+        self.uri = uri
+        self.schema = schema
+        self.app_id = app_id
+
+    def _table(self) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.uri)
+        except TableNotFoundError:
+            return None
+        except (DeltaError, OSError) as exc:
+            raise ConfigError(f"output table {self.uri} cannot be opened: {exc}") from exc
+
+    def check_schema(self) -> None:
+        """Raise :class:`ConfigError` when the table exists with other columns or types."""
+        table = self._table()
+        if table is None:
+            return
+        existing, mine = table.schema(), Schema.from_arrow(self.schema)
+        if [(f.name, f.type) for f in existing.fields] != [(f.name, f.type) for f in mine.fields]:
+            raise ConfigError(f"output table {self.uri} has the schema {existing}, the job's "
+                              f"output schema is {mine}; write to another table")
+
+    def committed_checkpoint(self) -> int | None:
+        """The last checkpoint whose output this job committed to the table."""
+        table = self._table()
+        return None if table is None else table.transaction_version(self.app_id)
+
+    def commit(self, files: list[OutputFile], *, checkpoint_id: int) -> bool:
+        """Append ``files`` as the output of ``checkpoint_id``; ``False`` (and the files
+        deleted) when that checkpoint's output is already in the table."""
+        done = self.committed_checkpoint()
+        if done is not None and done >= checkpoint_id:
+            self.delete(files)
+            return False
+        properties = CommitProperties(app_transactions=[Transaction(self.app_id, checkpoint_id)])
+        try:
+            if self._table() is None:
+                DeltaTable.create(self.uri, self.schema, mode="ignore")
+            table = DeltaTable(self.uri)
+            table.create_write_transaction(
+                [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats)
+                 for f in files],
+                "append", self.schema, commit_properties=properties)
+        except DeltaError as exc:
+            raise CheckpointCommitError(
+                f"checkpoint {checkpoint_id}: commit of the output table {self.uri} failed: "
+                f"{exc}") from exc
+        return True
+
+    def delete(self, files: list[OutputFile]) -> None:
+        fs, root = table_filesystem(self.uri)
+        for f in files:
+            fs.delete_file(f"{root}/{f.path}")
+
+    def checkpoint_files(self, checkpoint_id: int) -> list[str]:
+        """URIs of the committed files holding the output of ``checkpoint_id``."""
+        table = self._table()
+        if table is None:
+            return []
+        pattern = re.compile(rf"(^|/){re.escape(_prefix(checkpoint_id))}")
+        return [uri for uri in table.file_uris() if pattern.search(uri)]
