@@ -75,8 +75,9 @@ METHOD = """
 - **rocksdict raw get+put**: the RocksDB ceiling; utf-8 keys, 8-byte little-endian values,
   `raw_mode`, with the RocksDB backend's own `RocksDBOptions()` (cache, bloom filter, WAL off).
 - **statecore end to end**: `keyed_process` on Spark `local[2]` at parallelism 2 with
-  `order_by=["seq"]`, a fresh job (checkpoint 1: snapshot, Delta commit, SQLite catalog), output
-  written to Parquet; timed from reading the input to the written output.
+  `order_by=["seq"]`, a fresh job (checkpoint 1: snapshot, Delta commit, SQLite catalog), the
+  output written by the tasks to the job's exactly-once Delta output table (`output_table`,
+  committed with the checkpoint); timed from reading the input to the completed checkpoint.
 - **Spark transformWithState(InPandas)**: a file-source stream over the same Parquet folder,
   `trigger(availableNow=True)`, RocksDB state store provider, `spark.sql.shuffle.partitions=2`,
   `outputMode("append")` to a Parquet sink, timed from `readStream` to `awaitTermination()`.
