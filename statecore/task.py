@@ -11,6 +11,7 @@ it in-process.
 from __future__ import annotations
 
 import functools
+import gc
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -41,6 +42,9 @@ from statecore.vectorized import KeyedBatch, KeyedBatchFunction, group_by_key
 
 __all__ = ["RestorePlan", "RestoredState", "StateSnapshotResult", "StateSchema",
            "KeyedOperatorTask", "TableUris", "probe_states"]
+
+_GC_BATCH_THRESHOLD = 50_000
+"""Allocations between young-generation collections while a batch is processed (default 700)."""
 
 TableUris = Mapping[str, str] | Callable[[str, str], str]
 """Where a task writes: state name → table URI, or ``(table_kind, state) → table URI``."""
@@ -218,8 +222,20 @@ class KeyedOperatorTask:
 
         The key groups (computed by Spark) are range-checked once per batch; then, when the
         backend switches keys by plain assignment (heap, no per-record TTL cleanup), the loop
-        makes each key current without a call.
+        makes each key current without a call. Python's cyclic garbage collector runs less
+        often meanwhile: every record allocates short-lived tuples, which would otherwise make
+        it rescan the (large, long-lived) state every few hundred records.
         """
+        thresholds = gc.get_threshold()
+        gc.set_threshold(max(thresholds[0], _GC_BATCH_THRESHOLD), *thresholds[1:])
+        try:
+            return self._process_batch(batch, key=key, key_group=key_group,
+                                       event_time=event_time)
+        finally:
+            gc.set_threshold(*thresholds)
+
+    def _process_batch(self, batch: pa.RecordBatch, *, key: str, key_group: str,
+                       event_time: str | None) -> list[Any]:
         names = [n for n in batch.schema.names if n != key_group]
         row = self._record_type(names)
         records = map(functools.partial(tuple.__new__, row),
