@@ -238,9 +238,9 @@ class KeyedOperatorTask:
                        event_time: str | None) -> list[Any]:
         names = [n for n in batch.schema.names if n != key_group]
         row = self._record_type(names)
-        records = map(functools.partial(tuple.__new__, row),
-                      zip(*[batch.column(n).to_pylist() for n in names]))
-        keys = batch.column(key).to_pylist()
+        columns = [batch.column(n).to_pylist() for n in names]
+        records = map(functools.partial(tuple.__new__, row), zip(*columns))
+        keys = columns[names.index(key)] if key in names else batch.column(key).to_pylist()
         groups = batch.column(key_group)
         if groups.null_count == 0:
             self._check_key_groups(groups, keys)
