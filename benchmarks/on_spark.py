@@ -26,7 +26,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from benchmarks.measure import Sample, TreeRss, clock
 from benchmarks.workload import Workload
 
-__all__ = ["session", "statecore_end_to_end", "statecore_vectorized", "dict_on_spark", "spark_transform_with_state",
+__all__ = ["session", "statecore_end_to_end", "dict_on_spark", "spark_transform_with_state",
            "OUTPUT_SCHEMA", "INPUT_SCHEMA"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,23 +86,33 @@ def _verify_output(workload: Workload, variant: str, folder: Path) -> None:
 # -- statecore -----------------------------------------------------------------------------
 
 def statecore_end_to_end(spark: SparkSession, workload: Workload, backend: str,
-                         workdir: Path) -> Sample:
-    """3. ``keyed_process`` at parallelism 2, checkpoint 1 of a fresh job, output to Parquet."""
-    from benchmarks.functions import RunningSum
+                         workdir: Path, *, vectorized: bool = False) -> Sample:
+    """3. ``keyed_process`` running ``RunningSum`` per record at parallelism 2, checkpoint 1 of a
+    fresh job, the output to the job's Delta output table. With ``vectorized``: 3c.,
+    ``keyed_process_batches`` with ``RunningAggregate``, the same state and checkpoint computed
+    per keyed batch (state read and written once per key and batch)."""
+    from benchmarks.functions import TOTAL, RunningSum
     from statecore.config import StatecoreConfig
-    from statecore.spark.keyed import keyed_process
+    from statecore.spark import keyed_process, keyed_process_batches
+    from statecore.vectorized import RunningAggregate
 
-    variant = f"statecore {backend}, Spark local[2] end to end"
+    variant = (f"statecore vectorized ({backend}), Spark local[2] end to end" if vectorized
+               else f"statecore {backend}, Spark local[2] end to end")
     run_dir = _fresh(workdir)
     config = StatecoreConfig.resolve(home=str(run_dir / "home"), env={})
     output = run_dir / "output"
+    common: dict[str, Any] = dict(
+        key="key", output_schema=OUTPUT_SCHEMA, job="bench", checkpoint_id=1,
+        parallelism=PARALLELISM, order_by=["seq"], backend=backend, config=config,
+        output_table=str(output))
     with TreeRss() as rss:
         start = clock()
         events = spark.read.schema(INPUT_SCHEMA).parquet(str(workload.input_dir))
-        run = keyed_process(events, key="key", function=RunningSum(), output_schema=OUTPUT_SCHEMA,
-                            job="bench", checkpoint_id=1, parallelism=PARALLELISM,
-                            order_by=["seq"], backend=backend, config=config,
-                            output_table=str(output))
+        if vectorized:
+            run = keyed_process_batches(
+                events, function=RunningAggregate("value", TOTAL, output="new_sum"), **common)
+        else:
+            run = keyed_process(events, function=RunningSum(), **common)
         seconds = clock() - start
     spark.catalog.clearCache()
     if run.records != workload.events:
@@ -113,37 +123,6 @@ def statecore_end_to_end(spark: SparkSession, workload: Workload, backend: str,
         "state_rows": checkpoint.total_rows, "state_bytes": checkpoint.total_bytes,
         "checkpoint_seconds": checkpoint.duration.total_seconds() if checkpoint.duration else None,
         "home": str(run_dir / "home"),
-    })
-
-
-def statecore_vectorized(spark: SparkSession, workload: Workload, backend: str,
-                         workdir: Path) -> Sample:
-    """3c. ``keyed_process_batches`` with ``RunningAggregate``: the same running sum, state and
-    checkpoint, computed per keyed batch (state read and written once per key and batch)."""
-    from benchmarks.functions import TOTAL
-    from statecore.config import StatecoreConfig
-    from statecore.spark import keyed_process_batches
-    from statecore.vectorized import RunningAggregate
-
-    variant = f"statecore vectorized ({backend}), Spark local[2] end to end"
-    run_dir = _fresh(workdir)
-    config = StatecoreConfig.resolve(home=str(run_dir / "home"), env={})
-    output = run_dir / "output"
-    with TreeRss() as rss:
-        start = clock()
-        events = spark.read.schema(INPUT_SCHEMA).parquet(str(workload.input_dir))
-        run = keyed_process_batches(
-            events, key="key", function=RunningAggregate("value", TOTAL, output="new_sum"),
-            output_schema=OUTPUT_SCHEMA, job="bench", checkpoint_id=1, parallelism=PARALLELISM,
-            order_by=["seq"], backend=backend, config=config, output_table=str(output))
-        seconds = clock() - start
-    spark.catalog.clearCache()
-    if run.records != workload.events:
-        raise AssertionError(f"{variant}: {run.records} records, expected {workload.events}")
-    _verify_output(workload, variant, output)
-    checkpoint = run.checkpoint
-    return Sample(variant, seconds, workload.events, rss.peak, extra={
-        "state_rows": checkpoint.total_rows, "state_bytes": checkpoint.total_bytes,
     })
 
 

@@ -106,8 +106,8 @@ def _spark_variants(spark: Any, work: Path,
             lambda w, tag, b=backend: on_spark.statecore_end_to_end(  # type: ignore[misc]
                 spark, w, b, work / f"{tag}statecore-{b}"))
         out[f"statecore vectorized ({backend}), Spark local[2] end to end"] = (
-            lambda w, tag, b=backend: on_spark.statecore_vectorized(  # type: ignore[misc]
-                spark, w, b, work / f"{tag}vectorized-{b}"))
+            lambda w, tag, b=backend: on_spark.statecore_end_to_end(  # type: ignore[misc]
+                spark, w, b, work / f"{tag}vectorized-{b}", vectorized=True))
     out["dict loop, Spark local[2] (same shuffle + sort, no checkpoint)"] = (
         lambda w, tag: on_spark.dict_on_spark(spark, w, work / f"{tag}dict-spark"))
     out["Spark transformWithState, RocksDB store, local[2]"] = (
