@@ -1,4 +1,4 @@
-"""Delta snapshot tables: incremental per key group, rolled back on failure, read by DuckDB too."""
+"""Delta snapshot tables: incremental per key group, rolled back on failure, read by DuckDB too;\nfiles read in one request each."""
 
 from __future__ import annotations
 
@@ -68,3 +68,34 @@ def test_missing_file_is_a_corrupt_snapshot(tmp_path: Path) -> None:
         list(table.read_files(table.files(v)))
     with pytest.raises(CorruptSnapshotError, match="version 99"):
         table.files(99)
+
+
+def _rchar() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("/proc/self/io has no rchar")
+
+
+def test_unreadable_file_is_a_corrupt_snapshot(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = SnapshotTable(uri, ROWS, label="job/main/last")
+    f = write_key_group_file(uri, 5, rows(("a", [1])), checkpoint_id=1, subtask=0)
+    v = table.commit([f], changed_key_groups={5}, base_version=None, app_id="x", checkpoint_id=1)
+    path = Path(uri) / f.path
+    path.write_bytes(path.read_bytes()[: f.size // 2])
+    with pytest.raises(CorruptSnapshotError, match="key group 5: file .* unreadable"):
+        list(table.read_files(table.files(v)))
+
+
+def test_a_file_is_read_once(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = SnapshotTable(uri, ROWS, label="job/main/last")
+    many = rows(*((f"key-{i}", list(range(i % 7))) for i in range(5_000)))
+    f = write_key_group_file(uri, 5, many, checkpoint_id=1, subtask=0)
+    files = table.files(table.commit([f], changed_key_groups={5}, base_version=None,
+                                     app_id="x", checkpoint_id=1))
+    before = _rchar()
+    [(_, read)] = list(table.read_files(files))
+    assert read.equals(many)
+    assert f.size <= _rchar() - before < 1.2 * f.size  # not the footer, then the columns

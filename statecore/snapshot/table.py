@@ -50,11 +50,17 @@ class TableFile:
 def read_table_files(
     uri: str, files: Iterable[TableFile], *, label: str
 ) -> Iterator[tuple[TableFile, pa.Table]]:
-    """Each file of the table at ``uri`` with its rows (without the partition column)."""
+    """Each file of the table at ``uri`` with its rows (without the partition column).
+
+    A file is read in one request into memory and decoded there: key-group files are small,
+    and reading the footer first, then the columns, would read most of each file twice.
+    """
     fs, root = table_filesystem(uri)
     for f in files:
         try:
-            rows = pq.read_table(f"{root}/{f.path}", filesystem=fs)
+            with fs.open_input_file(f"{root}/{f.path}") as source:
+                data = source.read()
+            rows = pq.read_table(pa.BufferReader(data))
         except (OSError, pa.ArrowInvalid) as exc:
             raise CorruptSnapshotError(
                 f"{label}, key group {f.key_group}: file {f.path} is missing or unreadable: "
