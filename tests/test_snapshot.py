@@ -1,15 +1,17 @@
-"""Delta snapshot tables: incremental per key group, rolled back on failure, read by DuckDB too;\nfiles read in one request each."""
+"""Delta snapshot tables: incremental per key group, rolled back on failure, read by DuckDB too;\nfiles with their footer statistics, read in one request each."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from duckdb_extensions import import_extension
 
-from statecore.errors import CorruptSnapshotError
+from statecore.errors import CorruptSnapshotError, SnapshotWriteError
 from statecore.snapshot import SnapshotTable, write_key_group_file
 
 ROWS = pa.schema([("key", pa.string()), ("namespace", pa.string()), ("value", pa.list_(pa.int64()))])
@@ -99,3 +101,28 @@ def test_a_file_is_read_once(tmp_path: Path) -> None:
     [(_, read)] = list(table.read_files(files))
     assert read.equals(many)
     assert f.size <= _rchar() - before < 1.2 * f.size  # not the footer, then the columns
+
+
+def test_statistics_come_from_the_written_footer(tmp_path: Path) -> None:
+    written = pa.table({
+        "key": ["b", "a", "c"], "count": pa.array([3, None, -1], pa.int64()),
+        "ratio": [0.5, 2.0, None], "flag": [True, False, True],
+        "none": pa.array([None, None, None], pa.int32()), "value": [[1], [], None]})
+    f = write_key_group_file(str(tmp_path / "t"), 2, written, checkpoint_id=1, subtask=0)
+    assert json.loads(f.stats) == {
+        "numRecords": 3,
+        "minValues": {"key": "a", "count": -1, "ratio": 0.5, "flag": False},
+        "maxValues": {"key": "c", "count": 3, "ratio": 2.0, "flag": True},
+        "nullCount": {"key": 0, "count": 1, "ratio": 1, "flag": 0, "none": 3},
+    }
+    assert f.size == (tmp_path / "t" / f.path).stat().st_size
+    assert pq.read_table(tmp_path / "t" / f.path).equals(written)
+
+
+def test_a_file_that_cannot_be_written_names_its_key_group(tmp_path: Path) -> None:
+    uri = tmp_path / "t"
+    uri.mkdir()
+    (uri / "key_group=7").write_text("a file where the partition folder goes")
+    with pytest.raises(SnapshotWriteError, match="checkpoint 3: key_group 7 of snapshot table "
+                       f"{uri} cannot be written"):
+        write_key_group_file(str(uri), 7, rows(("a", [1])), checkpoint_id=3, subtask=0)
