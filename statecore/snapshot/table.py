@@ -30,6 +30,7 @@ from statecore.snapshot.files import SnapshotFile, table_filesystem
 __all__ = ["SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
 
 PARTITION = "key_group"
+_THREADED_DECODE_BYTES = 1 << 20  # smaller files decode faster in one thread
 
 
 def key_group_schema(rows_schema: pa.Schema, partition: str = PARTITION) -> pa.Schema:
@@ -54,14 +55,16 @@ def read_table_files(
 
     A file is read in one request into memory and decoded there: key-group files are small,
     and reading the footer first, then the columns, would read most of each file twice. It is
-    decoded as one Parquet file (``pq.read_table`` would also load ``pyarrow.dataset``).
+    decoded as one Parquet file (``pq.read_table`` would also load ``pyarrow.dataset``), a small
+    one in this thread.
     """
     fs, root = table_filesystem(uri)
     for f in files:
         try:
             with fs.open_input_file(f"{root}/{f.path}") as source:
                 data = source.read()
-            rows = pq.ParquetFile(pa.BufferReader(data)).read()
+            rows = pq.ParquetFile(pa.BufferReader(data)).read(
+                use_threads=len(data) >= _THREADED_DECODE_BYTES)
         except (OSError, pa.ArrowInvalid) as exc:
             raise CorruptSnapshotError(
                 f"{label}, key group {f.key_group}: file {f.path} is missing or unreadable: "
