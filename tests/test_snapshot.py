@@ -1,8 +1,9 @@
-"""Delta snapshot tables: incremental per key group, rolled back on failure, read by DuckDB too;\nfiles with their footer statistics, read in one request each."""
+"""Delta snapshot tables: incremental per key group, rolled back on failure, read by DuckDB too;\nfiles written from threads with their footer statistics, read in one request each."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -12,7 +13,7 @@ import pytest
 from duckdb_extensions import import_extension
 
 from statecore.errors import CorruptSnapshotError, SnapshotWriteError
-from statecore.snapshot import SnapshotTable, write_key_group_file
+from statecore.snapshot import SnapshotTable, write_key_group_file, write_key_group_files
 
 ROWS = pa.schema([("key", pa.string()), ("namespace", pa.string()), ("value", pa.list_(pa.int64()))])
 
@@ -126,3 +127,31 @@ def test_a_file_that_cannot_be_written_names_its_key_group(tmp_path: Path) -> No
     with pytest.raises(SnapshotWriteError, match="checkpoint 3: key_group 7 of snapshot table "
                        f"{uri} cannot be written"):
         write_key_group_file(str(uri), 7, rows(("a", [1])), checkpoint_id=3, subtask=0)
+
+
+def test_a_failed_write_among_threads_stops_the_others(tmp_path: Path) -> None:
+    uri = tmp_path / "t"
+    uri.mkdir()
+    (uri / "key_group=7").write_text("a file where the partition folder goes")
+    consumed = []
+
+    def parts() -> Iterator[tuple[int, pa.Table]]:
+        for kg in range(100):
+            consumed.append(kg)
+            yield kg, rows((f"k{kg}", [kg]))
+
+    with pytest.raises(SnapshotWriteError, match="checkpoint 3: key_group 7 of snapshot table "):
+        write_key_group_files(str(uri), parts(), checkpoint_id=3, subtask=0, threads=2)
+    assert len(consumed) <= 7 + 2 * 2 + 1  # no further key group once 7 failed
+    assert all(len(list((uri / f"key_group={kg}").iterdir())) == 1 for kg in range(7))
+
+
+def test_files_written_from_threads_keep_the_order_of_their_key_groups(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    parts = [(kg, rows(*((f"k{kg}-{i}", [i]) for i in range(kg * 50)))) for kg in range(1, 30)]
+    written = write_key_group_files(uri, iter(parts), checkpoint_id=1, subtask=0, threads=3)
+    assert [(f.key_group, f.rows) for f in written] == [(kg, t.num_rows) for kg, t in parts]
+    table = SnapshotTable(uri, ROWS, label="job/main/last")
+    v = table.commit(written, changed_key_groups=set(), base_version=None, app_id="x",
+                     checkpoint_id=1)
+    assert dict(table.read_files(table.files(v))) == dict(parts)

@@ -4,13 +4,21 @@ A file holds the rows of one key group without the ``key_group`` column (Delta k
 values in the log), and carries the Delta statistics the committer records: the row count, and
 min, max and null count of each flat column, taken from the Parquet footer the writer produced
 (as Delta writers do) rather than computed over the rows a second time.
+
+A task writes its files from a few threads (:func:`write_key_group_files`): pyarrow encodes and
+compresses, and the operating system creates files, without holding the GIL, so the files of
+earlier key groups are written while the task builds the rows of the next one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +28,11 @@ import pyarrow.parquet as pq
 
 from statecore.errors import SnapshotWriteError
 
-__all__ = ["SnapshotFile", "table_filesystem", "write_file", "write_key_group_file"]
+__all__ = ["WRITE_THREADS", "SnapshotFile", "table_filesystem", "write_file",
+           "write_key_group_file", "write_key_group_files"]
+
+WRITE_THREADS = min(4, os.cpu_count() or 1)
+"""Threads a task writes its snapshot files from (by default)."""
 
 _STAT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string,
                pa.types.is_large_string, pa.types.is_boolean)
@@ -130,3 +142,34 @@ def write_key_group_file(
             f"checkpoint {checkpoint_id}: {partition} {key_group} of snapshot table "
             f"{table_uri} cannot be written to {relative}: {exc}"
         ) from exc
+
+
+def write_key_group_files(
+    table_uri: str, parts: Iterable[tuple[int, pa.Table]], *, checkpoint_id: int,
+    subtask: int, partition: str = "key_group", threads: int = WRITE_THREADS,
+) -> list[SnapshotFile]:
+    """Write each ``(key_group, rows)`` of ``parts`` as :func:`write_key_group_file` does, from
+    ``threads`` threads; the files, in the order of ``parts``.
+
+    ``parts`` is consumed in the calling thread, at most two files per thread ahead of the
+    writes (so a lazily built snapshot stays a few key groups in memory). The first failure is
+    raised once the writes under way have ended; no further file is started.
+    """
+    threads = max(1, threads)
+    files: list[SnapshotFile] = []
+    pending: deque[Future[SnapshotFile]] = deque()
+    with ThreadPoolExecutor(threads, thread_name_prefix="statecore-snapshot") as pool:
+        try:
+            for key_group, rows in parts:
+                if len(pending) >= 2 * threads:
+                    files.append(pending.popleft().result())
+                pending.append(pool.submit(
+                    write_key_group_file, table_uri, key_group, rows,
+                    checkpoint_id=checkpoint_id, subtask=subtask, partition=partition))
+            while pending:
+                files.append(pending.popleft().result())
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+    return files
