@@ -13,7 +13,6 @@ earlier key groups are written while the task builds the rows of the next one.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections import deque
@@ -31,8 +30,9 @@ from statecore.errors import SnapshotWriteError
 __all__ = ["WRITE_THREADS", "SnapshotFile", "table_filesystem", "write_file",
            "write_key_group_file", "write_key_group_files"]
 
-WRITE_THREADS = min(4, os.cpu_count() or 1)
-"""Threads a task writes its snapshot files from (by default)."""
+WRITE_THREADS = 4
+"""Threads a task writes its snapshot files from, by default. Not tied to the cores: a file's
+creation is a wait (a metadata operation, an object-store request) more than work."""
 
 _STAT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string,
                pa.types.is_large_string, pa.types.is_boolean)
