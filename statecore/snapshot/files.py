@@ -12,11 +12,12 @@ earlier key groups are written while the task builds the rows of the next one.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 
 from statecore.errors import SnapshotWriteError
 
-__all__ = ["WRITE_THREADS", "SnapshotFile", "table_filesystem", "write_file",
+__all__ = ["WRITE_THREADS", "SnapshotFile", "table_filesystem", "write_file", "write_in_threads",
            "write_key_group_file", "write_key_group_files"]
 
 WRITE_THREADS = 4
@@ -149,7 +150,18 @@ def write_key_group_files(
     subtask: int, partition: str = "key_group", threads: int = WRITE_THREADS,
 ) -> list[SnapshotFile]:
     """Write each ``(key_group, rows)`` of ``parts`` as :func:`write_key_group_file` does, from
-    ``threads`` threads; the files, in the order of ``parts``.
+    ``threads`` threads (:func:`write_in_threads`); the files, in the order of ``parts``."""
+    return write_in_threads(
+        functools.partial(write_key_group_file, table_uri, checkpoint_id=checkpoint_id,
+                          subtask=subtask, partition=partition), parts, threads=threads)
+
+
+def write_in_threads(
+    write: Callable[[int, pa.Table], SnapshotFile], parts: Iterable[tuple[int, pa.Table]], *,
+    threads: int = WRITE_THREADS,
+) -> list[SnapshotFile]:
+    """``write(part, rows)`` for each ``(part, rows)`` of ``parts``, from ``threads`` threads;
+    the files, in the order of ``parts``.
 
     ``parts`` is consumed in the calling thread, at most two files per thread ahead of the
     writes (so a lazily built snapshot stays a few key groups in memory). The first failure is
@@ -160,12 +172,10 @@ def write_key_group_files(
     pending: deque[Future[SnapshotFile]] = deque()
     with ThreadPoolExecutor(threads, thread_name_prefix="statecore-snapshot") as pool:
         try:
-            for key_group, rows in parts:
+            for part, rows in parts:
                 if len(pending) >= 2 * threads:
                     files.append(pending.popleft().result())
-                pending.append(pool.submit(
-                    write_key_group_file, table_uri, key_group, rows,
-                    checkpoint_id=checkpoint_id, subtask=subtask, partition=partition))
+                pending.append(pool.submit(write, part, rows))
             while pending:
                 files.append(pending.popleft().result())
         except BaseException:
