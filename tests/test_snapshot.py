@@ -1,10 +1,13 @@
-"""Delta snapshot tables: incremental per key group, rolled back on failure, read by DuckDB too;\nfiles written from threads with their footer statistics, read in one request each."""
+"""Delta snapshot tables: incremental per key group, rolled back on failure, read by DuckDB too;
+files written from threads with their footer statistics (a failed write completes no
+checkpoint), read in one request each."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -12,8 +15,20 @@ import pyarrow.parquet as pq
 import pytest
 from duckdb_extensions import import_extension
 
+from statecore.catalog import Catalog
+from statecore.config import StatecoreConfig
+from statecore.descriptors import ValueStateDescriptor
 from statecore.errors import CorruptSnapshotError, SnapshotWriteError
-from statecore.snapshot import SnapshotTable, write_key_group_file, write_key_group_files
+from statecore.keygroups import assign_to_key_group
+from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
+from statecore.snapshot import (
+    SnapshotTable,
+    state_table_uri,
+    write_key_group_file,
+    write_key_group_files,
+)
+
+from .inprocess import run_checkpoint
 
 ROWS = pa.schema([("key", pa.string()), ("namespace", pa.string()), ("value", pa.list_(pa.int64()))])
 
@@ -155,3 +170,31 @@ def test_files_written_from_threads_keep_the_order_of_their_key_groups(tmp_path:
     v = table.commit(written, changed_key_groups=set(), base_version=None, app_id="x",
                      checkpoint_id=1)
     assert dict(table.read_files(table.files(v))) == dict(parts)
+
+
+class Count(KeyedProcessFunction):
+    def open(self, ctx: RuntimeContext) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", int, default=0))
+
+    def process_element(self, value: Any, ctx: Context) -> None:
+        self.count.update(self.count.value() + 1)
+
+
+def test_a_failed_snapshot_write_completes_no_checkpoint(statecore_home: StatecoreConfig,
+                                                          ) -> None:
+    records = [(f"u{i}", i) for i in range(40)]
+    key_group = assign_to_key_group("u7", 128)
+    table = Path(state_table_uri(statecore_home.warehouse, "w", "main", "keyed", "count"))
+    table.mkdir(parents=True)
+    (table / f"key_group={key_group}").write_text("a file where the partition folder goes")
+    with pytest.raises(SnapshotWriteError,
+                       match=f"checkpoint 1: key_group {key_group} of snapshot table "):
+        run_checkpoint(statecore_home, Count(), records, job="w", checkpoint_id=1,
+                       parallelism=1)
+    with Catalog.connect(statecore_home.catalog_url) as catalog:
+        assert catalog.latest_checkpoint("w") is None
+    (table / f"key_group={key_group}").unlink()
+    _, record = run_checkpoint(statecore_home, Count(), records, job="w", checkpoint_id=1,
+                               parallelism=1)  # the retry of the same checkpoint completes it
+    [count] = [t for t in record.tables if t.state == "count"]
+    assert count.rows == 40 and key_group in count.key_groups

@@ -6,18 +6,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from statecore.backends import HeapKeyedStateBackend
-from statecore.catalog import Catalog
 from statecore.config import StatecoreConfig
 from statecore.descriptors import ListStateDescriptor, ValueStateDescriptor
-from statecore.errors import ConfigError, SnapshotWriteError, StateDescriptorConflictError
-from statecore.keygroups import KeyGroupRange, assign_to_key_group
+from statecore.errors import ConfigError, StateDescriptorConflictError
+from statecore.keygroups import KeyGroupRange
 from statecore.runtime import (
     CheckpointedFunction,
     Context,
@@ -26,7 +24,6 @@ from statecore.runtime import (
     OnTimerContext,
     RuntimeContext,
 )
-from statecore.snapshot import state_table_uri
 from statecore.task import KeyedOperatorTask
 from statecore.timers import TimeDomain
 from statecore.ttl import ManualTimeProvider
@@ -192,24 +189,3 @@ class TestCheckpointedFunction:
 
         with pytest.raises(ConfigError, match="reserved"):
             task_for(Reserved())
-
-
-class TestSnapshotWrite:
-    def test_a_failed_write_completes_no_checkpoint(self, statecore_home: StatecoreConfig,
-                                                     ) -> None:
-        records = [(f"u{i}", i) for i in range(40)]
-        key_group = assign_to_key_group("u7", 128)
-        table = Path(state_table_uri(statecore_home.warehouse, "w", "main", "keyed", "per_key"))
-        table.mkdir(parents=True)
-        (table / f"key_group={key_group}").write_text("a file where the partition folder goes")
-        with pytest.raises(SnapshotWriteError,
-                           match=f"checkpoint 1: key_group {key_group} of snapshot table "):
-            run_checkpoint(statecore_home, Counting(), records, job="w", checkpoint_id=1,
-                           parallelism=1)
-        with Catalog.connect(statecore_home.catalog_url) as catalog:
-            assert catalog.latest_checkpoint("w") is None
-        (table / f"key_group={key_group}").unlink()
-        _, record = run_checkpoint(statecore_home, Counting(), records, job="w",
-                                   checkpoint_id=1, parallelism=1)
-        per_key = next(t for t in record.tables if t.state == "per_key")
-        assert per_key.rows == 40 and key_group in per_key.key_groups
