@@ -8,11 +8,15 @@
   share the catalog's per-key-group sizes predict.
 - **Rescale**: the end-to-end checkpoint taken at p = 2 is run again at p = 3 with no input;
   the keyed-state bytes in files the new version has and the old one did not.
+- **TTL cleanup**: the final state as a ValueState with a time to live, every other key written
+  one TTL later than the others by a manual clock, checkpointed at p = 1; then
+  ``statecore.ttl_cleanup.ttl_cleanup`` (what ``statecore ttl-cleanup`` runs) at a time when
+  exactly the earlier half has expired, without the VACUUM; rows scanned per second, and the
+  cleaned checkpoint read back (the expired keys gone, the others with their sums).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,12 +24,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.functions import TOTAL
+from benchmarks.functions import EXPIRING_TOTAL, TOTAL, TTL
 from benchmarks.measure import Sample, clock
-from benchmarks.report import CHECKPOINT
+from benchmarks.report import CHECKPOINT, TTL_CLEANUP
 from benchmarks.workload import MAX_PARALLELISM, Workload
 
-__all__ = ["checkpoint_and_restore", "rescale", "ttl_cleanup_available"]
+__all__ = ["checkpoint_and_restore", "rescale", "ttl_cleanup"]
 
 JOB = "bench"
 OPERATOR = "main"
@@ -192,6 +196,78 @@ def rescale(spark: Any, workload: Workload, home: str) -> Sample:
     })
 
 
-def ttl_cleanup_available() -> bool:
-    """TTL cleanup is measured once statecore has it (``statecore.ttl.cleanup``)."""
-    return importlib.util.find_spec("statecore.ttl.cleanup") is not None
+WRITTEN_MS = 1_700_000_000_000  # when the earlier half of the keys was last written
+TTL_MS = int(TTL.total_seconds() * 1000)
+CLEANUP_AT_MS = WRITTEN_MS + TTL_MS + TTL_MS // 2  # the earlier half expired, the later not
+
+
+def ttl_cleanup(workload: Workload) -> Sample:
+    """TTL cleanup of a checkpoint whose TTL'd total expired for every other key."""
+    from statecore.backends import HeapKeyedStateBackend
+    from statecore.backends.base import snapshot_schema
+    from statecore.catalog import Catalog
+    from statecore.checkpoint import CheckpointCoordinator
+    from statecore.config import StatecoreConfig
+    from statecore.keygroups import KeyGroupRange, assign_to_key_group
+    from statecore.snapshot import SnapshotTable
+    from statecore.task import KeyedOperatorTask
+    from statecore.ttl import ManualTimeProvider
+    from statecore.ttl_cleanup import ttl_cleanup as cleanup
+    from statecore.types import TypeInfo
+
+    from benchmarks.functions import ExpiringSum
+
+    sums = workload.reference.sums
+    key_type = TypeInfo.of(str)
+    written = ManualTimeProvider(WRITTEN_MS)
+    backend = HeapKeyedStateBackend(key_type=key_type,
+                                    key_group_range=KeyGroupRange(0, MAX_PARALLELISM - 1),
+                                    max_parallelism=MAX_PARALLELISM, ttl_time_provider=written)
+    state: Any = backend.get_partitioned_state(EXPIRING_TOTAL)
+    for i, (key, total) in enumerate(sums.items()):
+        written.now_ms = WRITTEN_MS + (i % 2) * TTL_MS  # every other key one TTL later
+        backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
+        state.update(total)
+    kept = {key: total for i, (key, total) in enumerate(sums.items()) if i % 2}
+
+    with tempfile.TemporaryDirectory(prefix="bench-ttl-cleanup-") as tmp:
+        config = StatecoreConfig.resolve(home=f"{tmp}/home", env={})
+        with Catalog.connect(config.catalog_url) as catalog:
+            coordinator = CheckpointCoordinator(config, catalog, job=JOB, operator=OPERATOR)
+            planned = coordinator.plan(1, parallelism=1, max_parallelism=MAX_PARALLELISM,
+                                       default_parallelism=1)
+            task = KeyedOperatorTask(ExpiringSum(), backend, job=JOB, operator=OPERATOR,
+                                     subtask_index=0, parallelism=1)
+            task.open()
+            uri = coordinator.table_uri(EXPIRING_TOTAL.name)
+            before = coordinator.commit(planned, task.snapshot({EXPIRING_TOTAL.name: uri},
+                                                               checkpoint_id=1)).tables[0]
+
+            start = clock()
+            report = cleanup(config, catalog, JOB,
+                             time_provider=ManualTimeProvider(CLEANUP_AT_MS), vacuum_after=None)
+            seconds = clock() - start
+
+            after = catalog.latest_checkpoint(JOB)
+            assert after is not None and after.checkpoint_id == report.checkpoint_id, after
+            [table] = after.tables
+            snapshot = SnapshotTable(table.path, snapshot_schema(key_type, EXPIRING_TOTAL),
+                                     label=f"{JOB}/{OPERATOR}/{EXPIRING_TOTAL.name}")
+            found: dict[str, int] = {}
+            for _, rows in snapshot.read_files(snapshot.files(table.version)):
+                found.update(zip(rows.column("key").to_pylist(),
+                                 rows.column("value").to_pylist()))
+    if found != kept:
+        raise AssertionError(f"after TTL cleanup {len(found)} keys remain, {len(kept)} expected "
+                             f"({len(found.keys() - kept.keys())} not expired, "
+                             f"{len(kept.keys() - found.keys())} lost or changed)")
+    if report.expired != len(sums) - len(kept):
+        raise AssertionError(f"TTL cleanup expired {report.expired} of {len(sums)} rows")
+    return Sample(TTL_CLEANUP, seconds, before.rows, extra={
+        "rows_scanned": before.rows,
+        "rows_removed": report.rows_reclaimed,
+        "rows_kept": table.rows,
+        "key_groups": len(report.key_groups),
+        "bytes_before": before.bytes,
+        "bytes_after": table.bytes,
+    })

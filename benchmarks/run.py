@@ -36,6 +36,7 @@ from benchmarks.measure import (  # noqa: E402
 from benchmarks.report import (  # noqa: E402
     CHECKPOINT,
     RAW_WRITE,
+    TTL_CLEANUP,
     Results,
     describe,
     machine_info,
@@ -66,12 +67,18 @@ METHOD = """
   `set_current_key` + `ValueState.value/update`; one backend owning all 128 key groups; key groups
   computed before timing (on Spark the JVM computes them). Peak RSS is that child process's,
   including the loaded input and the imports (about 250 MiB of baseline).
-- **In-process samples** (dict loop, statecore in-process, rocksdict, checkpoint write) are each
-  the fastest of `--inner` runs (3 up to 500,000 events, else 1) on fresh state in one child
-  process: at the quick size they take well under a second, where one burst of a neighbour on
-  the shared 2-core machine would otherwise decide the number. Spark variants are single runs per repetition, each right after its own untimed
-  warm-up run on 10,000 events (one variant otherwise slows the next one's first job by seconds)
-  and a wait until the JVM and its Python workers are idle.
+- **In-process samples** (dict loop, statecore in-process, rocksdict, checkpoint write, TTL
+  cleanup) are each the fastest of `--inner` runs (3 up to 500,000 events, else 1) on fresh
+  state in one child process: at the quick size they take well under a second, where one burst
+  of a neighbour on the shared 2-core machine would otherwise decide the number. Spark variants
+  are single runs per repetition, each right after its own untimed warm-up run on 10,000
+  events (one variant otherwise slows the next one's first job by seconds) and a wait until the
+  JVM and its Python workers are idle.
+- **TTL cleanup**: the final state as a ValueState with a one-hour TTL, every other key written
+  one TTL after the others (a manual clock), checkpointed at p = 1 (128 key-group files); then
+  `statecore.ttl_cleanup.ttl_cleanup` (what `statecore ttl-cleanup` runs, without its VACUUM)
+  at a time when exactly the earlier half has expired. Rows scanned per second; the cleaned
+  checkpoint is read back and must hold exactly the later half, with their sums.
 - **rocksdict raw get+put**: the RocksDB ceiling; utf-8 keys, 8-byte little-endian values,
   `raw_mode`, with the RocksDB backend's own `RocksDBOptions()` (cache, bloom filter, WAL off).
 - **statecore end to end**: `keyed_process` on Spark `local[2]` at parallelism 2 with
@@ -175,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     isolated[CHECKPOINT] = (
         lambda: run_isolated(best_of, args.inner, checkpoints.checkpoint_and_restore, workload))
+    isolated[TTL_CLEANUP] = (
+        lambda: run_isolated(best_of, args.inner, checkpoints.ttl_cleanup, workload))
     planned = {k: v for k, v in isolated.items() if _selected(k, only)}
 
     spark = None
@@ -199,7 +208,6 @@ def main(argv: list[str] | None = None) -> int:
                                                              else sys.argv[1:]),
             samples=samples, failures=failures, machine=machine, started=started,
             seconds=clock() - t0, backends=backends,
-            ttl_cleanup=checkpoints.ttl_cleanup_available(),
         )
         text = render(results, METHOD)
         if args.no_write:

@@ -15,6 +15,7 @@ names what it is about: the job, operator, state, key group or checkpoint.
     ├── JobNotFoundError               a job the catalog does not know
     ├── CheckpointNotFoundError        a checkpoint (or savepoint) that does not exist
     ├── CheckpointCommitError          a commit conflict or a failed checkpoint commit
+    ├── SnapshotWriteError             a snapshot file that cannot be written
     ├── CorruptSnapshotError           snapshot files missing, unreadable or inconsistent
     ├── MaintenanceLockedError         another maintenance operation holds the job
     └── StateRepairError               a repair statement that would break the state's layout
@@ -35,6 +36,7 @@ __all__ = [
     "JobNotFoundError",
     "CheckpointNotFoundError",
     "CheckpointCommitError",
+    "SnapshotWriteError",
     "CorruptSnapshotError",
     "MaintenanceLockedError",
     "StateRepairError",
@@ -90,6 +92,10 @@ class CheckpointNotFoundError(StateError, LookupError):
 
 class CheckpointCommitError(StateError):
     """A checkpoint commit that conflicted or failed; nothing of it is visible."""
+
+
+class SnapshotWriteError(StateError):
+    """A snapshot file that cannot be written; the checkpoint it belongs to does not complete."""
 
 
 class CorruptSnapshotError(StateError):

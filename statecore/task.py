@@ -15,6 +15,7 @@ import gc
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
+from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -35,7 +36,7 @@ from statecore.runtime import (
     OnTimerContext,
     RuntimeContext,
 )
-from statecore.snapshot import TIMERS, SnapshotFile, write_key_group_file
+from statecore.snapshot import TIMERS, SnapshotFile, write_key_group_files
 from statecore.timers import Timer, timers_schema
 from statecore.types import TypeInfo, schema_to_text
 from statecore.vectorized import KeyedBatch, KeyedBatchFunction, group_by_key
@@ -353,11 +354,18 @@ class KeyedOperatorTask:
             for r in results if r.table_kind == "keyed"})
         return results
 
-    def _write(self, table_uris: TableUris, table_kind: str, name: str, part: int,
-               rows: pa.Table, checkpoint_id: int, partition: str = "key_group") -> SnapshotFile:
-        return write_key_group_file(_uri(table_uris, table_kind, name), part, rows,
-                                    checkpoint_id=checkpoint_id, subtask=self.subtask_index,
-                                    partition=partition)
+    def _write(self, table_uris: TableUris, table_kind: str, name: str,
+               parts: Iterable[tuple[int, pa.Table]], checkpoint_id: int,
+               partition: str = "key_group") -> tuple[SnapshotFile, ...]:
+        """Write the non-empty ``(part, rows)`` of ``parts`` (built lazily, while earlier
+        ones are being written); a table with nothing to write needs no URI."""
+        non_empty = ((p, r) for p, r in parts if r.num_rows)
+        first = next(non_empty, None)
+        if first is None:
+            return ()
+        return tuple(write_key_group_files(
+            _uri(table_uris, table_kind, name), chain([first], non_empty),
+            checkpoint_id=checkpoint_id, subtask=self.subtask_index, partition=partition))
 
     def _snapshot_keyed(self, table_uris: TableUris,
                         checkpoint_id: int) -> list[StateSnapshotResult]:
@@ -367,18 +375,16 @@ class KeyedOperatorTask:
             changed = backend.changed_key_groups(name)
             if name in self.restore.migrated:  # rewrite every key group in the new schema
                 changed |= self.restore.restored_key_groups(name, backend.key_group_range)
-            files = []
-            for kg in sorted(changed):
-                rows = backend.snapshot_key_group(name, kg)
-                if rows.num_rows:
-                    files.append(self._write(table_uris, "keyed", name, kg, rows,
-                                             checkpoint_id))
+            files = self._write(
+                table_uris, "keyed", name,
+                ((kg, backend.snapshot_key_group(name, kg)) for kg in sorted(changed)),
+                checkpoint_id)
             results.append(StateSnapshotResult(
                 state=name,
                 schema=schema_to_text(snapshot_schema(backend.key_type, descriptor)),
                 descriptor=descriptor.describe(),
                 changed_key_groups=tuple(sorted(changed)),
-                files=tuple(files),
+                files=files,
             ))
         return results
 
@@ -386,14 +392,12 @@ class KeyedOperatorTask:
                          checkpoint_id: int) -> list[StateSnapshotResult]:
         timers = self.backend.timer_service
         changed = sorted(timers.changed_key_groups())
-        files = []
-        for kg in changed:
-            rows = timers.snapshot_key_group(kg)
-            if rows.num_rows:
-                files.append(self._write(table_uris, TIMERS, TIMERS, kg, rows, checkpoint_id))
+        files = self._write(table_uris, TIMERS, TIMERS,
+                            ((kg, timers.snapshot_key_group(kg)) for kg in changed),
+                            checkpoint_id)
         return [StateSnapshotResult(
             state=TIMERS, schema=schema_to_text(timers_schema(self.backend.key_type)),
-            descriptor={"kind": TIMERS}, changed_key_groups=tuple(changed), files=tuple(files),
+            descriptor={"kind": TIMERS}, changed_key_groups=tuple(changed), files=files,
             table_kind=TIMERS, kind=TIMERS,
         )]
 
@@ -402,9 +406,9 @@ class KeyedOperatorTask:
         store = self.operator_state
         results = []
         for name in store.state_names:
-            rows = store.snapshot(name)
-            files = (self._write(table_uris, "operator", name, self.subtask_index, rows,
-                                 checkpoint_id, partition="subtask"),) if rows.num_rows else ()
+            files = self._write(table_uris, "operator", name,
+                                [(self.subtask_index, store.snapshot(name))], checkpoint_id,
+                                partition="subtask")
             mode = store.mode(name)
             results.append(StateSnapshotResult(
                 state=name, schema=schema_to_text(store.schema(name)),

@@ -12,8 +12,9 @@ many rows and bytes it reclaimed.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -28,7 +29,7 @@ from statecore.maintenance import commit_maintenance_checkpoint, maintenance_loc
 from statecore.progress import Progress, silent
 from statecore.restore_point import checkpoint_point
 from statecore.retention import DEFAULT_VACUUM_GRACE, vacuum_job
-from statecore.snapshot.files import SnapshotFile
+from statecore.snapshot.files import SnapshotFile, write_in_threads
 from statecore.snapshot.maintenance import (
     TableLayout,
     VacuumResult,
@@ -159,33 +160,41 @@ class _TablePlan:
 def _plan_table(table: TableVersion, layout: TableLayout, ttl_ms: int | None, now: int, *,
                 compact: bool, write: bool) -> _TablePlan:
     """Clean one table a key group at a time; with ``write``, each cleaned key group is written
-    as a new (uncommitted) file right away, so memory holds one key group at most."""
+    as a new (uncommitted) file from a few threads while the next ones are cleaned, so memory
+    holds a few key groups at most."""
     by_group: dict[int, list[TableFile]] = defaultdict(list)
     for f in table_files(table.path, table.version):
         by_group[f.key_group].append(f)
+    cleaned: list[tuple[int, list[TableFile], int, int]] = []  # files, rows left, expired
+
+    def clean() -> Iterator[tuple[int, pa.Table]]:
+        for key_group, files in sorted(by_group.items()):
+            merge = compact and len(files) > 1
+            if ttl_ms is None and not merge:
+                continue
+            parts = [rows for _, rows in read_files(table.path, files)]
+            rows = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
+            expired = 0
+            if ttl_ms is not None:
+                rows, expired = expire_rows(rows, now - ttl_ms)
+            if not expired and not merge:
+                continue
+            cleaned.append((key_group, files, rows.num_rows, expired))
+            if write and rows.num_rows:
+                yield key_group, rows
+
+    written = {f.key_group: f for f in write_in_threads(
+        functools.partial(write_partition_file, table.path, layout, prefix="ttl"), clean())}
     plan = _TablePlan(table, layout, {}, [])
-    for key_group, files in sorted(by_group.items()):
-        merge = compact and len(files) > 1
-        if ttl_ms is None and not merge:
-            continue
-        parts = [rows for _, rows in read_files(table.path, files)]
-        rows = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
-        expired = 0
-        if ttl_ms is not None:
-            rows, expired = expire_rows(rows, now - ttl_ms)
-        if not expired and not merge:
-            continue
+    for key_group, files, rows_after, expired in cleaned:
         before, rows_before = sum(f.size for f in files), sum(f.rows for f in files)
-        written = write_partition_file(table.path, layout, key_group, rows, prefix="ttl") \
-            if write and rows.num_rows else None
-        plan.changed[key_group] = written
-        after = written.size if written is not None else (
-            round(before * rows.num_rows / max(1, rows_before)))
+        new = plan.changed[key_group] = written.get(key_group)
+        after = new.size if new is not None else round(before * rows_after / max(1, rows_before))
         plan.report.append(KeyGroupCleanup(
             operator=table.operator, state=table.state, key_group=key_group, expired=expired,
-            rows_before=rows_before, rows_after=rows.num_rows,
+            rows_before=rows_before, rows_after=rows_after,
             bytes_before=before, bytes_after=after, files_before=len(files),
-            files_after=1 if rows.num_rows else 0))
+            files_after=1 if rows_after else 0))
     return plan
 
 

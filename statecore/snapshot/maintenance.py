@@ -21,13 +21,12 @@ from datetime import timedelta
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from statecore.errors import CheckpointCommitError, CorruptSnapshotError
-from statecore.snapshot.files import SnapshotFile, _stats, table_filesystem
+from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
 from statecore.snapshot.table import TableFile, read_table_files
 
 __all__ = [
@@ -138,13 +137,7 @@ def write_partition_file(
     uri: str, layout: TableLayout, value: int, rows: pa.Table, *, prefix: str
 ) -> SnapshotFile:
     """Write ``rows`` as a new file of partition ``value`` (not committed yet)."""
-    fs, root = table_filesystem(uri)
-    relative = _new_name(layout.partition, value, prefix)
-    fs.create_dir(f"{root}/{layout.partition}={value}", recursive=True)
-    pq.write_table(rows, f"{root}/{relative}", filesystem=fs, compression="zstd")
-    size = fs.get_file_info(f"{root}/{relative}").size
-    return SnapshotFile(path=relative, key_group=value, rows=rows.num_rows, size=int(size or 0),
-                        modification_time=time.time_ns() // 1_000_000, stats=_stats(rows))
+    return write_file(uri, _new_name(layout.partition, value, prefix), value, rows)
 
 
 def copy_files(

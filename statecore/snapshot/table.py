@@ -30,6 +30,7 @@ from statecore.snapshot.files import SnapshotFile, table_filesystem
 __all__ = ["SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
 
 PARTITION = "key_group"
+_THREADED_DECODE_BYTES = 1 << 20  # smaller files decode faster in one thread
 
 
 def key_group_schema(rows_schema: pa.Schema, partition: str = PARTITION) -> pa.Schema:
@@ -50,11 +51,20 @@ class TableFile:
 def read_table_files(
     uri: str, files: Iterable[TableFile], *, label: str
 ) -> Iterator[tuple[TableFile, pa.Table]]:
-    """Each file of the table at ``uri`` with its rows (without the partition column)."""
+    """Each file of the table at ``uri`` with its rows (without the partition column).
+
+    A file is read in one request into memory and decoded there: key-group files are small,
+    and reading the footer first, then the columns, would read most of each file twice. It is
+    decoded as one Parquet file (``pq.read_table`` would also load ``pyarrow.dataset``), a small
+    one in this thread.
+    """
     fs, root = table_filesystem(uri)
     for f in files:
         try:
-            rows = pq.read_table(f"{root}/{f.path}", filesystem=fs)
+            with fs.open_input_file(f"{root}/{f.path}") as source:
+                data = source.read()
+            rows = pq.ParquetFile(pa.BufferReader(data)).read(
+                use_threads=len(data) >= _THREADED_DECODE_BYTES)
         except (OSError, pa.ArrowInvalid) as exc:
             raise CorruptSnapshotError(
                 f"{label}, key group {f.key_group}: file {f.path} is missing or unreadable: "
@@ -64,7 +74,11 @@ def read_table_files(
 
 
 class SnapshotTable:
-    """One state's Delta table at ``uri`` with the given row schema."""
+    """One state's Delta table at ``uri`` with the given row schema.
+
+    It keeps the Delta table it last committed (or opened) open: the coordinator reads the new
+    version's files right after committing it, and a version's files never change.
+    """
 
     def __init__(self, uri: str, rows_schema: pa.Schema, *, label: str,
                  partition: str = PARTITION) -> None:
@@ -72,16 +86,21 @@ class SnapshotTable:
         self.rows_schema = rows_schema
         self.label = label  # "job/operator/state", for messages
         self.partition = partition
+        self._opened: DeltaTable | None = None
 
     # -- reading -------------------------------------------------------------------------
     def _open(self, version: int | None) -> DeltaTable:
+        if version is not None and self._opened is not None and \
+                self._opened.version() == version:
+            return self._opened
         try:
-            return DeltaTable(self.uri, version=version)
+            self._opened = DeltaTable(self.uri, version=version)
         except (TableNotFoundError, DeltaError, OSError) as exc:
             raise CorruptSnapshotError(
                 f"snapshot table of {self.label} at {self.uri} version {version} cannot be "
                 f"opened: {exc}"
             ) from exc
+        return self._opened
 
     def exists(self) -> bool:
         try:
@@ -92,7 +111,11 @@ class SnapshotTable:
 
     def files(self, version: int, key_groups: KeyGroupRange | None = None) -> list[TableFile]:
         """The files of ``version`` (only those of ``key_groups`` when given)."""
-        actions = pa.table(self._open(version).get_add_actions(flatten=True))
+        return self._files(self._open(version), key_groups)
+
+    def _files(self, table: DeltaTable, key_groups: KeyGroupRange | None = None,
+               ) -> list[TableFile]:
+        actions = pa.table(table.get_add_actions(flatten=True))
         out = []
         for path, kg, rows, size in zip(
             actions.column("path").to_pylist(),
@@ -135,39 +158,39 @@ class SnapshotTable:
         partition = self.partition
         schema = key_group_schema(self.rows_schema, partition)
         properties = CommitProperties(app_transactions=[Transaction(app_id, checkpoint_id)])
+        adds: list[AddAction | RemoveAction] = [
+            AddAction(f.path, f.size, {partition: str(f.key_group)}, f.modification_time, True,
+                      f.stats) for f in files]
         try:
-            if not self.exists():
-                DeltaTable.create(self.uri, schema, partition_by=[partition], mode="ignore")
-            table = DeltaTable(self.uri)
+            try:
+                table = DeltaTable(self.uri)
+            except TableNotFoundError:
+                table = DeltaTable.create(self.uri, schema, partition_by=[partition],
+                                          mode="ignore")
             if base_version is not None and table.version() != base_version:
                 table.restore(base_version)
-                table = DeltaTable(self.uri)
+                table.update_incremental()
             if replace_all or base_version is None:  # nothing completed builds on what is there
-                table.create_write_transaction(
-                    [AddAction(f.path, f.size, {partition: str(f.key_group)},
-                               f.modification_time, True, f.stats) for f in files],
-                    "overwrite", schema, partition_by=[partition],
-                    commit_properties=properties)
-                return DeltaTable(self.uri).version()
-            changed = set(changed_key_groups) | {f.key_group for f in files}
-            removed = [f for f in self.files(table.version()) if f.key_group in changed]
-            now = time.time_ns() // 1_000_000
-            actions: list[AddAction | RemoveAction] = [
-                RemoveAction(f.path, True, now, f.size, {partition: str(f.key_group)})
-                for f in removed
-            ]
-            actions += [
-                AddAction(f.path, f.size, {partition: str(f.key_group)}, f.modification_time,
-                          True, f.stats)
-                for f in files
-            ]
-            if actions:
-                table.create_write_transaction(
-                    actions, "append", schema, partition_by=[partition],
-                    commit_properties=properties,
-                )
-            return DeltaTable(self.uri).version()
+                table.create_write_transaction(adds, "overwrite", schema,
+                                               partition_by=[partition],
+                                               commit_properties=properties)
+            else:
+                changed = set(changed_key_groups) | {f.key_group for f in files}
+                now = time.time_ns() // 1_000_000
+                actions: list[AddAction | RemoveAction] = [
+                    RemoveAction(f.path, True, now, f.size, {partition: str(f.key_group)})
+                    for f in self._files(table) if f.key_group in changed
+                ]
+                actions += adds
+                if not actions:
+                    return table.version()
+                table.create_write_transaction(actions, "append", schema,
+                                               partition_by=[partition],
+                                               commit_properties=properties)
+            table.update_incremental()
         except DeltaError as exc:
             raise CheckpointCommitError(
                 f"checkpoint {checkpoint_id}: commit of {self.label} at {self.uri} failed: {exc}"
             ) from exc
+        self._opened = table
+        return table.version()

@@ -123,7 +123,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         table = self._table(state_name)
         descriptor = table.descriptor
         keys: list[Any] = []
-        namespaces: list[str] = []
+        runs: list[tuple[str, int]] = []  # (namespace, rows): the namespace column, run-length
         user_keys: list[Any] = []
         values: list[Any] = []
         is_map = descriptor.kind is StateKind.MAP
@@ -131,26 +131,29 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             by_key = by_kg.get(key_group)
             if not by_key:
                 continue
+            start = len(keys)
             if is_map:
                 for key, entries in by_key.items():
-                    for user_key, value in entries.items():
-                        keys.append(key)
-                        namespaces.append(namespace)
-                        user_keys.append(user_key)
-                        values.append(value)
+                    keys.extend([key] * len(entries))
+                    user_keys.extend(entries)
+                    values.extend(entries.values())
             else:
                 keys.extend(by_key)
-                namespaces.extend([namespace] * len(by_key))
                 values.extend(by_key.values())
+            runs.append((namespace, len(keys) - start))
         schema = snapshot_schema(self.key_type, descriptor)
         info = descriptor.value_info
-        columns: dict[str, Any] = {"key": keys, "namespace": namespaces}
-        if is_map:
-            assert descriptor.user_key_info is not None
-            columns["user_key"] = descriptor.user_key_info.to_storage(user_keys)
-        columns["value"] = info.to_storage(values)
         try:
-            return pa.Table.from_pydict(columns, schema=schema)
+            columns = [pa.array(keys, schema.field("key").type),
+                       pa.concat_arrays([pa.repeat(pa.scalar(namespace, pa.string()), n)
+                                         for namespace, n in runs])
+                       if runs else pa.array([], pa.string())]
+            if is_map:
+                assert descriptor.user_key_info is not None
+                columns.append(pa.array(descriptor.user_key_info.to_storage(user_keys),
+                                        schema.field("user_key").type))
+            columns.append(pa.array(info.to_storage(values), schema.field("value").type))
+            return pa.Table.from_arrays(columns, schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
             raise CorruptSnapshotError(
                 f"state {state_name!r}, key group {key_group}: values do not match the declared "
