@@ -326,7 +326,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return handle
 
     def _write(self, batch: rocksdict.WriteBatch) -> None:
-        self._resources.db.write(batch)
+        self._resources.db.write(batch, self._write_options)  # no WAL, as for single writes
 
     # -- TTL cleanup -----------------------------------------------------------------------
     def _cleanup_incrementally(self, state_name: str, purge: Purge, count: int) -> None:
