@@ -4,7 +4,9 @@ One frozen dataclass, validated on construction, and one translator to ``rocksdi
 The memory a task's RocksDB uses is bounded by ``block_cache_size`` (data, index and filter
 blocks of every column family share one LRU cache) plus ``write_buffer_size *
 max_write_buffer_number`` (the memtables of all column families together), so state may be
-many times larger than memory:
+many times larger than memory. In front of RocksDB, each ``ValueState`` of an immutable scalar
+type keeps up to ``value_cache_entries`` recently used values in a write-back cache
+(:mod:`statecore.backends.rocksdb.cache`):
 
 >>> opts = RocksDBOptions(block_cache_size=8 << 20, write_buffer_size=4 << 20)
 >>> opts.memory_budget
@@ -49,6 +51,10 @@ class RocksDBOptions:
     max_background_jobs: int = 2
     local_directory: str | None = None
     ttl_cleanup_batch: int = 1000
+    value_cache_entries: int = 100_000
+    """Per ``ValueState`` of an immutable scalar type (int, float, str, bytes, bool): how many
+    recently used keys keep their value in memory, written to RocksDB in one batch when the
+    cache is full and before snapshots and scans; ``0`` turns the cache off."""
 
     def __post_init__(self) -> None:
         for name in ("block_cache_size", "write_buffer_size", "block_size"):
@@ -60,6 +66,10 @@ class RocksDBOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"RocksDBOptions.{name} must be a positive int, got {value!r}")
+        entries = self.value_cache_entries
+        if not isinstance(entries, int) or isinstance(entries, bool) or entries < 0:
+            raise ConfigError("RocksDBOptions.value_cache_entries must be an int >= 0 "
+                              f"(0 disables the cache), got {entries!r}")
         bloom = self.bloom_filter_bits_per_key
         if not isinstance(bloom, int) or isinstance(bloom, bool) or bloom < 0:
             raise ConfigError("RocksDBOptions.bloom_filter_bits_per_key must be an int >= 0 "
