@@ -4,9 +4,7 @@ One frozen dataclass, validated on construction, and one translator to ``rocksdi
 The memory a task's RocksDB uses is bounded by ``block_cache_size`` (data, index and filter
 blocks of every column family share one LRU cache) plus ``write_buffer_size *
 max_write_buffer_number`` (the memtables of all column families together), so state may be
-many times larger than memory. In front of RocksDB, each ``ValueState`` of an immutable scalar
-type keeps up to ``value_cache_entries`` recently used values in a write-back cache
-(:mod:`statecore.backends.rocksdb.cache`):
+many times larger than memory:
 
 >>> opts = RocksDBOptions(block_cache_size=8 << 20, write_buffer_size=4 << 20)
 >>> opts.memory_budget
@@ -15,6 +13,11 @@ type keeps up to ``value_cache_entries`` recently used values in a write-back ca
 Traceback (most recent call last):
 ...
 statecore.errors.ConfigError: RocksDBOptions.compression must be one of ...; got 'brotli'
+
+Outside that budget, each ``ValueState`` of an immutable scalar type keeps up to
+``value_cache_entries`` recently used values as Python objects in a write-back cache
+(:mod:`statecore.backends.rocksdb.cache`): its memory is bounded by that count and the values'
+sizes, not by the size of the state.
 """
 
 from __future__ import annotations
