@@ -8,7 +8,9 @@ One column family per registered state, keys laid out as ``[key group][key][name
 Restores are bulk loads of SST files (:mod:`statecore.backends.rocksdb.bulk`); a task whose
 local instance is already at the checkpoint it restores reopens it instead
 (:mod:`statecore.backends.rocksdb.local`). Expired TTL entries are handled without compaction
-filters (:mod:`statecore.backends.rocksdb.ttl`).
+filters (:mod:`statecore.backends.rocksdb.ttl`). Value states of immutable scalars are served
+by a bounded write-back cache (:mod:`statecore.backends.rocksdb.cache`), flushed before anything
+else reads their column family.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import os
 import struct
 import weakref
+from functools import partial
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -25,14 +28,15 @@ import rocksdict
 
 from statecore.backends.base import KeyedStateBackend, Purge, RestoreSource, snapshot_schema
 from statecore.backends.rocksdb.bulk import ingest_key_groups
+from statecore.backends.rocksdb.cache import ValueCache, cached_class
 from statecore.backends.rocksdb.column import StateColumn
 from statecore.backends.rocksdb.keys import KeyLayout, key_group_bounds
 from statecore.backends.rocksdb.local import LocalInstance, LocalManifest
 from statecore.backends.rocksdb.options import RocksDBOptions
-from statecore.backends.rocksdb.states import STATE_CLASSES
+from statecore.backends.rocksdb.states import STATE_CLASSES, RocksDBCachedValueState
 from statecore.backends.rocksdb.ttl import CleanupCursor
 from statecore.backends.scope import TaskScope
-from statecore.descriptors import StateDescriptor
+from statecore.descriptors import StateDescriptor, StateKind
 from statecore.errors import CorruptSnapshotError, KeyTypeError, StateAccessError
 from statecore.keygroups import Key, KeyGroupRange, assign_to_key_group
 from statecore.state import VOID_NAMESPACE, State
@@ -285,6 +289,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         cf.set_write_options(self._write_options)
         resources.cfs[descriptor.name] = cf
         column = self._columns[descriptor.name] = StateColumn(descriptor, cf, self._layout)
+        value_class = cached_class(descriptor.value_info)
+        capacity = self.options.value_cache_entries
+        if descriptor.kind is StateKind.VALUE and value_class is not None and capacity:
+            column.cache = ValueCache(capacity=capacity, value_class=value_class,
+                                      handle=partial(self._cf_handle, descriptor.name),
+                                      write=self._write)
+            return RocksDBCachedValueState(self, column)
         return STATE_CLASSES[descriptor.kind](self, column)  # type: ignore[return-value]
 
     def _schema(self, descriptor: StateDescriptor) -> str:
@@ -304,6 +315,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _ingest(self, state_name: str, chunks: Iterable[tuple[int, pa.Table]], *,
                 stored: bool = False) -> None:
         column = self._column(state_name)
+        if column.cache is not None:
+            column.cache.clear()  # the loaded entries replace what the cache holds
         if not stored:
             chunks = ((kg, self._stored_rows(state_name, rows)) for kg, rows in chunks)
         count, key_groups = ingest_key_groups(
@@ -326,14 +339,29 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return handle
 
     def _write(self, batch: rocksdict.WriteBatch) -> None:
-        self._resources.db.write(batch)
+        self._resources.db.write(batch, self._write_options)  # no WAL, as for single writes
+
+    def flush(self) -> None:
+        """Write every state's cached pending values to RocksDB (done before snapshots, scans
+        and ``close`` anyway)."""
+        for column in self._columns.values():
+            if column.cache is not None:
+                column.cache.flush()
+
+    def _flushed(self, state_name: str) -> StateColumn:
+        """The column of ``state_name``, its cached writes flushed (before RocksDB is read other
+        than by a point get)."""
+        column = self._column(state_name)
+        if column.cache is not None:
+            column.cache.flush()
+        return column
 
     # -- TTL cleanup -----------------------------------------------------------------------
     def _cleanup_incrementally(self, state_name: str, purge: Purge, count: int) -> None:
         cursor = self._cleanup.get(state_name)
         if cursor is None:
             cursor = self._cleanup[state_name] = CleanupCursor(self.key_group_range)
-        cursor.step(self._columns[state_name], purge, count)
+        cursor.step(self._flushed(state_name), purge, count)
 
     def cleanup_expired(self, max_entries: int | None = None) -> int:
         """Remove expired entries of every TTL state, visiting at most ``max_entries`` per state
@@ -346,13 +374,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             cursor = self._cleanup.get(name)
             if cursor is None:
                 cursor = self._cleanup[name] = CleanupCursor(self.key_group_range)
-            changed += cursor.step(self._columns[name], storage.purge(now), budget)[1]
+            changed += cursor.step(self._flushed(name), storage.purge(now), budget)[1]
         return changed
 
     # -- iteration -------------------------------------------------------------------------
     def _scan(self, column: StateColumn, first: int, last: int | None = None) -> list[
             tuple[bytes, bytes]]:
         """Every entry of key groups ``first..last``, read into a list (no open iterator)."""
+        if column.cache is not None:
+            column.cache.flush()
         lower, upper = key_group_bounds(first, last)
         read = rocksdict.ReadOptions()
         read.set_iterate_upper_bound(upper)
@@ -401,6 +431,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         scope = self.scope
         if scope is None:
             return
+        self.flush()
         mine = self.key_group_range
         reused = self._resources.local.reused
         files: dict[str, dict[int, tuple[str, ...]]] = {}
@@ -422,6 +453,17 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """Close the database; publish the local instance when a snapshot was its last write."""
         if self._resources.closed:
             return
+        try:
+            self.flush()
+        except BaseException:
+            self._finalizer.detach()
+            self._prefix = None
+            self._resources.close()
+            raise
+        finally:
+            for column in self._columns.values():
+                if column.cache is not None:
+                    column.cache.drop()
         manifest = self._pending
         if manifest is not None and any(c.dirty for c in self._columns.values()):
             manifest = None  # written after the snapshot: not the checkpoint's state

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import rocksdict
 
+from statecore.backends.rocksdb.cache import ValueCache
 from statecore.backends.rocksdb.codec import Codec, codec_for, read_varint, write_varint
 from statecore.backends.rocksdb.keys import KeyLayout
 from statecore.descriptors import ListStateDescriptor, StateDescriptor, StateKind
@@ -60,7 +61,7 @@ def user_codec(info: TypeInfo) -> Codec:
 
 
 class StateColumn:
-    """A registered state's column family, codecs and changed key groups."""
+    """A registered state's column family, codecs, changed key groups and value cache."""
 
     def __init__(self, descriptor: StateDescriptor, cf: rocksdict.Rdict, layout: KeyLayout) -> None:
         self.descriptor = descriptor
@@ -69,6 +70,7 @@ class StateColumn:
         self.cf = cf
         self.layout = layout
         self.dirty: set[int] = set()
+        self.cache: ValueCache | None = None  # set by the backend for cached value states
         if isinstance(descriptor, ListStateDescriptor):
             element = descriptor.element_info
             self.value_codec = user_codec(element)

@@ -13,6 +13,11 @@ many times larger than memory:
 Traceback (most recent call last):
 ...
 statecore.errors.ConfigError: RocksDBOptions.compression must be one of ...; got 'brotli'
+
+Outside that budget, each ``ValueState`` of an immutable scalar type keeps up to
+``value_cache_entries`` recently used values as Python objects in a write-back cache
+(:mod:`statecore.backends.rocksdb.cache`): its memory is bounded by that count and the values'
+sizes, not by the size of the state.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ class RocksDBOptions:
     max_background_jobs: int = 2
     local_directory: str | None = None
     ttl_cleanup_batch: int = 1000
+    value_cache_entries: int = 100_000
+    """Per ``ValueState`` of an immutable scalar type (int, float, str, bytes, bool): how many
+    recently used keys keep their value in memory, written to RocksDB in one batch when the
+    cache is full and before snapshots and scans; ``0`` turns the cache off."""
 
     def __post_init__(self) -> None:
         for name in ("block_cache_size", "write_buffer_size", "block_size"):
@@ -60,6 +69,10 @@ class RocksDBOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"RocksDBOptions.{name} must be a positive int, got {value!r}")
+        entries = self.value_cache_entries
+        if not isinstance(entries, int) or isinstance(entries, bool) or entries < 0:
+            raise ConfigError("RocksDBOptions.value_cache_entries must be an int >= 0 "
+                              f"(0 disables the cache), got {entries!r}")
         bloom = self.bloom_filter_bits_per_key
         if not isinstance(bloom, int) or isinstance(bloom, bool) or bloom < 0:
             raise ConfigError("RocksDBOptions.bloom_filter_bits_per_key must be an int >= 0 "

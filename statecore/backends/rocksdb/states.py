@@ -3,7 +3,9 @@
 Each access builds the RocksDB key from the backend's current ``[key group][key]`` prefix (made
 once per record in ``set_current_key``) and the state's namespace bytes (made once per
 ``set_current_namespace``), then does one ``get`` and/or one ``put`` on the state's column
-family. Writes remember their key group for the next incremental snapshot.
+family. Writes remember their key group for the next incremental snapshot. A ``ValueState`` of
+immutable scalars reads and writes through its column's write-back cache instead
+(:mod:`statecore.backends.rocksdb.cache`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import rocksdict
 
+from statecore.backends.rocksdb.cache import MISSING
 from statecore.backends.rocksdb.column import StateColumn
 from statecore.backends.rocksdb.keys import prefix_successor
 from statecore.descriptors import (
@@ -36,7 +39,7 @@ from statecore.types import TypeInfo
 if TYPE_CHECKING:
     from statecore.backends.rocksdb.backend import RocksDBKeyedStateBackend
 
-__all__ = ["RocksDBValueState", "RocksDBListState", "RocksDBMapState", "RocksDBReducingState",
+__all__ = ["RocksDBValueState", "RocksDBCachedValueState", "RocksDBListState", "RocksDBMapState", "RocksDBReducingState",
            "RocksDBAggregatingState", "STATE_CLASSES"]
 
 
@@ -140,6 +143,70 @@ class RocksDBValueState(_RocksDBState, ValueState):
             self._encoding_failed(value, exc)
         self._put(key, data)
         self._dirty.add(backend._kg)  # type: ignore[arg-type]
+
+
+class RocksDBCachedValueState(RocksDBValueState):
+    """A ``ValueState`` served by its column's write-back cache (values are immutable scalars)."""
+
+    def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
+        super().__init__(backend, column)
+        cache = column.cache
+        assert cache is not None
+        self._shrink = cache.shrink
+        self._values = cache.values
+        self._pending = cache.pending
+        self._capacity = cache.capacity
+        self._value_class = cache.value_class
+
+    def value(self) -> Any:
+        try:
+            key = self._backend._prefix + self._ns  # type: ignore[operator]
+        except TypeError:
+            self._no_key()
+        values = self._values
+        value = values.get(key, MISSING)
+        if value is MISSING:
+            data = self._get(key)
+            value = values[key] = None if data is None else self._decode(data)
+            if len(values) > self._capacity:
+                self._shrink()
+        return self._default if value is None else value
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self.clear()
+            return
+        cls = value.__class__
+        if cls not in self._accepted:
+            self._check(self._info, value)
+        backend = self._backend
+        try:
+            key = backend._prefix + self._ns  # type: ignore[operator]
+        except TypeError:
+            self._no_key()
+        try:
+            data = self._encode(value)
+        except Exception as exc:  # noqa: BLE001 (struct.error, OverflowError, UnicodeError)
+            self._encoding_failed(value, exc)
+        values = self._values
+        values[key] = value if cls is self._value_class else self._decode(data)
+        self._pending[key] = data
+        self._dirty.add(backend._kg)  # type: ignore[arg-type]
+        if len(values) > self._capacity:
+            self._shrink()
+
+    def clear(self) -> None:
+        key = self._db_key()
+        values = self._values
+        value = values.get(key, MISSING)
+        if value is MISSING:
+            value = self._get(key)
+        if value is not None:
+            self._pending[key] = None
+            self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+        values[key] = None
+        if len(values) > self._capacity:
+            self._shrink()
 
 
 class RocksDBListState(_RocksDBState, ListState):
