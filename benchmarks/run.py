@@ -65,8 +65,10 @@ METHOD = """
 - **statecore in-process**: the same batches through `KeyedOperatorTask.process_batch` running a
   `KeyedProcessFunction` (`benchmarks/functions.py`), and a bare loop over
   `set_current_key` + `ValueState.value/update`; one backend owning all 128 key groups; key groups
-  computed before timing (on Spark the JVM computes them). Peak RSS is that child process's,
-  including the loaded input and the imports (about 250 MiB of baseline).
+  computed before timing (on Spark the JVM computes them). The RocksDB backend's write-back
+  value cache (`RocksDBOptions.value_cache_entries`, 100,000 per state) is flushed to RocksDB
+  inside the timing. Peak RSS is that child process's, including the loaded input and the
+  imports (about 250 MiB of baseline).
 - **In-process samples** (dict loop, statecore in-process, rocksdict, checkpoint write, TTL
   cleanup) are each the fastest of `--inner` runs (3 up to 500,000 events, else 1) on fresh
   state in one child process: at the quick size they take well under a second, where one burst

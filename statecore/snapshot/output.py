@@ -71,8 +71,9 @@ class OutputWriter:
             return
         if self._writer is None:
             self._fs.create_dir(self._root, recursive=True)
-            self._writer = pq.ParquetWriter(f"{self._root}/{self._relative}", self._schema,
-                                            filesystem=self._fs, compression="zstd")
+            self._writer = pq.ParquetWriter(  # snappy: Spark's and Delta's default codec
+                f"{self._root}/{self._relative}", self._schema, filesystem=self._fs,
+                compression="snappy")
         self._writer.write_batch(batch)
         self._rows += batch.num_rows
         for field, column in zip(self._schema, batch.columns):
