@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 
 from statecore.errors import SnapshotWriteError
 
-__all__ = ["WRITE_THREADS", "SnapshotFile", "table_filesystem", "write_file", "write_in_threads",
-           "write_key_group_file", "write_key_group_files"]
+__all__ = ["WRITE_THREADS", "SnapshotFile", "delta_stats", "stat_columns", "table_filesystem",
+           "write_file", "write_in_threads", "write_key_group_file", "write_key_group_files"]
 
 WRITE_THREADS = 4
 """Threads a task writes its snapshot files from, by default. Not tied to the cores: a file's
@@ -63,11 +63,12 @@ def table_filesystem(table_uri: str) -> tuple[pafs.FileSystem, str]:
     return fs, str(path)
 
 
-def _stat_columns(schema: pa.Schema) -> list[str]:
+def stat_columns(schema: pa.Schema) -> list[str]:
+    """The columns Delta statistics are kept for (flat numbers, strings, booleans)."""
     return [f.name for f in schema if any(check(f.type) for check in _STAT_TYPES)]
 
 
-def _stats(rows: int, metadata: pq.FileMetaData, columns: list[str]) -> str:
+def delta_stats(rows: int, metadata: pq.FileMetaData, columns: list[str]) -> str:
     """Delta statistics (``numRecords``, ``minValues``, ``maxValues``, ``nullCount``) from the
     footer of the written file; a column without footer statistics is left out."""
     mins: dict[str, Any] = {}
@@ -94,7 +95,7 @@ def _stats(rows: int, metadata: pq.FileMetaData, columns: list[str]) -> str:
 def _write(table_uri: str, relative: str, partition_value: int, rows: pa.Table) -> SnapshotFile:
     fs, root = table_filesystem(table_uri)
     full = f"{root}/{relative}"
-    columns = _stat_columns(rows.schema)
+    columns = stat_columns(rows.schema)
     footer: list[pq.FileMetaData] = []
     try:
         sink = fs.open_output_stream(full)
@@ -112,7 +113,7 @@ def _write(table_uri: str, relative: str, partition_value: int, rows: pa.Table) 
         rows=rows.num_rows,
         size=size,
         modification_time=time.time_ns() // 1_000_000,
-        stats=_stats(rows.num_rows, footer[0], columns),
+        stats=delta_stats(rows.num_rows, footer[0], columns),
     )
 
 

@@ -11,7 +11,6 @@ A file's name carries its checkpoint id, so the rows of one checkpoint can be re
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -19,19 +18,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
 from statecore.errors import CheckpointCommitError, ConfigError
-from statecore.snapshot.files import table_filesystem
+from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
 
 __all__ = ["OutputFile", "OutputWriter", "OutputTable"]
-
-_STATS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string,
-          pa.types.is_large_string, pa.types.is_boolean)
 
 
 def _prefix(checkpoint_id: int) -> str:
@@ -53,56 +48,48 @@ class OutputFile:
 
 
 class OutputWriter:
-    """Executor side: a task's output batches, streamed into one Parquet file."""
+    """Executor side: a task's output batches, streamed into one Parquet file whose footer
+    gives the Delta statistics (as for snapshot files)."""
 
     def __init__(self, table_uri: str, schema: pa.Schema, *, checkpoint_id: int,
                  subtask: int) -> None:
         self._fs, self._root = table_filesystem(table_uri)
         self._schema = schema
+        self._columns = stat_columns(schema)
         self._relative = f"{_prefix(checkpoint_id)}{subtask:05d}-{uuid.uuid4().hex[:12]}.parquet"
+        self._sink: Any = None
         self._writer: pq.ParquetWriter | None = None
+        self._footer: list[pq.FileMetaData] = []
         self._rows = 0
-        self._nulls = {f.name: 0 for f in schema}
-        self._min: dict[str, Any] = {}
-        self._max: dict[str, Any] = {}
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
         if self._writer is None:
             self._fs.create_dir(self._root, recursive=True)
+            self._sink = self._fs.open_output_stream(f"{self._root}/{self._relative}")
             self._writer = pq.ParquetWriter(  # snappy: Spark's and Delta's default codec
-                f"{self._root}/{self._relative}", self._schema, filesystem=self._fs,
-                compression="snappy")
+                self._sink, self._schema, compression="snappy",
+                write_statistics=self._columns or False, metadata_collector=self._footer)
         self._writer.write_batch(batch)
         self._rows += batch.num_rows
-        for field, column in zip(self._schema, batch.columns):
-            self._nulls[field.name] += column.null_count
-            if not any(check(field.type) for check in _STATS) or \
-                    column.null_count == len(column):
-                continue
-            bounds = pc.min_max(column)
-            low, high = bounds["min"].as_py(), bounds["max"].as_py()
-            known_low, known_high = self._min.get(field.name), self._max.get(field.name)
-            self._min[field.name] = low if known_low is None else min(low, known_low)
-            self._max[field.name] = high if known_high is None else max(high, known_high)
 
     def close(self) -> OutputFile | None:
         """Finish the file; ``None`` when the task had no output."""
         if self._writer is None:
             return None
         self._writer.close()
-        full = f"{self._root}/{self._relative}"
-        stats = json.dumps({"numRecords": self._rows, "minValues": self._min,
-                            "maxValues": self._max, "nullCount": self._nulls})
-        return OutputFile(path=self._relative, rows=self._rows,
-                          size=int(self._fs.get_file_info(full).size or 0),
-                          modification_time=time.time_ns() // 1_000_000, stats=stats)
+        size = self._sink.tell()
+        self._sink.close()
+        return OutputFile(path=self._relative, rows=self._rows, size=size,
+                          modification_time=time.time_ns() // 1_000_000,
+                          stats=delta_stats(self._rows, self._footer[0], self._columns))
 
     def abort(self) -> None:
         """Drop the file of a failed attempt."""
         if self._writer is not None:
             self._writer.close()
+            self._sink.close()
             self._fs.delete_file(f"{self._root}/{self._relative}")
 
 
@@ -132,23 +119,18 @@ class OutputTable:
             raise ConfigError(f"output table {self.uri} has the schema {existing}, the job's "
                               f"output schema is {mine}; write to another table")
 
-    def committed_checkpoint(self) -> int | None:
-        """The last checkpoint whose output this job committed to the table."""
-        table = self._table()
-        return None if table is None else table.transaction_version(self.app_id)
-
     def commit(self, files: list[OutputFile], *, checkpoint_id: int) -> bool:
         """Append ``files`` as the output of ``checkpoint_id``; ``False`` (and the files
         deleted) when that checkpoint's output is already in the table."""
-        done = self.committed_checkpoint()
+        table = self._table()
+        done = None if table is None else table.transaction_version(self.app_id)
         if done is not None and done >= checkpoint_id:
             self.delete(files)
             return False
         properties = CommitProperties(app_transactions=[Transaction(self.app_id, checkpoint_id)])
         try:
-            if self._table() is None:
-                DeltaTable.create(self.uri, self.schema, mode="ignore")
-            table = DeltaTable(self.uri)
+            if table is None:
+                table = DeltaTable.create(self.uri, self.schema, mode="ignore")
             table.create_write_transaction(
                 [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats)
                  for f in files],
