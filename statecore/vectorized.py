@@ -79,17 +79,11 @@ class KeyedBatch:
         """Make each distinct key current in turn; yields its index in :attr:`keys`."""
         backend = self._backend
         previous = backend._key, backend._kg
+        set_key = backend.set_current_key  # once per distinct key: the call is no cost
         try:
-            if backend.switches_keys_by_assignment():  # key groups were checked per batch
-                for i, (key, key_group) in enumerate(zip(self.keys, self.key_groups)):
-                    backend._key = key
-                    backend._kg = key_group
-                    yield i
-            else:
-                set_key = backend.set_current_key
-                for i, (key, key_group) in enumerate(zip(self.keys, self.key_groups)):
-                    set_key(key, key_group)
-                    yield i
+            for i, (key, key_group) in enumerate(zip(self.keys, self.key_groups)):
+                set_key(key, key_group)
+                yield i
         finally:
             backend._key, backend._kg = previous
 

@@ -9,7 +9,9 @@ stay on the driver, so a cold Python worker starts in a fraction of a second.
 from __future__ import annotations
 
 import json
+from itertools import chain
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import pyarrow as pa
@@ -52,28 +54,30 @@ BACKENDS: dict[str, BackendFactory] = {"heap": _heap_backend, "rocksdb": _rocksd
 """The keyed state backends a job may select by name."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class TaskSpec:
     """Everything a task needs besides its records (pickled once per job to the executors)."""
 
-    def __init__(
-        self, *, key: str, key_type: TypeInfo, key_group_column: str, parallelism: int,
-        max_parallelism: int, checkpoint_id: int, restore: RestorePlan, job: str, operator: str,
-        backend_factory: BackendFactory, backend_options: object, home: str,
-        table_uris: TableUris, output_schema: pa.Schema, event_time: str | None, watermark: int,
-        processing_time: TtlTimeProvider | None, output_table: str | None = None,
-    ) -> None:
-        self.key, self.key_type, self.key_group_column = key, key_type, key_group_column
-        self.parallelism, self.max_parallelism = parallelism, max_parallelism
-        self.checkpoint_id, self.restore = checkpoint_id, restore
-        self.job, self.operator = job, operator
-        self.backend_factory, self.backend_options = backend_factory, backend_options
-        self.home, self.table_uris = home, table_uris
-        self.output_schema = output_schema
-        self.event_time, self.watermark = event_time, watermark
-        self.processing_time = processing_time
-        self.output_table = output_table
-        """When set, tasks write their output there (committed by the driver) instead of
-        returning it to Spark."""
+    key: str
+    key_type: TypeInfo
+    key_group_column: str
+    parallelism: int
+    max_parallelism: int
+    checkpoint_id: int
+    restore: RestorePlan
+    job: str
+    operator: str
+    backend_factory: BackendFactory
+    backend_options: object
+    home: str
+    table_uris: TableUris
+    output_schema: pa.Schema
+    event_time: str | None
+    watermark: int
+    processing_time: TtlTimeProvider | None
+    output_table: str | None = None
+    """When set, tasks write their output there (committed by the driver) instead of
+    returning it to Spark."""
 
     @property
     def result_schema(self) -> pa.Schema:
@@ -123,16 +127,14 @@ def per_batch(spec: TaskSpec, batch_rows: int) -> Process:
     def process(task: KeyedOperatorTask, batches: Iterator[pa.RecordBatch]) -> Iterator[Output]:
         pending: list[pa.RecordBatch] = []
         rows = 0
-        for batch in batches:
-            pending.append(batch)
-            rows += batch.num_rows
-            if rows >= batch_rows:
+        for batch in chain(batches, [None]):  # None: the end, process what is pending
+            if batch is not None:
+                pending.append(batch)
+                rows += batch.num_rows
+            if pending and (batch is None or rows >= batch_rows):
                 yield task.process_keyed_table(pa.Table.from_batches(pending), key=spec.key,
                                                key_group=spec.key_group_column)
                 pending, rows = [], 0
-        if pending:
-            yield task.process_keyed_table(pa.Table.from_batches(pending), key=spec.key,
-                                           key_group=spec.key_group_column)
 
     return process
 

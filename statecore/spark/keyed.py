@@ -252,7 +252,7 @@ def _run(
             if sink is not None:
                 sink.check_schema()
         except Exception as exc:
-            catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
+            _fail(catalog, job, checkpoint_id, exc)
             raise
         spec = TaskSpec(
             key=key, key_type=key_type, key_group_column=KEY_GROUP_COLUMN,
@@ -276,7 +276,7 @@ def _run(
                      .select(META).collect()]
         except Exception as exc:
             result.unpersist()
-            catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
+            _fail(catalog, job, checkpoint_id, exc)
             raise _task_error(exc, job, checkpoint_id) from exc
         if sink is not None:
             files = [OutputFile(**m["output"]) for m in metas if m.get("output")]
@@ -286,8 +286,7 @@ def _run(
                                 "attempt; this attempt's output files were dropped", job,
                                 checkpoint_id)
             except Exception as exc:
-                catalog.fail_checkpoint(job, checkpoint_id,
-                                        error=f"{type(exc).__name__}: {exc}")
+                _fail(catalog, job, checkpoint_id, exc)
                 raise
         snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
         record = coordinator.commit(planned, snapshots)
@@ -316,6 +315,10 @@ def _committed_output(spark: SparkSession, sink: OutputTable | None,
     if not uris:
         return spark.createDataFrame([], output_schema)
     return spark.read.schema(output_schema).parquet(*uris)
+
+
+def _fail(catalog: Catalog, job: str, checkpoint_id: int, exc: Exception) -> None:
+    catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
 
 
 def _is_complete(catalog: Catalog, job: str, checkpoint_id: int) -> bool:
