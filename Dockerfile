@@ -6,10 +6,12 @@
 #   KubernetesExecutor   the executor's own `python -m airflow.sdk.execution_time...` command
 #   Spark on Kubernetes  args: driver ... | executor ...   (what Spark gives its driver/executor pods)
 #
-# Contents: Python 3.11, Java 17, the exact packages of requirements.lock (Airflow 3.3.2,
-# PySpark 4.2.0, deltalake, ...) plus `pip install --no-deps .`, the DAGs (dags/), Airflow
-# plugins (plugins/) and PySpark jobs (jobs/), and the JARs cluster-side Spark SQL needs to read
-# and write Delta tables on S3 (Delta Lake for Spark 4.2, delta-storage, hadoop-aws + AWS SDK).
+# Contents: Python 3.11, Java 17, the exact packages of requirements.lock (the runtime lock:
+# Airflow 3.3.2, PySpark 4.2.0, deltalake, psycopg2, ...; no test tools) plus
+# `pip install --no-deps .` (statecore and its Airflow provider statecore_airflow), the DAGs
+# (dags/), Airflow plugins (plugins/) and PySpark jobs (jobs/), and the JARs cluster-side Spark SQL
+# needs to read and write Delta tables on S3 (Delta Lake for Spark 4.2, delta-storage, hadoop-aws
+# + AWS SDK; scripts/resolve_spark_jars.py). The entrypoint is scripts/statecore-entrypoint.sh.
 #
 # Build and push (needs network access to PyPI, Debian and Maven Central):
 #
@@ -57,6 +59,11 @@ COPY requirements.lock ./
 RUN python -m venv /opt/venv \
  && pip install --no-deps -r requirements.lock
 
+# Delta Lake + S3A JARs for cluster-side Spark SQL, resolved as `spark-submit --packages` does and
+# added to pyspark's jars/ (see the script); they depend on the lock and the build arguments only.
+COPY scripts/resolve_spark_jars.py scripts/
+RUN python scripts/resolve_spark_jars.py
+
 COPY . ./
 RUN pip install --no-deps . \
  && pip check \
@@ -68,50 +75,6 @@ RUN pip install --no-deps . \
            "re-lock, or build with --build-arg REQUIRE_KUBERNETES_PROVIDER=false" >&2; \
       exit 1; \
     fi
-
-# Delta Lake + S3A JARs for cluster-side Spark SQL. Resolved the way `spark-submit --packages`
-# does (Ivy, with transitive dependencies), then copied into pyspark's jars/, skipping any
-# artifact pyspark already ships so Spark's own versions stay the only ones on the classpath.
-RUN python - <<'PY'
-import os, re, shutil, subprocess, sys, tempfile
-from pathlib import Path
-import pyspark
-
-spark_home = Path(pyspark.__file__).parent
-jars = spark_home / "jars"
-spark_minor = ".".join(pyspark.__version__.split(".")[:2])
-artifact = os.environ["DELTA_SPARK_ARTIFACT"]
-if not artifact.startswith(f"delta-spark_{spark_minor}_"):
-    sys.exit(f"{artifact} does not match pyspark {pyspark.__version__} (want delta-spark_{spark_minor}_2.13)")
-hadoop = os.environ.get("HADOOP_AWS_VERSION") or re.match(
-    r"hadoop-client-api-(.+)\.jar", next(p.name for p in jars.glob("hadoop-client-api-*.jar"))
-).group(1)
-delta = os.environ["DELTA_VERSION"]
-packages = [f"io.delta:{artifact}:{delta}", f"io.delta:delta-storage:{delta}", f"org.apache.hadoop:hadoop-aws:{hadoop}"]
-print("resolving", *packages, flush=True)
-
-ivy = Path(tempfile.mkdtemp())
-noop = ivy / "noop.py"
-noop.write_text("")
-subprocess.run(
-    [str(spark_home / "bin" / "spark-submit"), "--master", "local[1]", "--conf", f"spark.jars.ivy={ivy}",
-     "--packages", ",".join(packages), str(noop)],
-    check=True,
-)
-
-def artifact_id(name: str) -> str:
-    return re.sub(r"-\d[\w.+-]*\.jar$", "", name)
-
-shipped = {artifact_id(p.name) for p in jars.glob("*.jar")}
-for jar in sorted((ivy / "jars").glob("*.jar")):
-    name = jar.name.split("_", 1)[1] if "_" in jar.name else jar.name  # Ivy names them group_artifact-version
-    if artifact_id(name) in shipped:
-        print("  already in pyspark:", name)
-        continue
-    shutil.copy2(jar, jars / name)
-    print("  added:", name)
-shutil.rmtree(ivy)
-PY
 
 # --- final image --------------------------------------------------------------------------------
 FROM base
@@ -133,45 +96,7 @@ COPY --from=build /src/dags/ /opt/airflow/dags/
 COPY --from=build /src/plugins/ /opt/airflow/plugins/
 COPY --from=build /src/jobs/ /opt/airflow/jobs/
 
-COPY --chmod=0755 <<'SH' /usr/local/bin/statecore-entrypoint
-#!/bin/bash
-# Entrypoint of the statecore image (under tini).
-#   driver ... | executor ...  Spark on Kubernetes pods: start the driver or an executor with the
-#                              arguments and environment Spark gives those pods
-#   anything else              run it as is (airflow ..., python ..., bash)
-set -eo pipefail
-
-case "${1:-}" in
-  driver)
-    shift
-    exec "${SPARK_HOME}/bin/spark-submit" \
-      --conf "spark.driver.bindAddress=${SPARK_DRIVER_BIND_ADDRESS}" \
-      --conf "spark.executorEnv.SPARK_DRIVER_POD_IP=${SPARK_DRIVER_BIND_ADDRESS}" \
-      --deploy-mode client "$@"
-    ;;
-  executor)
-    shift
-    java_opts=()
-    for v in "${!SPARK_JAVA_OPT_@}"; do java_opts+=("${!v}"); done
-    classpath="${SPARK_CONF_DIR:-${SPARK_HOME}/conf}:${SPARK_HOME}/jars/*"
-    if [ -n "${SPARK_EXTRA_CLASSPATH:-}" ]; then classpath="${classpath}:${SPARK_EXTRA_CLASSPATH}"; fi
-    exec "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
-      -Xms"${SPARK_EXECUTOR_MEMORY}" -Xmx"${SPARK_EXECUTOR_MEMORY}" \
-      -cp "${classpath}:${PWD}" \
-      org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
-      --driver-url "${SPARK_DRIVER_URL}" \
-      --executor-id "${SPARK_EXECUTOR_ID}" \
-      --cores "${SPARK_EXECUTOR_CORES}" \
-      --app-id "${SPARK_APPLICATION_ID}" \
-      --hostname "${SPARK_EXECUTOR_POD_IP}" \
-      --resourceProfileId "${SPARK_RESOURCE_PROFILE_ID}" \
-      --podName "${SPARK_EXECUTOR_POD_NAME}"
-    ;;
-  *)
-    exec "$@"
-    ;;
-esac
-SH
+COPY --chmod=0755 scripts/statecore-entrypoint.sh /usr/local/bin/statecore-entrypoint
 
 ENV AIRFLOW_HOME=/opt/airflow \
     STATECORE_HOME=/opt/statecore/home \

@@ -15,15 +15,16 @@ export AIRFLOW_CONN_SPARK_DEFAULT := {"conn_type": "spark", "host": "local[*]"}
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo up test test-quick bench bench-quick typecheck helm clean
+.PHONY: setup demo up lint test test-quick bench bench-quick typecheck helm clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
-# The pinned set (requirements.lock, made by `uv pip compile`) plus this project, editable.
-$(STAMP): requirements.lock pyproject.toml
+# The pinned development set (requirements-dev.lock: the runtime lock plus test tools, made by
+# `uv pip compile`, see its header) plus this project, editable. The image takes requirements.lock.
+$(STAMP): requirements-dev.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv==0.13.8
-	$(VENV)/bin/uv pip install --python $(PY) --quiet -r requirements.lock
+	$(VENV)/bin/uv pip install --python $(PY) --quiet -r requirements-dev.lock
 	$(VENV)/bin/uv pip install --python $(PY) --quiet --no-deps -e .
 	touch $@
 
@@ -40,7 +41,13 @@ up: $(STAMP)
 	@echo "Trigger 'stateful_pipeline' with config {\"date\": \"2026-01-01\"} (run 'make demo' first for data). Ctrl-C stops."
 	$(VENV)/bin/airflow standalone
 
-test: setup
+# ruff (lint, import order, format) and the architecture contracts (import-linter), then pytest.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+
+test: setup lint
 	$(PY) -m pytest -q
 
 test-quick: setup

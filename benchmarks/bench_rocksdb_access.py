@@ -74,8 +74,11 @@ class Backend(Variant):
         super().__init__(root)
         self.pass_groups = pass_groups
         self.backend = RocksDBKeyedStateBackend(
-            key_type=TypeInfo.of(str), key_group_range=KeyGroupRange(0, MAX_PARALLELISM - 1),
-            max_parallelism=MAX_PARALLELISM, options=RocksDBOptions(local_directory=str(root)))
+            key_type=TypeInfo.of(str),
+            key_group_range=KeyGroupRange(0, MAX_PARALLELISM - 1),
+            max_parallelism=MAX_PARALLELISM,
+            options=RocksDBOptions(local_directory=str(root)),
+        )
         self.state: Any = self.backend.get_partitioned_state(COUNT)
 
     def run(self, events: list[str], groups: list[int]) -> float:
@@ -178,8 +181,8 @@ def one_round(root: Path, events: list[str], groups: list[int], block: int) -> d
     names = list(variants)
     try:
         for i, start in enumerate(range(0, len(events), block)):
-            chunk, chunk_groups = events[start:start + block], groups[start:start + block]
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            chunk, chunk_groups = events[start : start + block], groups[start : start + block]
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 seconds[name] += variants[name].run(chunk, chunk_groups)
         expected = events.count(events[0])
         for name, variant in variants.items():
@@ -195,8 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--block", type=int, default=2_000,
-                        help="events per turn when the variants take turns")
+    parser.add_argument(
+        "--block", type=int, default=2_000, help="events per turn when the variants take turns"
+    )
     args = parser.parse_args(argv)
     events, groups = workload(args.keys, args.events)
     root = Path(tempfile.mkdtemp(prefix="statecore-bench-rocksdb-"))
@@ -209,16 +213,27 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(root, ignore_errors=True)
     median = {name: statistics.median(times) for name, times in seconds.items()}
     raw = min(median["raw_bytes"], median["raw_rocksdict"])
-    print(json.dumps({
-        "benchmark": "rocksdb_value_state_access",
-        "keys": args.keys, "events": args.events, "runs": args.runs, "block": args.block,
-        "median_us_per_event": {n: round(s / args.events * 1e6, 3) for n, s in median.items()},
-        "seconds": {n: [round(s, 4) for s in times] for n, times in seconds.items()},
-        "ratio": round(raw / median["backend"], 3),
-        "ratio_with_hashing": round(raw / median["backend_hashing"], 3),
-        "target": 0.6,
-        "python": sys.version.split()[0], "rocksdict": getattr(rocksdict, "__version__", None),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "benchmark": "rocksdb_value_state_access",
+                "keys": args.keys,
+                "events": args.events,
+                "runs": args.runs,
+                "block": args.block,
+                "median_us_per_event": {
+                    n: round(s / args.events * 1e6, 3) for n, s in median.items()
+                },
+                "seconds": {n: [round(s, 4) for s in times] for n, times in seconds.items()},
+                "ratio": round(raw / median["backend"], 3),
+                "ratio_with_hashing": round(raw / median["backend_hashing"], 3),
+                "target": 0.6,
+                "python": sys.version.split()[0],
+                "rocksdict": getattr(rocksdict, "__version__", None),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ Every variant reads the same Arrow table in batches of 10,000 rows (Spark's Arro
 turns the columns into Python values, runs the per-event logic and builds the output rows of each
 batch (consuming them). A variant runs a few times in its child process, each on fresh state, and
 the fastest run counts: these runs take well under a second, where a neighbour's burst on a
-shared machine would otherwise decide the number. Key groups are computed before timing, as Spark computes them in the JVM
-for the end-to-end runs; every key group belongs to the one (p = 1) backend.
+shared machine would otherwise decide the number. Key groups are computed before timing, as
+Spark computes them in the JVM for the end-to-end runs; every key group belongs to the one
+(p = 1) backend.
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ BATCH_ROWS = 10_000
 
 
 def backend_names() -> list[str]:
-    """statecore's keyed backends (``rocksdb`` joins when its branch registers it)."""
-    from statecore.spark.keyed import BACKENDS
+    """statecore's keyed backends, as registered (heap first)."""
+    from statecore.backends import backend_names as registered
 
-    return [name for name in ("heap", "rocksdb") if name in BACKENDS] + sorted(
-        set(BACKENDS) - {"heap", "rocksdb"})
+    return registered()
 
 
 _BATCHES: dict[int, list[pa.RecordBatch]] = {}
@@ -41,7 +41,8 @@ def _batches(workload: Workload) -> list[pa.RecordBatch]:
     """The input as Arrow batches with key groups (made once per process and size)."""
     if workload.events not in _BATCHES:
         _BATCHES[workload.events] = with_key_groups(workload.table()).to_batches(
-            max_chunksize=BATCH_ROWS)
+            max_chunksize=BATCH_ROWS
+        )
     return _BATCHES[workload.events]
 
 
@@ -66,17 +67,21 @@ def dict_loop(workload: Workload) -> Sample:
 
 
 def _backend(name: str, home: str) -> Any:
-    """A backend of every key group, built by the factory the Spark runtime uses per task
-    (a RocksDB backend keeps its files under ``home``)."""
+    """A backend of every key group, built by the registry as the Spark runtime builds one per
+    task (a RocksDB backend keeps its files under ``home``)."""
+    from statecore.backends import BackendParameters, create_backend
     from statecore.backends.scope import TaskScope
     from statecore.keygroups import KeyGroupRange
-    from statecore.spark.keyed import BACKENDS
     from statecore.types import TypeInfo
 
     scope = TaskScope(job="bench", operator="main", subtask_index=0, checkpoint_id=1, home=home)
-    return BACKENDS[name](key_type=TypeInfo.of(str),
-                          key_group_range=KeyGroupRange(0, MAX_PARALLELISM - 1),
-                          max_parallelism=MAX_PARALLELISM, scope=scope)
+    return create_backend(
+        BackendParameters.of(name),
+        key_type=TypeInfo.of(str),
+        key_group_range=KeyGroupRange(0, MAX_PARALLELISM - 1),
+        max_parallelism=MAX_PARALLELISM,
+        scope=scope,
+    )
 
 
 def _flush(backend: Any) -> None:
@@ -97,14 +102,15 @@ def _final_sums(backend: Any) -> dict[str, int]:
 
 def operator_task(backend_name: str, workload: Workload) -> Sample:
     """2. statecore in-process: ``KeyedOperatorTask.process_batch`` running ``RunningSum``."""
-    from statecore.task import KeyedOperatorTask
+    from statecore.runtime.task import KeyedOperatorTask
 
     batches = [b.drop_columns(["seq"]) for b in _batches(workload)]  # record = (value,)
     variant = f"statecore {backend_name}, in-process (task + function)"
     with tempfile.TemporaryDirectory(prefix="bench-") as home:
         backend = _backend(backend_name, home)
-        task = KeyedOperatorTask(RunningSum(), backend, job="bench", operator="main",
-                                 subtask_index=0, parallelism=1)
+        task = KeyedOperatorTask(
+            RunningSum(), backend, job="bench", operator="main", subtask_index=0, parallelism=1
+        )
         task.open()
         emitted = 0
         start = clock()
@@ -130,9 +136,11 @@ def state_api(backend_name: str, workload: Workload) -> Sample:
         for batch in batches:
             out: list[tuple[str, int, int]] = []
             append = out.append
-            for key, kg, value in zip(batch.column("key").to_pylist(),
-                                      batch.column(KEY_GROUP).to_pylist(),
-                                      batch.column("value").to_pylist()):
+            for key, kg, value in zip(
+                batch.column("key").to_pylist(),
+                batch.column(KEY_GROUP).to_pylist(),
+                batch.column("value").to_pylist(),
+            ):
                 set_key(key, kg)
                 total = read() + value
                 write(total)
@@ -165,8 +173,9 @@ def rocksdict_raw(workload: Workload) -> Sample:
         for batch in batches:
             out: list[tuple[str, int, int]] = []
             append = out.append
-            for key, value in zip(batch.column("key").to_pylist(),
-                                  batch.column("value").to_pylist()):
+            for key, value in zip(
+                batch.column("key").to_pylist(), batch.column("value").to_pylist()
+            ):
                 encoded = key.encode()
                 stored = get(encoded)
                 total = (from_bytes(stored, "little", signed=True) if stored else 0) + value
@@ -174,8 +183,10 @@ def rocksdict_raw(workload: Workload) -> Sample:
                 append((key, value, total))
             emitted += len(out)
         seconds = clock() - start
-        sums = {cast(bytes, k).decode(): from_bytes(cast(bytes, v), "little", signed=True)
-                for k, v in db.items()}
+        sums = {
+            cast(bytes, k).decode(): from_bytes(cast(bytes, v), "little", signed=True)
+            for k, v in db.items()
+        }
         db.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

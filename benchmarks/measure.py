@@ -19,8 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Sample", "TreeRss", "best_of", "run_isolated", "self_peak_rss", "settle",
-           "tree_cpu_seconds"]
+__all__ = [
+    "Sample",
+    "TreeRss",
+    "best_of",
+    "run_isolated",
+    "self_peak_rss",
+    "settle",
+    "tree_cpu_seconds",
+]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -87,7 +94,7 @@ def _children() -> dict[int, list[int]]:
             stat = Path(entry.path, "stat").read_text()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         tree.setdefault(ppid, []).append(int(entry.name))
     return tree
 
@@ -145,7 +152,7 @@ def _cpu_seconds(pid: int) -> float:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return 0.0
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 

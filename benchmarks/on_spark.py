@@ -26,23 +26,33 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from benchmarks.measure import Sample, TreeRss, clock
 from benchmarks.workload import Workload
 
-__all__ = ["session", "statecore_end_to_end", "dict_on_spark", "spark_transform_with_state",
-           "OUTPUT_SCHEMA", "INPUT_SCHEMA"]
+__all__ = [
+    "session",
+    "statecore_end_to_end",
+    "dict_on_spark",
+    "spark_transform_with_state",
+    "OUTPUT_SCHEMA",
+    "INPUT_SCHEMA",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 PARALLELISM = 2
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
-INPUT_SCHEMA = T.StructType([
-    T.StructField("key", T.StringType()),
-    T.StructField("value", T.LongType()),
-    T.StructField("seq", T.LongType()),
-])
-OUTPUT_SCHEMA = T.StructType([
-    T.StructField("key", T.StringType()),
-    T.StructField("value", T.LongType()),
-    T.StructField("new_sum", T.LongType()),
-])
+INPUT_SCHEMA = T.StructType(
+    [
+        T.StructField("key", T.StringType()),
+        T.StructField("value", T.LongType()),
+        T.StructField("seq", T.LongType()),
+    ]
+)
+OUTPUT_SCHEMA = T.StructType(
+    [
+        T.StructField("key", T.StringType()),
+        T.StructField("value", T.LongType()),
+        T.StructField("new_sum", T.LongType()),
+    ]
+)
 _TOTAL_SCHEMA = T.StructType([T.StructField("total", T.LongType())])
 
 
@@ -50,7 +60,8 @@ def session() -> SparkSession:
     """The harness's one Spark session: ``local[2]``, 2 shuffle partitions, RocksDB state."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
+    )
     spark = (
         SparkSession.builder.master(f"local[{PARALLELISM}]")
         .appName("statecore-bench")
@@ -85,8 +96,15 @@ def _verify_output(workload: Workload, variant: str, folder: Path) -> None:
 
 # -- statecore -----------------------------------------------------------------------------
 
-def statecore_end_to_end(spark: SparkSession, workload: Workload, backend: str,
-                         workdir: Path, *, vectorized: bool = False) -> Sample:
+
+def statecore_end_to_end(
+    spark: SparkSession,
+    workload: Workload,
+    backend: str,
+    workdir: Path,
+    *,
+    vectorized: bool = False,
+) -> Sample:
     """3. ``keyed_process`` running ``RunningSum`` per record at parallelism 2, checkpoint 1 of a
     fresh job, the output to the job's Delta output table. With ``vectorized``: 3c.,
     ``keyed_process_batches`` with ``RunningAggregate``, the same state and checkpoint computed
@@ -96,21 +114,32 @@ def statecore_end_to_end(spark: SparkSession, workload: Workload, backend: str,
     from statecore.spark import keyed_process, keyed_process_batches
     from statecore.vectorized import RunningAggregate
 
-    variant = (f"statecore vectorized ({backend}), Spark local[2] end to end" if vectorized
-               else f"statecore {backend}, Spark local[2] end to end")
+    variant = (
+        f"statecore vectorized ({backend}), Spark local[2] end to end"
+        if vectorized
+        else f"statecore {backend}, Spark local[2] end to end"
+    )
     run_dir = _fresh(workdir)
     config = StatecoreConfig.resolve(home=str(run_dir / "home"), env={})
     output = run_dir / "output"
     common: dict[str, Any] = dict(
-        key="key", output_schema=OUTPUT_SCHEMA, job="bench", checkpoint_id=1,
-        parallelism=PARALLELISM, order_by=["seq"], backend=backend, config=config,
-        output_table=str(output))
+        key="key",
+        output_schema=OUTPUT_SCHEMA,
+        job="bench",
+        checkpoint_id=1,
+        parallelism=PARALLELISM,
+        order_by=["seq"],
+        backend=backend,
+        config=config,
+        output_table=str(output),
+    )
     with TreeRss() as rss:
         start = clock()
         events = spark.read.schema(INPUT_SCHEMA).parquet(str(workload.input_dir))
         if vectorized:
             run = keyed_process_batches(
-                events, function=RunningAggregate("value", TOTAL, output="new_sum"), **common)
+                events, function=RunningAggregate("value", TOTAL, output="new_sum"), **common
+            )
         else:
             run = keyed_process(events, function=RunningSum(), **common)
         seconds = clock() - start
@@ -119,11 +148,20 @@ def statecore_end_to_end(spark: SparkSession, workload: Workload, backend: str,
         raise AssertionError(f"{variant}: {run.records} records, expected {workload.events}")
     _verify_output(workload, variant, output)
     checkpoint = run.checkpoint
-    return Sample(variant, seconds, workload.events, rss.peak, extra={
-        "state_rows": checkpoint.total_rows, "state_bytes": checkpoint.total_bytes,
-        "checkpoint_seconds": checkpoint.duration.total_seconds() if checkpoint.duration else None,
-        "home": str(run_dir / "home"),
-    })
+    return Sample(
+        variant,
+        seconds,
+        workload.events,
+        rss.peak,
+        extra={
+            "state_rows": checkpoint.total_rows,
+            "state_bytes": checkpoint.total_bytes,
+            "checkpoint_seconds": checkpoint.duration.total_seconds()
+            if checkpoint.duration
+            else None,
+            "home": str(run_dir / "home"),
+        },
+    )
 
 
 def _dict_task(batches: Iterator[Any]) -> Iterator[Any]:
@@ -141,7 +179,8 @@ def _dict_task(batches: Iterator[Any]) -> Iterator[Any]:
             append(total)
         yield pa.RecordBatch.from_arrays(
             [batch.column("key"), batch.column("value"), pa.array(sums, pa.int64())],
-            names=["key", "value", "new_sum"])
+            names=["key", "value", "new_sum"],
+        )
 
 
 def dict_on_spark(spark: SparkSession, workload: Workload, workdir: Path) -> Sample:
@@ -155,16 +194,19 @@ def dict_on_spark(spark: SparkSession, workload: Workload, workdir: Path) -> Sam
     with TreeRss() as rss:
         start = clock()
         events = spark.read.schema(INPUT_SCHEMA).parquet(str(workload.input_dir))
-        aligned = align_to_key_groups(events, "key", parallelism=PARALLELISM,
-                                      max_parallelism=128, order_by=["seq"])
-        aligned.select("key", "value").mapInArrow(_dict_task, OUTPUT_SCHEMA) \
-            .write.parquet(str(output))
+        aligned = align_to_key_groups(
+            events, "key", parallelism=PARALLELISM, max_parallelism=128, order_by=["seq"]
+        )
+        aligned.select("key", "value").mapInArrow(_dict_task, OUTPUT_SCHEMA).write.parquet(
+            str(output)
+        )
         seconds = clock() - start
     _verify_output(workload, variant, output)
     return Sample(variant, seconds, workload.events, rss.peak)
 
 
 # -- Spark's transformWithState ------------------------------------------------------------
+
 
 class PandasRunningSum(StatefulProcessor):
     """The workload for ``transformWithStateInPandas``: one state read and write per key and
@@ -173,8 +215,9 @@ class PandasRunningSum(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.total = handle.getValueState("total", _TOTAL_SCHEMA)
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
-                        timerValues: Any) -> Iterator[pd.DataFrame]:
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
         frame = pd.concat(list(rows), ignore_index=True).sort_values("seq")
         stored = self.total.get()
         sums = frame["value"].cumsum() + (stored[0] if stored else 0)
@@ -205,8 +248,9 @@ class RowRunningSum(StatefulProcessor):
         pass
 
 
-def spark_transform_with_state(spark: SparkSession, workload: Workload, *, pandas: bool,
-                               workdir: Path) -> Sample:
+def spark_transform_with_state(
+    spark: SparkSession, workload: Workload, *, pandas: bool, workdir: Path
+) -> Sample:
     """4. A file-source stream over the same Parquet file, ``availableNow``, Parquet sink."""
     api = "transformWithStateInPandas" if pandas else "transformWithState"
     variant = f"Spark {api}, RocksDB store, local[2]"
@@ -218,15 +262,26 @@ def spark_transform_with_state(spark: SparkSession, workload: Workload, *, panda
         grouped = stream.groupBy("key")
         if pandas:
             result = grouped.transformWithStateInPandas(
-                PandasRunningSum(), outputStructType=OUTPUT_SCHEMA, outputMode="Append",
-                timeMode="None")
+                PandasRunningSum(),
+                outputStructType=OUTPUT_SCHEMA,
+                outputMode="Append",
+                timeMode="None",
+            )
         else:
             result = grouped.transformWithState(
-                RowRunningSum(), outputStructType=OUTPUT_SCHEMA, outputMode="Append",
-                timeMode="None")
-        query = (result.writeStream.format("parquet").option("path", str(output))
-                 .option("checkpointLocation", str(run_dir / "checkpoint"))
-                 .outputMode("append").trigger(availableNow=True).start())
+                RowRunningSum(),
+                outputStructType=OUTPUT_SCHEMA,
+                outputMode="Append",
+                timeMode="None",
+            )
+        query = (
+            result.writeStream.format("parquet")
+            .option("path", str(output))
+            .option("checkpointLocation", str(run_dir / "checkpoint"))
+            .outputMode("append")
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
         seconds = clock() - start
     if query.exception() is not None:
@@ -234,5 +289,6 @@ def spark_transform_with_state(spark: SparkSession, workload: Workload, *, panda
     _verify_output(workload, variant, output)
     state_dir = run_dir / "checkpoint" / "state"
     state_bytes = sum(f.stat().st_size for f in state_dir.rglob("*") if f.is_file())
-    return Sample(variant, seconds, workload.events, rss.peak,
-                  extra={"state_store_bytes": state_bytes})
+    return Sample(
+        variant, seconds, workload.events, rss.peak, extra={"state_store_bytes": state_bytes}
+    )

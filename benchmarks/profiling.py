@@ -25,7 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as ``python benchmarks/profiling.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.workload import Workload  # noqa: E402
+from benchmarks.workload import Workload
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / ".work" / "profiles"
@@ -37,7 +37,7 @@ def _print(stats: pstats.Stats, title: str, limit: int) -> None:
         stats.stream = buffer  # type: ignore[attr-defined]
         stats.sort_stats(order).print_stats(limit)
         body = buffer.getvalue()
-        print(f"\n===== {title}, by {order} =====\n{body[body.find('   ncalls'):]}")
+        print(f"\n===== {title}, by {order} =====\n{body[body.find('   ncalls') :]}")
 
 
 def inprocess(workload: Workload, limit: int) -> None:
@@ -45,14 +45,15 @@ def inprocess(workload: Workload, limit: int) -> None:
     from benchmarks import inprocess as variants
     from benchmarks.functions import TOTAL, RunningSum
     from statecore.catalog import Catalog
-    from statecore.checkpoint import CheckpointCoordinator
+    from statecore.checkpoint.coordinator import CheckpointCoordinator
     from statecore.config import StatecoreConfig
-    from statecore.task import KeyedOperatorTask
+    from statecore.runtime.task import KeyedOperatorTask
 
     batches = [b.drop_columns(["seq"]) for b in variants._batches(workload)]
     backend = variants._backend("heap", str(OUT))
-    task = KeyedOperatorTask(RunningSum(), backend, job="bench", operator="main",
-                             subtask_index=0, parallelism=1)
+    task = KeyedOperatorTask(
+        RunningSum(), backend, job="bench", operator="main", subtask_index=0, parallelism=1
+    )
     task.open()
     profiler = cProfile.Profile()
     profiler.enable()
@@ -70,8 +71,7 @@ def inprocess(workload: Workload, limit: int) -> None:
         planned = coordinator.plan(1, parallelism=1, max_parallelism=128, default_parallelism=1)
         profiler = cProfile.Profile()
         profiler.enable()
-        snapshots = task.snapshot({TOTAL.name: coordinator.table_uri(TOTAL.name)},
-                                  checkpoint_id=1)
+        snapshots = task.snapshot({TOTAL.name: coordinator.table_uri(TOTAL.name)}, checkpoint_id=1)
         coordinator.commit(planned, snapshots)
         profiler.disable()
     profiler.dump_stats(OUT / "inprocess-checkpoint.pstats")
@@ -93,17 +93,27 @@ def spark(workload: Workload, limit: int) -> None:
         if driver:
             driver.enable()
         events = session.read.schema(on_spark.INPUT_SCHEMA).parquet(str(workload.input_dir))
-        result = keyed_process(events, key="key", function=RunningSum(),
-                               output_schema=on_spark.OUTPUT_SCHEMA, job="bench",
-                               checkpoint_id=1, parallelism=2, order_by=["seq"], config=config)
+        result = keyed_process(
+            events,
+            key="key",
+            function=RunningSum(),
+            output_schema=on_spark.OUTPUT_SCHEMA,
+            job="bench",
+            checkpoint_id=1,
+            parallelism=2,
+            order_by=["seq"],
+            config=config,
+        )
         processed = time.perf_counter()
         result.output.write.parquet(str(folder / "output"))
         if driver:
             driver.disable()
         done = time.perf_counter()
         session.catalog.clearCache()
-        print(f"keyed_process {processed - start:.2f} s (checkpoint "
-              f"{result.checkpoint.duration}), output write {done - processed:.2f} s")
+        print(
+            f"keyed_process {processed - start:.2f} s (checkpoint "
+            f"{result.checkpoint.duration}), output write {done - processed:.2f} s"
+        )
 
     run(OUT / "spark-warmup", None)
     session.conf.set("spark.sql.pyspark.udf.profiler", "perf")

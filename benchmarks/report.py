@@ -67,8 +67,14 @@ def machine_info() -> dict[str, str]:
         if line.startswith("model name"):
             cpu = line.split(":", 1)[1].strip()
             break
-    mem = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                if line.startswith("MemTotal")), "0")
+    mem = next(
+        (
+            line.split()[1]
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        ),
+        "0",
+    )
     import pyarrow
     import pyspark
 
@@ -81,8 +87,11 @@ def machine_info() -> dict[str, str]:
         "pyspark": pyspark.__version__,
         "pyarrow": pyarrow.__version__,
         "statecore commit": _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
-        + (" + uncommitted changes in statecore/" if _run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "statecore"]) else ""),
+        + (
+            " + uncommitted changes in statecore/"
+            if _run(["git", "-C", str(REPO), "status", "--porcelain", "statecore"])
+            else ""
+        ),
         "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
@@ -100,8 +109,10 @@ def _median(samples: Sequence[Sample], get: Callable[[Sample], float]) -> float:
 
 
 def _table(results: Results) -> list[str]:
-    lines = ["| variant | events/s (median) | min – max | seconds (median) | runs | peak RSS |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| variant | events/s (median) | min – max | seconds (median) | runs | peak RSS |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for variant, samples in results.by_variant().items():
         if not samples[0].events:
             continue
@@ -110,7 +121,8 @@ def _table(results: Results) -> list[str]:
         lines.append(
             f"| {variant} | **{_rate(statistics.median(rates))}** | {_rate(min(rates))} – "
             f"{_rate(max(rates))} | {_median(samples, lambda s: s.seconds):.2f} | "
-            f"{len(samples)} | {_mib(rss)} |")
+            f"{len(samples)} | {_mib(rss)} |"
+        )
     for variant, error in results.failures.items():
         lines.append(f"| {variant} | failed: {error} | | | | |")
     return lines
@@ -122,8 +134,7 @@ def _verdict(ok: bool | None) -> str:
 
 def _targets(results: Results) -> list[str]:
     by = results.by_variant()
-    lines = ["| target | measured (median of paired ratios, each run) | verdict |",
-             "|---|---|---|"]
+    lines = ["| target | measured (median of paired ratios, each run) | verdict |", "|---|---|---|"]
 
     def ratio_row(label: str, a: str, b: str, target: float | None, unit: str = "×") -> None:
         found = results.paired_ratio(a, b) if a in by and b in by else None
@@ -132,7 +143,7 @@ def _targets(results: Results) -> list[str]:
             lines.append(f"| {label} | n/a: no result for *{missing}* | n/a |")
             return
         median, each = found
-        shown = (f"{median:.2f}×" if unit == "×" else f"{median:.0%}")
+        shown = f"{median:.2f}×" if unit == "×" else f"{median:.0%}"
         runs = ", ".join(f"{r:.2f}" if unit == "×" else f"{r:.0%}" for r in each)
         verdict = "info" if target is None else _verdict(median >= target)
         lines.append(f"| {label} | {shown} (runs: {runs}) | {verdict} |")
@@ -143,22 +154,44 @@ def _targets(results: Results) -> list[str]:
         e2e = f"statecore {backend}, Spark local[2] end to end"
         if backend in results.backends:
             ratio_row(f"statecore {backend} end to end ≥ 10× transformWithState", e2e, tws, 10)
-            ratio_row(f"statecore {backend} end to end vs transformWithStateInPandas (info)",
-                      e2e, tws_pandas, None)
+            ratio_row(
+                f"statecore {backend} end to end vs transformWithStateInPandas (info)",
+                e2e,
+                tws_pandas,
+                None,
+            )
         else:
-            lines.append(f"| statecore {backend} end to end ≥ 10× transformWithState | n/a: the "
-                         f"{backend} backend is not registered yet | n/a |")
-    ratio_row("statecore heap in-process (task + function) ≥ 40% of the dict loop",
-              "statecore heap, in-process (task + function)", "dict loop", 0.4, "%")
-    ratio_row("statecore heap in-process (state API loop) vs the dict loop (info)",
-              "statecore heap, in-process (state API loop)", "dict loop", None, "%")
+            lines.append(
+                f"| statecore {backend} end to end ≥ 10× transformWithState | n/a: the "
+                f"{backend} backend is not registered yet | n/a |"
+            )
+    ratio_row(
+        "statecore heap in-process (task + function) ≥ 40% of the dict loop",
+        "statecore heap, in-process (task + function)",
+        "dict loop",
+        0.4,
+        "%",
+    )
+    ratio_row(
+        "statecore heap in-process (state API loop) vs the dict loop (info)",
+        "statecore heap, in-process (state API loop)",
+        "dict loop",
+        None,
+        "%",
+    )
     if "rocksdb" in results.backends:
-        ratio_row("statecore rocksdb in-process ≥ 60% of raw rocksdict get+put",
-                  "statecore rocksdb, in-process (task + function)", "rocksdict raw get+put",
-                  0.6, "%")
+        ratio_row(
+            "statecore rocksdb in-process ≥ 60% of raw rocksdict get+put",
+            "statecore rocksdb, in-process (task + function)",
+            "rocksdict raw get+put",
+            0.6,
+            "%",
+        )
     else:
-        lines.append("| statecore rocksdb in-process ≥ 60% of raw rocksdict get+put | n/a: the "
-                     "rocksdb backend is not registered yet | n/a |")
+        lines.append(
+            "| statecore rocksdb in-process ≥ 60% of raw rocksdict get+put | n/a: the "
+            "rocksdb backend is not registered yet | n/a |"
+        )
     for backend in results.backends:
         vectorized = by.get(f"statecore vectorized ({backend}), Spark local[2] end to end", [])
         label = f"vectorized path ({backend}) end to end ≥ 1,000,000 events/s"
@@ -168,36 +201,53 @@ def _targets(results: Results) -> list[str]:
         rates = [s.events_per_second for s in vectorized]
         median = statistics.median(rates)
         runs = ", ".join(_rate(r) for r in rates)
-        lines.append(f"| {label} | {_rate(median)} events/s (runs: {runs}) | "
-                     f"{_verdict(median >= 1_000_000)} |")
-        ratio_row(f"vectorized path ({backend}) end to end vs transformWithState (info)",
-                  f"statecore vectorized ({backend}), Spark local[2] end to end", tws, None)
+        lines.append(
+            f"| {label} | {_rate(median)} events/s (runs: {runs}) | "
+            f"{_verdict(median >= 1_000_000)} |"
+        )
+        ratio_row(
+            f"vectorized path ({backend}) end to end vs transformWithState (info)",
+            f"statecore vectorized ({backend}), Spark local[2] end to end",
+            tws,
+            None,
+        )
 
-    ratio_row("checkpoint write ≥ 70% of the raw Parquet write (state rows/s)", CHECKPOINT,
-              RAW_WRITE, 0.7, "%")
+    ratio_row(
+        "checkpoint write ≥ 70% of the raw Parquet write (state rows/s)",
+        CHECKPOINT,
+        RAW_WRITE,
+        0.7,
+        "%",
+    )
     cp = by.get(CHECKPOINT, [])
     if cp:
         total = cp[0].extra["snapshot_bytes"]
         planned = cp[0].extra["restore_planned_bytes"] / total
         read = statistics.median(s.extra["restore_read_bytes"] for s in cp) / total
-        lines.append(f"| restore at p = 4 reads ≤ 30% of the snapshot (subtask 0) | "
-                     f"{read:.1%} of the snapshot's bytes actually read; {planned:.1%} planned "
-                     f"(its key groups' share) | {_verdict(read <= 0.3)} |")
+        lines.append(
+            f"| restore at p = 4 reads ≤ 30% of the snapshot (subtask 0) | "
+            f"{read:.1%} of the snapshot's bytes actually read; {planned:.1%} planned "
+            f"(its key groups' share) | {_verdict(read <= 0.3)} |"
+        )
     rescales = by.get("rescale 2 -> 3 (statecore, Spark, no input)", [])
     if rescales:
         worst = max(s.extra["rewritten_bytes"] for s in rescales)
-        lines.append(f"| rescale 2 → 3 rewrites 0 keyed-state bytes | {worst:,} bytes rewritten "
-                     f"(of {rescales[0].extra['snapshot_bytes']:,}), max over "
-                     f"{len(rescales)} runs | {_verdict(worst == 0)} |")
+        lines.append(
+            f"| rescale 2 → 3 rewrites 0 keyed-state bytes | {worst:,} bytes rewritten "
+            f"(of {rescales[0].extra['snapshot_bytes']:,}), max over "
+            f"{len(rescales)} runs | {_verdict(worst == 0)} |"
+        )
     else:
         lines.append("| rescale 2 → 3 rewrites 0 keyed-state bytes | n/a: no result | n/a |")
     cleanups = by.get(TTL_CLEANUP, [])
     if cleanups:
         rates = [s.events_per_second for s in cleanups]
-        lines.append(f"| TTL cleanup rows/s | {_rate(statistics.median(rates))} rows scanned/s "
-                     f"(runs: {', '.join(_rate(r) for r in rates)}); "
-                     f"{cleanups[0].extra['rows_removed']:,} of "
-                     f"{cleanups[0].extra['rows_scanned']:,} rows removed | info |")
+        lines.append(
+            f"| TTL cleanup rows/s | {_rate(statistics.median(rates))} rows scanned/s "
+            f"(runs: {', '.join(_rate(r) for r in rates)}); "
+            f"{cleanups[0].extra['rows_removed']:,} of "
+            f"{cleanups[0].extra['rows_scanned']:,} rows removed | info |"
+        )
     else:
         lines.append("| TTL cleanup rows/s | n/a: no result | n/a |")
     return lines
@@ -237,7 +287,8 @@ def _checkpoint_details(results: Results) -> list[str]:
             f"{_median(rescales, lambda s: s.seconds):.2f} s on Spark, "
             f"{rescales[0].extra['files']} files after, "
             f"{max(s.extra['rewritten_bytes'] for s in rescales):,} bytes rewritten; the "
-            "rescaled checkpoint is read back and its sums verified.")
+            "rescaled checkpoint is read back and its sums verified."
+        )
     cleanups = results.by_variant().get(TTL_CLEANUP, [])
     if cleanups:
         c = cleanups[0].extra
@@ -248,11 +299,14 @@ def _checkpoint_details(results: Results) -> list[str]:
             f"{statistics.median(s.events_per_second for s in cleanups):,.0f} rows scanned/s; "
             f"{c['rows_removed']:,} rows removed, {c['rows_kept']:,} kept "
             f"({c['bytes_before']:,} -> {c['bytes_after']:,} bytes), as a maintenance "
-            "checkpoint (no VACUUM); read back and verified.")
+            "checkpoint (no VACUUM); read back and verified."
+        )
     e2e = results.by_variant().get("statecore heap, Spark local[2] end to end", [])
     if e2e and e2e[0].extra.get("state_bytes"):
-        lines.append(f"- End-to-end checkpoint (p = 2): {e2e[0].extra['state_rows']:,} rows, "
-                     f"{e2e[0].extra['state_bytes']:,} bytes in Delta.")
+        lines.append(
+            f"- End-to-end checkpoint (p = 2): {e2e[0].extra['state_rows']:,} rows, "
+            f"{e2e[0].extra['state_bytes']:,} bytes in Delta."
+        )
     return lines + [""]
 
 
@@ -265,8 +319,11 @@ def render(results: Results, method: str) -> str:
         f"{results.seconds / 60:.1f} min: {results.events:,} events, {results.repeats} "
         "interleaved repetitions per variant (medians). Do not edit by hand.",
         "",
-        "Machine: " + "; ".join(f"{k}: {v}" for k, v in m.items()) + "; load average at end: "
-        + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (the machine is shared).",
+        "Machine: "
+        + "; ".join(f"{k}: {v}" for k, v in m.items())
+        + "; load average at end: "
+        + " ".join(f"{x:.2f}" for x in os.getloadavg())
+        + " (the machine is shared).",
         "",
         "## Throughput",
         "",
@@ -290,5 +347,6 @@ def now() -> datetime:
 def describe(sample: Sample) -> str:
     extra: dict[str, Any] = {k: v for k, v in sample.extra.items() if k != "home"}
     rate = f"{sample.events_per_second:,.0f} events/s, " if sample.events else ""
-    return (f"{sample.variant}: {sample.seconds:.2f} s, {rate}peak RSS {_mib(sample.peak_rss)}"
-            + (f" {extra}" if extra else ""))
+    return f"{sample.variant}: {sample.seconds:.2f} s, {rate}peak RSS {_mib(sample.peak_rss)}" + (
+        f" {extra}" if extra else ""
+    )

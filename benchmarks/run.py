@@ -24,8 +24,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as ``python benchmarks/run.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import checkpoints, inprocess  # noqa: E402
-from benchmarks.measure import (  # noqa: E402
+from benchmarks import checkpoints, inprocess
+from benchmarks.measure import (
     Sample,
     best_of,
     clock,
@@ -33,7 +33,7 @@ from benchmarks.measure import (  # noqa: E402
     settle,
     start_fork_server,
 )
-from benchmarks.report import (  # noqa: E402
+from benchmarks.report import (
     CHECKPOINT,
     RAW_WRITE,
     TTL_CLEANUP,
@@ -43,7 +43,7 @@ from benchmarks.report import (  # noqa: E402
     now,
     render,
 )
-from benchmarks.workload import Workload  # noqa: E402
+from benchmarks.workload import Workload
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / ".work"
@@ -78,7 +78,7 @@ METHOD = """
   JVM and its Python workers are idle.
 - **TTL cleanup**: the final state as a ValueState with a one-hour TTL, every other key written
   one TTL after the others (a manual clock), checkpointed at p = 1 (128 key-group files); then
-  `statecore.ttl_cleanup.ttl_cleanup` (what `statecore ttl-cleanup` runs, without its VACUUM)
+  `statecore.ops.ttl_cleanup.ttl_cleanup` (what `statecore ttl-cleanup` runs, without its VACUUM)
   at a time when exactly the earlier half has expired. Rows scanned per second; the cleaned
   checkpoint is read back and must hold exactly the later half, with their sums.
 - **rocksdict raw get+put**: the RocksDB ceiling; utf-8 keys, 8-byte little-endian values,
@@ -104,32 +104,41 @@ METHOD = """
 """
 
 
-def _spark_variants(spark: Any, work: Path,
-                    backends: list[str]) -> dict[str, Callable[[Workload, str], Sample]]:
+def _spark_variants(
+    spark: Any, work: Path, backends: list[str]
+) -> dict[str, Callable[[Workload, str], Sample]]:
     """Name -> ``run(workload, tag)``; ``tag`` names the run's working folder."""
     from benchmarks import on_spark
 
     out: dict[str, Callable[[Workload, str], Sample]] = {}
     for backend in backends:
-        out[f"statecore {backend}, Spark local[2] end to end"] = (
-            lambda w, tag, b=backend: on_spark.statecore_end_to_end(  # type: ignore[misc]
-                spark, w, b, work / f"{tag}statecore-{b}"))
+        out[f"statecore {backend}, Spark local[2] end to end"] = lambda w, tag, b=backend: (
+            on_spark.statecore_end_to_end(  # type: ignore[misc]
+                spark, w, b, work / f"{tag}statecore-{b}"
+            )
+        )
         out[f"statecore vectorized ({backend}), Spark local[2] end to end"] = (
             lambda w, tag, b=backend: on_spark.statecore_end_to_end(  # type: ignore[misc]
-                spark, w, b, work / f"{tag}vectorized-{b}", vectorized=True))
-    out["dict loop, Spark local[2] (same shuffle + sort, no checkpoint)"] = (
-        lambda w, tag: on_spark.dict_on_spark(spark, w, work / f"{tag}dict-spark"))
-    out["Spark transformWithState, RocksDB store, local[2]"] = (
-        lambda w, tag: on_spark.spark_transform_with_state(spark, w, pandas=False,
-                                                           workdir=work / f"{tag}tws-rows"))
-    out["Spark transformWithStateInPandas, RocksDB store, local[2]"] = (
-        lambda w, tag: on_spark.spark_transform_with_state(spark, w, pandas=True,
-                                                           workdir=work / f"{tag}tws-pandas"))
+                spark, w, b, work / f"{tag}vectorized-{b}", vectorized=True
+            )
+        )
+    out["dict loop, Spark local[2] (same shuffle + sort, no checkpoint)"] = lambda w, tag: (
+        on_spark.dict_on_spark(spark, w, work / f"{tag}dict-spark")
+    )
+    out["Spark transformWithState, RocksDB store, local[2]"] = lambda w, tag: (
+        on_spark.spark_transform_with_state(spark, w, pandas=False, workdir=work / f"{tag}tws-rows")
+    )
+    out["Spark transformWithStateInPandas, RocksDB store, local[2]"] = lambda w, tag: (
+        on_spark.spark_transform_with_state(
+            spark, w, pandas=True, workdir=work / f"{tag}tws-pandas"
+        )
+    )
     return out
 
 
-def _warmed(spark: Any, run: Callable[[Workload, str], Sample], warm: Workload,
-            workload: Workload) -> Callable[[], Sample]:
+def _warmed(
+    spark: Any, run: Callable[[Workload, str], Sample], warm: Workload, workload: Workload
+) -> Callable[[], Sample]:
     """Each timed Spark run right after its own warm-up run on a small workload: one variant
     leaves the session in a state (Python workers of another kind, JIT, heap) that slows the
     next variant's first job by seconds, which would otherwise be billed to whichever came next."""
@@ -151,14 +160,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=FULL_EVENTS)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--inner", type=int,
-                        help="runs per in-process sample, the fastest counts (default: 3 up to "
-                        "500,000 events, 1 above, where one run takes seconds)")
+    parser.add_argument(
+        "--inner",
+        type=int,
+        help="runs per in-process sample, the fastest counts (default: 3 up to "
+        "500,000 events, 1 above, where one run takes seconds)",
+    )
     parser.add_argument("--only", default="", help="comma-separated substrings of variant names")
     parser.add_argument("--no-spark", action="store_true", help="in-process variants only")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite RESULTS.md")
-    parser.add_argument("--output", type=Path, help="default: RESULTS.md for the issue's "
-                        f"{FULL_EVENTS:,} events, RESULTS-<events>.md for other sizes")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="default: RESULTS.md for the issue's "
+        f"{FULL_EVENTS:,} events, RESULTS-<events>.md for other sizes",
+    )
     args = parser.parse_args(argv)
     if args.inner is None:
         args.inner = 3 if args.events <= 500_000 else 1
@@ -178,14 +194,22 @@ def main(argv: list[str] | None = None) -> int:
     backends = inprocess.backend_names()
 
     isolated: dict[str, Callable[[], Sample]] = {
-        name: (lambda n=name: run_isolated(inprocess.run_variant, n, workload,  # type: ignore
-                                           args.inner))
+        name: (
+            lambda n=name: run_isolated(
+                inprocess.run_variant,
+                n,
+                workload,  # type: ignore
+                args.inner,
+            )
+        )
         for name in inprocess.variants()
     }
-    isolated[CHECKPOINT] = (
-        lambda: run_isolated(best_of, args.inner, checkpoints.checkpoint_and_restore, workload))
-    isolated[TTL_CLEANUP] = (
-        lambda: run_isolated(best_of, args.inner, checkpoints.ttl_cleanup, workload))
+    isolated[CHECKPOINT] = lambda: run_isolated(
+        best_of, args.inner, checkpoints.checkpoint_and_restore, workload
+    )
+    isolated[TTL_CLEANUP] = lambda: run_isolated(
+        best_of, args.inner, checkpoints.ttl_cleanup, workload
+    )
     planned = {k: v for k, v in isolated.items() if _selected(k, only)}
 
     spark = None
@@ -195,21 +219,31 @@ def main(argv: list[str] | None = None) -> int:
         spark = on_spark.session()
         warm = Workload.prepare(WARMUP_EVENTS, WORK)
         warm.reference  # noqa: B018
-        planned.update({name: _warmed(spark, run, warm, workload)
-                        for name, run in _spark_variants(spark, work, backends).items()
-                        if _selected(name, only)})
+        planned.update(
+            {
+                name: _warmed(spark, run, warm, workload)
+                for name, run in _spark_variants(spark, work, backends).items()
+                if _selected(name, only)
+            }
+        )
 
-    output = args.output or HERE / ("RESULTS.md" if args.events == FULL_EVENTS
-                                    else f"RESULTS-{args.events}.md")
+    output = args.output or HERE / (
+        "RESULTS.md" if args.events == FULL_EVENTS else f"RESULTS-{args.events}.md"
+    )
 
     def write(done: int) -> None:
         """Render what ran so far; after every repetition, so a cut-short run leaves results."""
         results = Results(
-            events=args.events, repeats=done,
-            command="python -m benchmarks.run " + shlex.join(argv if argv is not None
-                                                             else sys.argv[1:]),
-            samples=samples, failures=failures, machine=machine, started=started,
-            seconds=clock() - t0, backends=backends,
+            events=args.events,
+            repeats=done,
+            command="python -m benchmarks.run "
+            + shlex.join(argv if argv is not None else sys.argv[1:]),
+            samples=samples,
+            failures=failures,
+            machine=machine,
+            started=started,
+            seconds=clock() - t0,
+            backends=backends,
         )
         text = render(results, METHOD)
         if args.no_write:
@@ -225,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     for rep in range(args.repeats):
         # rotated each repetition, and reversed every other one, so no variant always follows
         # the same other variant
-        order = names[rep % len(names):] + names[:rep % len(names)] if names else []
+        order = names[rep % len(names) :] + names[: rep % len(names)] if names else []
         if rep % 2:
             order.reverse()
         this: list[Sample] = []
@@ -241,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             this.append(sample)
             say(f"[{rep + 1}/{args.repeats}] {describe(sample)}")
             if name == CHECKPOINT:
-                this.append(Sample(RAW_WRITE, sample.extra["raw_seconds"], sample.events,
-                                   sample.peak_rss))
+                this.append(
+                    Sample(RAW_WRITE, sample.extra["raw_seconds"], sample.events, sample.peak_rss)
+                )
             if name == "statecore heap, Spark local[2] end to end" and spark is not None:
                 rescaled = checkpoints.rescale(spark, workload, sample.extra["home"])
                 this.append(rescaled)

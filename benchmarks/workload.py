@@ -108,11 +108,13 @@ def generate(events: int) -> pa.Table:
     order = rng.permutation(events)
     values = rng.integers(0, 100, size=events, dtype=np.int64)
     keys = pa.array([f"user-{i}" for i in range(KEYS)], pa.string())
-    return pa.table({
-        "key": keys.take(pa.array(order % KEYS)),
-        "value": pa.array(values),
-        "seq": pa.array(np.arange(events, dtype=np.int64)),
-    })
+    return pa.table(
+        {
+            "key": keys.take(pa.array(order % KEYS)),
+            "value": pa.array(values),
+            "seq": pa.array(np.arange(events, dtype=np.int64)),
+        }
+    )
 
 
 def with_key_groups(table: pa.Table) -> pa.Table:
@@ -120,6 +122,7 @@ def with_key_groups(table: pa.Table) -> pa.Table:
     from statecore.keygroups import assign_to_key_group
 
     keys = table.column("key").combine_chunks().dictionary_encode()
-    groups = pa.array([assign_to_key_group(k, MAX_PARALLELISM) for k in
-                       keys.dictionary.to_pylist()], pa.int32())
+    groups = pa.array(
+        [assign_to_key_group(k, MAX_PARALLELISM) for k in keys.dictionary.to_pylist()], pa.int32()
+    )
     return table.append_column(KEY_GROUP, groups.take(keys.indices))

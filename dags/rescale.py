@@ -7,7 +7,8 @@ Within the job's max parallelism only the parallelism changes (no state byte is 
 next run of the job restores the key-group ranges of the new parallelism. With
 `max_parallelism` the state is rewritten into a new savepoint with key groups recomputed from the
 stored keys, which becomes the job's latest checkpoint. `verify` fails the run unless every
-state's key count, row count and checksum are the same before (the savepoint) and after.
+state's key count, row count and checksum are the same before (the savepoint) and after
+(`statecore.ops.rescale.verify_rescale`).
 
 **Params**
 - `job`: the statecore job (default `clickstream`).
@@ -44,11 +45,9 @@ def rescale() -> None:
     @task
     def validate(params: dict[str, Any]) -> dict[str, Any]:
         """Refuse a bad rescale before anything is written."""
-        from statecore.catalog import Catalog
-        from statecore.rescale import check_rescale
+        from statecore.ops.rescale import check_rescale
 
-        config = StatecoreHook().get_config()
-        with Catalog.connect(config.catalog_url) as catalog:
+        with StatecoreHook().catalog() as catalog:
             job = catalog.get_job(params["job"])
         target = check_rescale(job, params["parallelism"], params["max_parallelism"])
         return {"job": job.name, "parallelism": params["parallelism"], "max_parallelism": target}
@@ -56,32 +55,27 @@ def rescale() -> None:
     @task
     def verify(savepoint: dict[str, Any], rescaled: dict[str, Any]) -> dict[str, Any]:
         """The state before (the savepoint) and after (the job's latest checkpoint) are equal."""
-        from statecore.catalog import Catalog
-        from statecore.diff import checksums
-        from statecore.restore_point import checkpoint_point, load_savepoint
+        from statecore.ops.rescale import verify_rescale
 
-        config = StatecoreHook().get_config()
-        before = {f"{c.operator}/{c.state}": c.to_dict()
-                  for c in checksums(load_savepoint(savepoint["path"]))}
-        with Catalog.connect(config.catalog_url) as catalog:
-            after = {f"{c.operator}/{c.state}": c.to_dict()
-                     for c in checksums(checkpoint_point(catalog, rescaled["job"]))}
-            job = catalog.get_job(rescaled["job"])
-        if before != after:
-            raise ValueError(f"state differs after the rescale: before {before}, after {after}")
-        if (job.parallelism, job.max_parallelism) != (rescaled["parallelism"],
-                                                       rescaled["max_parallelism"]):
-            raise ValueError(f"job {job.name!r} is at parallelism {job.parallelism} / max "
-                             f"{job.max_parallelism}, not as rescaled: {rescaled}")
-        return {"states": len(after), "keys": sum(c["keys"] or 0 for c in after.values()),
-                "rows": sum(c["rows"] for c in after.values())}
+        with StatecoreHook().catalog() as catalog:
+            check = verify_rescale(
+                catalog,
+                rescaled["job"],
+                savepoint=savepoint["path"],
+                parallelism=rescaled["parallelism"],
+                max_parallelism=rescaled["max_parallelism"],
+            )
+        return check.to_dict()
 
     checked = validate()
     savepoint = SavepointOperator(task_id="savepoint", job=JOB)
     rescaled = RescaleOperator(
-        task_id="rescale", job=JOB, parallelism="{{ params.parallelism }}",
+        task_id="rescale",
+        job=JOB,
+        parallelism="{{ params.parallelism }}",
         max_parallelism="{{ params.max_parallelism }}",
-        savepoint="{{ ti.xcom_pull(task_ids='savepoint')['path'] }}")
+        savepoint="{{ ti.xcom_pull(task_ids='savepoint')['path'] }}",
+    )
     checked >> savepoint >> rescaled
     verify(savepoint.output, rescaled.output)
 

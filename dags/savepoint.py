@@ -34,8 +34,12 @@ from statecore_airflow import SavepointOperator
     },
 )
 def savepoint() -> None:
-    SavepointOperator(task_id="savepoint", job="{{ params.job }}",
-                      name="{{ params.name or '' }}", target="{{ params.target or '' }}")
+    SavepointOperator(
+        task_id="savepoint",
+        job="{{ params.job }}",
+        name="{{ params.name or '' }}",
+        target="{{ params.target or '' }}",
+    )
 
 
 savepoint()

@@ -47,10 +47,16 @@ DRY_RUN = "{{ params.dry_run }}"
     },
 )
 def state_maintenance() -> None:
-    cleanup = TtlCleanupOperator(task_id="ttl_cleanup", job=JOB,
-                                 vacuum_retention_hours=VACUUM_HOURS, dry_run=DRY_RUN)
-    retention = RetentionOperator(task_id="retention", job=JOB, retain="{{ params.retain }}",
-                                  vacuum_retention_hours=VACUUM_HOURS, dry_run=DRY_RUN)
+    cleanup = TtlCleanupOperator(
+        task_id="ttl_cleanup", job=JOB, vacuum_retention_hours=VACUUM_HOURS, dry_run=DRY_RUN
+    )
+    retention = RetentionOperator(
+        task_id="retention",
+        job=JOB,
+        retain="{{ params.retain }}",
+        vacuum_retention_hours=VACUUM_HOURS,
+        dry_run=DRY_RUN,
+    )
     cleanup >> retention
 
 

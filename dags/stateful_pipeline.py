@@ -40,13 +40,23 @@ RUN_DATE = "{{ params.date or ((dag_run.logical_date or dag_run.run_after) | ds)
     tags=["statecore"],
     doc_md=__doc__,
     params={
-        "date": Param(None, type=["null", "string"], format="date",
-                      description="day to process; default: the logical date"),
-        "parallelism": Param(None, type=["null", "integer"], minimum=1, maximum=32768,
-                             description="default: the job's current parallelism"),
+        "date": Param(
+            None,
+            type=["null", "string"],
+            format="date",
+            description="day to process; default: the logical date",
+        ),
+        "parallelism": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            maximum=32768,
+            description="default: the job's current parallelism",
+        ),
         "backend": Param("heap", enum=["heap", "rocksdb"]),
-        "from_savepoint": Param(None, type=["null", "string"],
-                                description="savepoint folder to restore from"),
+        "from_savepoint": Param(
+            None, type=["null", "string"], description="savepoint folder to restore from"
+        ),
     },
 )
 def stateful_pipeline() -> None:
@@ -56,9 +66,11 @@ def stateful_pipeline() -> None:
         application=str(JOB_FILE),
         name="statecore-clickstream",
         application_args=[
-            "--date", RUN_DATE,
+            "--date",
+            RUN_DATE,
             "--parallelism={{ params.parallelism or '' }}",
-            "--backend", "{{ params.backend }}",
+            "--backend",
+            "{{ params.backend }}",
             "--from-savepoint={{ params.from_savepoint or '' }}",
         ],
         conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},

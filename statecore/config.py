@@ -1,38 +1,60 @@
 """One configuration object, resolved from arguments, environment, a config file, then defaults.
 
 Order (first wins): explicit arguments, the environment (``STATECORE_HOME``,
-``STATECORE_CATALOG_URL``, ``STATECORE_WAREHOUSE``), the TOML file named by ``STATECORE_CONFIG``
-(default ``<home>/statecore.toml``), then the embedded, local defaults:
+``STATECORE_CATALOG_URL``, ``STATECORE_WAREHOUSE``, ``STATECORE_LEASE_TIMEOUT`` in seconds), the
+TOML file named by ``STATECORE_CONFIG`` (default ``<home>/statecore.toml``), then the embedded,
+local defaults:
 
 >>> cfg = StatecoreConfig.resolve(home="/tmp/sc", env={})
 >>> cfg.catalog_url
 'sqlite:////tmp/sc/catalog.db'
 >>> cfg.warehouse
 '/tmp/sc/warehouse'
+>>> cfg.lease_timeout
+datetime.timedelta(seconds=60)
+
+Names that become folders of the warehouse and the local state directory (jobs, operators,
+savepoints: ``<warehouse>/<job>/<operator>/...``, ``_savepoints/<job>/<name>``) are 1 to 200
+letters, digits, ``.``, ``_`` or ``-`` starting with a letter or digit, so each is one path
+segment and never ``..`` nor a hidden or reserved folder (``_savepoints``, ``_delta_log``); a
+state name is a Python identifier, as its descriptor requires:
+
+>>> check_name("job", "clickstream-v2.1")
+'clickstream-v2.1'
+>>> check_name("job", "../../x")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+statecore.errors.ConfigError: job name '../../x': use 1 to 200 letters, digits, ...
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from statecore.errors import ConfigError
 
-__all__ = ["StatecoreConfig"]
+__all__ = ["DEFAULT_LEASE_TIMEOUT", "StatecoreConfig", "check_name", "check_state_name"]
 
 _KEYS = ("home", "catalog_url", "warehouse")
+_FILE_KEYS = (*_KEYS, "lease_timeout")
+
+DEFAULT_LEASE_TIMEOUT = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, kw_only=True)
 class StatecoreConfig:
-    """Where statecore keeps its catalog and its Delta tables."""
+    """Where statecore keeps its catalog and its Delta tables, and how long a job's lease lasts
+    without renewal (a writer that stops renewing is taken over after ``lease_timeout``)."""
 
     home: str
     catalog_url: str
     warehouse: str
+    lease_timeout: timedelta = DEFAULT_LEASE_TIMEOUT
 
     def __post_init__(self) -> None:
         for key in _KEYS:
@@ -43,6 +65,10 @@ class StatecoreConfig:
                 f"statecore config: catalog_url {self.catalog_url!r} is not a SQLAlchemy URL "
                 "(e.g. sqlite:///path/catalog.db or postgresql+psycopg2://host/db)"
             )
+        if self.lease_timeout <= timedelta(0):
+            raise ConfigError(
+                f"statecore config: lease_timeout must be positive, not {self.lease_timeout}"
+            )
 
     @classmethod
     def resolve(
@@ -51,6 +77,7 @@ class StatecoreConfig:
         home: str | None = None,
         catalog_url: str | None = None,
         warehouse: str | None = None,
+        lease_timeout: timedelta | None = None,
         env: Mapping[str, str] | None = None,
     ) -> StatecoreConfig:
         """Resolve the configuration: arguments, then environment, then file, then defaults."""
@@ -71,7 +98,17 @@ class StatecoreConfig:
         }
         for key in ("catalog_url", "warehouse"):
             values[key] = args[key] or from_env[key] or from_file.get(key) or defaults[key]
-        return cls(**values)
+        seconds = env.get("STATECORE_LEASE_TIMEOUT") or from_file.get("lease_timeout")
+        if lease_timeout is None and seconds:
+            lease_timeout = _seconds(seconds)
+        return cls(**values, lease_timeout=lease_timeout or DEFAULT_LEASE_TIMEOUT)
+
+
+def _seconds(text: str) -> timedelta:
+    try:
+        return timedelta(seconds=float(text))
+    except (ValueError, OverflowError) as exc:
+        raise ConfigError(f"statecore config: lease_timeout {text!r} is not seconds") from exc
 
 
 def _read_file(path: Path) -> dict[str, str]:
@@ -82,7 +119,28 @@ def _read_file(path: Path) -> dict[str, str]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"statecore config file {path} cannot be read: {exc}") from exc
     section = data.get("statecore", data)
-    unknown = set(section) - set(_KEYS)
+    unknown = set(section) - set(_FILE_KEYS)
     if unknown:
         raise ConfigError(f"statecore config file {path}: unknown keys {sorted(unknown)}")
     return {k: str(v) for k, v in section.items()}
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def check_name(what: str, name: str) -> str:
+    """``name`` if it is a valid ``what`` (job, operator, savepoint) name, else
+    :class:`~statecore.errors.ConfigError` naming it."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"{what} name {name!r}: use 1 to 200 letters, digits, '.', '_' or '-', starting "
+            "with a letter or digit"
+        )
+    return name
+
+
+def check_state_name(name: str, *, where: str = "") -> str:
+    """``name`` if it is a valid state name (a Python identifier), else ``ConfigError``."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(f"state name {name!r}{where} must be a Python identifier")
+    return name

@@ -5,6 +5,8 @@ names what it is about: the job, operator, state, key group or checkpoint.
 
     StateError
     ├── ConfigError                    invalid configuration or arguments
+    │   └── CheckpointOrderError       a checkpoint id below the job's latest completed one
+    ├── CatalogError                   a checkpoint catalog that is corrupt or not a catalog
     ├── UnknownStateError              a state name that is not registered
     ├── StateDescriptorConflictError   same name registered with another kind or type
     ├── StateAccessError               state used outside a keyed context, or with a bad value
@@ -15,10 +17,15 @@ names what it is about: the job, operator, state, key group or checkpoint.
     ├── JobNotFoundError               a job the catalog does not know
     ├── CheckpointNotFoundError        a checkpoint (or savepoint) that does not exist
     ├── CheckpointCommitError          a commit conflict or a failed checkpoint commit
+    │   └── ReplayMismatchError        a checkpoint id replayed with other input than it completed
     ├── SnapshotWriteError             a snapshot file that cannot be written
     ├── CorruptSnapshotError           snapshot files missing, unreadable or inconsistent
-    ├── MaintenanceLockedError         another maintenance operation holds the job
-    └── StateRepairError               a repair statement that would break the state's layout
+    ├── ConcurrentRunError             another writer holds the job's lease, or took it over
+    │   └── MaintenanceLockedError     the holder is a maintenance operation
+    ├── RestoreWouldDiscardError       a restore that would discard later checkpoints
+    ├── CatalogBehindWarehouseError    a catalog that is empty or older than the job's tables
+    ├── StateRepairError               a repair statement that would break the state's layout
+    └── StateMismatchError             state that differs from the state it must equal
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from __future__ import annotations
 __all__ = [
     "StateError",
     "ConfigError",
+    "CheckpointOrderError",
+    "CatalogError",
     "UnknownStateError",
     "StateDescriptorConflictError",
     "StateAccessError",
@@ -36,10 +45,15 @@ __all__ = [
     "JobNotFoundError",
     "CheckpointNotFoundError",
     "CheckpointCommitError",
+    "ReplayMismatchError",
     "SnapshotWriteError",
     "CorruptSnapshotError",
+    "ConcurrentRunError",
     "MaintenanceLockedError",
+    "RestoreWouldDiscardError",
+    "CatalogBehindWarehouseError",
     "StateRepairError",
+    "StateMismatchError",
 ]
 
 
@@ -49,6 +63,14 @@ class StateError(Exception):
 
 class ConfigError(StateError, ValueError):
     """Invalid configuration or arguments."""
+
+
+class CheckpointOrderError(ConfigError):
+    """A run whose checkpoint id is below the job's latest completed checkpoint: ids increase."""
+
+
+class CatalogError(StateError):
+    """A checkpoint catalog that cannot be read: a corrupt, truncated or foreign database file."""
 
 
 class UnknownStateError(StateError, KeyError):
@@ -94,6 +116,10 @@ class CheckpointCommitError(StateError):
     """A checkpoint commit that conflicted or failed; nothing of it is visible."""
 
 
+class ReplayMismatchError(CheckpointCommitError):
+    """A replay of a completed checkpoint whose input differs from the input it completed with."""
+
+
 class SnapshotWriteError(StateError):
     """A snapshot file that cannot be written; the checkpoint it belongs to does not complete."""
 
@@ -102,9 +128,28 @@ class CorruptSnapshotError(StateError):
     """Snapshot files that are missing, unreadable or inconsistent with the catalog."""
 
 
-class MaintenanceLockedError(StateError):
-    """Another maintenance operation (savepoint, rescale, cleanup, repair) holds the job."""
+class ConcurrentRunError(StateError):
+    """Another writer (a run or a maintenance operation) holds the job's lease, or took it over
+    from this one: this writer's commits are refused and nothing it wrote becomes visible."""
+
+
+class MaintenanceLockedError(ConcurrentRunError):
+    """A maintenance operation (savepoint, rescale, cleanup, repair) holds the job."""
+
+
+class RestoreWouldDiscardError(StateError):
+    """A restore from a savepoint older than the job's latest checkpoint, which would discard
+    the checkpoints completed since (allowed only when forced)."""
+
+
+class CatalogBehindWarehouseError(StateError):
+    """The catalog is empty, lost or older than what the job's Delta tables show committed;
+    ``statecore catalog recover JOB`` rebuilds it from the tables."""
 
 
 class StateRepairError(StateError):
     """A repair statement that is not allowed, e.g. one that changes the key column."""
+
+
+class StateMismatchError(StateError):
+    """State that differs from the state it must equal, e.g. after a rescale versus before."""

@@ -2,8 +2,8 @@
 
 The runtime sets the current key before each record; user code never passes it. Each state is
 also scoped by a namespace (the void namespace ``""`` unless ``set_current_namespace`` chose
-another, as windows do). List, reducing and aggregating states can merge namespaces into one
-(Flink's ``InternalMergingState``, what merging windows use).
+another, as windows do). List, reducing and aggregating states are :class:`MergingState` s:
+they can merge namespaces into one (Flink's ``InternalMergingState``, what merging windows use).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ __all__ = [
     "ValueState",
     "ListState",
     "MapState",
+    "MergingState",
     "ReducingState",
     "AggregatingState",
 ]
@@ -37,6 +38,15 @@ class State(ABC):
         """Scope later calls to ``namespace`` (the void namespace is ``""``)."""
 
 
+class MergingState(State):
+    """A state whose values in several namespaces of one key merge into one value: elements
+    appended (list), reduced (reducing) or accumulators merged (aggregating)."""
+
+    @abstractmethod
+    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
+        """Merge the current key's values in ``sources`` into ``target``, clearing ``sources``."""
+
+
 class ValueState(State):
     @abstractmethod
     def value(self) -> Any:
@@ -47,7 +57,7 @@ class ValueState(State):
         """Set the value; ``None`` clears it, as in Flink."""
 
 
-class ListState(State):
+class ListState(MergingState):
     @abstractmethod
     def get(self) -> list[Any]:
         """A copy of the elements (empty when there are none)."""
@@ -62,10 +72,6 @@ class ListState(State):
     @abstractmethod
     def update(self, values: Iterable[Any]) -> None:
         """Replace the elements; an empty iterable clears the list."""
-
-    @abstractmethod
-    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
-        """Merge the current key's values in ``sources`` into ``target``, clearing ``sources``."""
 
 
 class MapState(State):
@@ -120,7 +126,7 @@ class MapState(State):
         return sum(1 for _ in self.items())
 
 
-class ReducingState(State):
+class ReducingState(MergingState):
     @abstractmethod
     def get(self) -> Any:
         """The reduced value, or ``None``."""
@@ -129,12 +135,8 @@ class ReducingState(State):
     def add(self, value: Any) -> None:
         """Reduce ``value`` into the state with the descriptor's reduce function."""
 
-    @abstractmethod
-    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
-        """Merge the current key's values in ``sources`` into ``target``, clearing ``sources``."""
 
-
-class AggregatingState(State):
+class AggregatingState(MergingState):
     @abstractmethod
     def get(self) -> Any:
         """``get_result`` of the accumulator, or ``None`` when nothing was added."""
@@ -142,7 +144,3 @@ class AggregatingState(State):
     @abstractmethod
     def add(self, value: Any) -> None:
         """Add ``value`` to the accumulator with the descriptor's aggregate function."""
-
-    @abstractmethod
-    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
-        """Merge the current key's values in ``sources`` into ``target``, clearing ``sources``."""

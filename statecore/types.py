@@ -21,8 +21,17 @@ import pyarrow as pa
 
 from statecore.errors import ConfigError, StateAccessError
 
-__all__ = ["PICKLED", "Pickled", "TypeSpec", "TypeInfo", "arrow_type", "schema_to_text",
-           "schema_from_text"]
+__all__ = [
+    "PICKLED",
+    "PICKLED_FIELD",
+    "Pickled",
+    "TypeSpec",
+    "TypeInfo",
+    "arrow_type",
+    "is_pickled",
+    "schema_to_text",
+    "schema_from_text",
+]
 
 
 class Pickled:
@@ -36,6 +45,11 @@ PICKLED: Final = Pickled()
 
 TypeSpec: TypeAlias = "type | pa.DataType | Pickled"
 
+PICKLED_FIELD: Final = {b"statecore.pickled": b"true"}
+"""Field metadata of a snapshot column whose values (or list elements) statecore pickled: the
+stored schema says which bytes were written by ``pickle.dumps``, so that bytes written as
+``bytes`` are never unpickled after a change of declaration to :data:`PICKLED`."""
+
 _PYTHON_TYPES: dict[type, pa.DataType] = {
     int: pa.int64(),
     float: pa.float64(),
@@ -47,10 +61,16 @@ _PYTHON_TYPES: dict[type, pa.DataType] = {
 # Python classes a value of a primitive Arrow type may have; checked on every write (one
 # class lookup), so a wrong value fails at the write that made it, not at the next snapshot.
 _ACCEPTED: dict[pa.DataType, tuple[type, ...]] = {
-    pa.int64(): (int,), pa.int32(): (int,), pa.int16(): (int,), pa.int8(): (int,),
-    pa.float64(): (float, int), pa.float32(): (float, int),
-    pa.string(): (str,), pa.large_string(): (str,),
-    pa.binary(): (bytes,), pa.large_binary(): (bytes,),
+    pa.int64(): (int,),
+    pa.int32(): (int,),
+    pa.int16(): (int,),
+    pa.int8(): (int,),
+    pa.float64(): (float, int),
+    pa.float32(): (float, int),
+    pa.string(): (str,),
+    pa.large_string(): (str,),
+    pa.binary(): (bytes,),
+    pa.large_binary(): (bytes,),
     pa.bool_(): (bool,),
 }
 
@@ -109,10 +129,26 @@ class TypeInfo:
             return [None if v is None else [pickle.dumps(e) for e in v] for v in values]
         return [pickle.dumps(v) for v in values] if self.pickled else values
 
+    def field(self, name: str, *, nullable: bool = True) -> pa.Field:
+        """The snapshot column ``name`` of this type, marked when its values are pickled.
+
+        >>> TypeInfo.of(PICKLED).field("value").metadata
+        {b'statecore.pickled': b'true'}
+        """
+        marked = self.pickled or self.pickled_elements
+        return pa.field(
+            name, self.arrow, nullable=nullable, metadata=PICKLED_FIELD if marked else None
+        )
+
     def from_storage(self, values: list[Any]) -> list[Any]:
         if self.pickled_elements:
             return [None if v is None else [pickle.loads(e) for e in v] for v in values]
         return [pickle.loads(v) for v in values] if self.pickled else values
+
+
+def is_pickled(field: pa.Field) -> bool:
+    """Whether the snapshot column ``field`` holds values statecore pickled."""
+    return bool(field.metadata) and field.metadata.get(b"statecore.pickled") == b"true"
 
 
 def schema_to_text(schema: pa.Schema) -> str:

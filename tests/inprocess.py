@@ -10,14 +10,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from statecore.backends import HeapKeyedStateBackend
+from statecore.backends.timers import MIN_WATERMARK
 from statecore.catalog import Catalog, CheckpointRecord
-from statecore.checkpoint import CheckpointCoordinator
+from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group, compute_key_group_range_for_operator_index
 from statecore.runtime import KeyedProcessFunction
+from statecore.runtime.task import KeyedOperatorTask, probe_states
 from statecore.snapshot import state_table_uri
-from statecore.task import KeyedOperatorTask, probe_states
-from statecore.timers import MIN_WATERMARK
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
@@ -41,12 +41,24 @@ def run_checkpoint(
     key_type = key_type or TypeInfo.of(str)
     with Catalog.connect(config.catalog_url) as catalog:
         coordinator = CheckpointCoordinator(config, catalog, job=job, operator=operator)
-        planned = coordinator.plan(checkpoint_id, parallelism=parallelism,
-                                   max_parallelism=MAX_P, default_parallelism=parallelism)
+        planned = coordinator.plan(
+            checkpoint_id,
+            parallelism=parallelism,
+            max_parallelism=MAX_P,
+            default_parallelism=parallelism,
+        )
         try:
-            planned = coordinator.check_compatible(planned, probe_states(
-                copy.deepcopy(function), key_type, job=job, operator=operator,
-                parallelism=parallelism, max_parallelism=MAX_P))
+            planned = coordinator.check_compatible(
+                planned,
+                probe_states(
+                    copy.deepcopy(function),
+                    key_type,
+                    job=job,
+                    operator=operator,
+                    parallelism=parallelism,
+                    max_parallelism=MAX_P,
+                ),
+            )
         except Exception as exc:
             catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
             raise
@@ -56,15 +68,23 @@ def run_checkpoint(
         for index in range(parallelism):
             key_groups = compute_key_group_range_for_operator_index(MAX_P, parallelism, index)
             backend = HeapKeyedStateBackend(
-                key_type=key_type, key_group_range=key_groups, max_parallelism=MAX_P,
+                key_type=key_type,
+                key_group_range=key_groups,
+                max_parallelism=MAX_P,
                 restore_source=planned.restore.source(key_groups, key_type),
-                ttl_time_provider=clock)
-            task = KeyedOperatorTask(copy.deepcopy(function), backend, job=job,
-                                     operator=operator, subtask_index=index,
-                                     parallelism=parallelism, restore=planned.restore)
+                ttl_time_provider=clock,
+            )
+            task = KeyedOperatorTask(
+                copy.deepcopy(function),
+                backend,
+                job=job,
+                operator=operator,
+                subtask_index=index,
+                parallelism=parallelism,
+                restore=planned.restore,
+            )
             task.open()
-            mine = [(k, None, r) for k, r in records
-                    if assign_to_key_group(k, MAX_P) in key_groups]
+            mine = [(k, None, r) for k, r in records if assign_to_key_group(k, MAX_P) in key_groups]
             outputs += task.process(mine)
             outputs += task.advance_watermark(watermark)
             outputs += task.advance_processing_time()

@@ -1,20 +1,29 @@
-"""statecore for Airflow: a hook for the statecore configuration, operators for savepoint, rescale,
-TTL cleanup and retention, and the Assets completed checkpoints are published as.
+"""statecore for Airflow: a provider (the ``statecore`` connection type), a hook for the statecore
+configuration and catalog, operators for savepoint, rescale, TTL cleanup and retention, and the
+Assets completed checkpoints are published as.
 
-Airflow puts ``plugins/`` on ``sys.path``, so DAGs import ``statecore_airflow``. Everything here
-is thin: the operators only turn their (templated) arguments into one statecore library call.
+The package is part of the ``statecore`` distribution, registered with Airflow through the entry
+point ``apache_airflow_provider`` (:func:`statecore_airflow.get_provider_info.get_provider_info`);
+Airflow also puts ``plugins/`` on ``sys.path``, so DAGs import ``statecore_airflow`` either way.
+Everything here is thin: the operators only turn their (templated) arguments into one statecore
+library call. Names load on first use, so Airflow reads the provider info without importing
+Airflow's task SDK or statecore.
 """
 
 from __future__ import annotations
 
-from statecore_airflow.assets import checkpoint_asset
-from statecore_airflow.hooks import StatecoreHook
-from statecore_airflow.operators import (
-    RescaleOperator,
-    RetentionOperator,
-    SavepointOperator,
-    TtlCleanupOperator,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from statecore_airflow.assets import checkpoint_asset
+    from statecore_airflow.hooks import StatecoreHook
+    from statecore_airflow.operators import (
+        RescaleOperator,
+        RetentionOperator,
+        SavepointOperator,
+        TtlCleanupOperator,
+    )
 
 __all__ = [
     "RescaleOperator",
@@ -24,3 +33,19 @@ __all__ = [
     "TtlCleanupOperator",
     "checkpoint_asset",
 ]
+
+_MODULES = {
+    "RescaleOperator": "operators",
+    "RetentionOperator": "operators",
+    "SavepointOperator": "operators",
+    "TtlCleanupOperator": "operators",
+    "StatecoreHook": "hooks",
+    "checkpoint_asset": "assets",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

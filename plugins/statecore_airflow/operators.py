@@ -3,6 +3,7 @@
 Each takes keyword-only, templated arguments, does no I/O in ``__init__``, builds its hook in
 ``execute()`` and makes one library call; its result (JSON-able) is the task's XCom. Templated
 numbers may arrive as text ("3", "" or "None" for unset); ``execute()`` turns them into values.
+The library (never its command line) is imported in ``execute()``, so a DAG file parses without it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from statecore.catalog import Catalog
-from statecore.cli.output import format_rows
 from statecore_airflow.hooks import StatecoreHook
 
 __all__ = ["RescaleOperator", "RetentionOperator", "SavepointOperator", "TtlCleanupOperator"]
@@ -40,8 +39,9 @@ class _StatecoreOperator(BaseOperator):
 
     ui_color = "#e8f1fb"
 
-    def __init__(self, *, job: str, statecore_conn_id: str = StatecoreHook.default_conn_name,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, job: str, statecore_conn_id: str = StatecoreHook.default_conn_name, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.job = job
         self.statecore_conn_id = statecore_conn_id
@@ -58,49 +58,75 @@ class SavepointOperator(_StatecoreOperator):
 
     template_fields: Sequence[str] = ("job", "name", "target")
 
-    def __init__(self, *, job: str, name: str | None = None, target: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, job: str, name: str | None = None, target: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(job=job, **kwargs)
         self.name = name
         self.target = target
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from statecore.savepoint import take_savepoint
+        from statecore.ops.savepoint import take_savepoint
 
-        config = self._hook().get_config()
-        with Catalog.connect(config.catalog_url) as catalog:
-            point = take_savepoint(config, catalog, self.job, name=_optional_str(self.name),
-                                   target=_optional_str(self.target), progress=self.log.info)
-        return {"job": point.job, "name": point.name, "path": point.savepoint,
-                "checkpoint_id": point.checkpoint_id, "rows": point.total_rows,
-                "bytes": point.total_bytes}
+        hook = self._hook()
+        config = hook.get_config()
+        with hook.catalog() as catalog:
+            point = take_savepoint(
+                config,
+                catalog,
+                self.job,
+                name=_optional_str(self.name),
+                target=_optional_str(self.target),
+                progress=self.log.info,
+            )
+        return {
+            "job": point.job,
+            "name": point.name,
+            "path": point.savepoint,
+            "checkpoint_id": point.checkpoint_id,
+            "rows": point.total_rows,
+            "bytes": point.total_bytes,
+        }
 
 
 class RescaleOperator(_StatecoreOperator):
     """Rescale ``job`` to ``parallelism`` (past its max parallelism with ``max_parallelism``),
     as ``statecore rescale``; ``savepoint`` is one taken just before, if any.
 
-    XCom: the :class:`~statecore.rescale.RescaleResult` as a dict.
+    XCom: the :class:`~statecore.ops.rescale.RescaleResult` as a dict.
     """
 
     template_fields: Sequence[str] = ("job", "parallelism", "max_parallelism", "savepoint")
 
-    def __init__(self, *, job: str, parallelism: int | str,
-                 max_parallelism: int | str | None = None, savepoint: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        job: str,
+        parallelism: int | str,
+        max_parallelism: int | str | None = None,
+        savepoint: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(job=job, **kwargs)
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
         self.savepoint = savepoint
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from statecore.rescale import rescale
+        from statecore.ops.rescale import rescale
 
-        config = self._hook().get_config()
-        with Catalog.connect(config.catalog_url) as catalog:
-            result = rescale(config, catalog, self.job, parallelism=int(self.parallelism),
-                             max_parallelism=_optional_int(self.max_parallelism),
-                             savepoint=_optional_str(self.savepoint), progress=self.log.info)
+        hook = self._hook()
+        config = hook.get_config()
+        with hook.catalog() as catalog:
+            result = rescale(
+                config,
+                catalog,
+                self.job,
+                parallelism=int(self.parallelism),
+                max_parallelism=_optional_int(self.max_parallelism),
+                savepoint=_optional_str(self.savepoint),
+                progress=self.log.info,
+            )
         return result.to_dict()
 
 
@@ -113,23 +139,51 @@ class TtlCleanupOperator(_StatecoreOperator):
 
     template_fields: Sequence[str] = ("job", "vacuum_retention_hours", "dry_run")
 
-    def __init__(self, *, job: str, vacuum_retention_hours: float | str | None = 168,
-                 dry_run: bool | str = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        job: str,
+        vacuum_retention_hours: float | str | None = 168,
+        dry_run: bool | str = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(job=job, **kwargs)
         self.vacuum_retention_hours = vacuum_retention_hours
         self.dry_run = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from statecore.ttl_cleanup import ttl_cleanup
+        from statecore.ops.ttl_cleanup import ttl_cleanup
 
-        config = self._hook().get_config()
+        hook = self._hook()
+        config = hook.get_config()
         hours = _optional_str(self.vacuum_retention_hours)
-        with Catalog.connect(config.catalog_url) as catalog:
+        with hook.catalog() as catalog:
             report = ttl_cleanup(
-                config, catalog, self.job, dry_run=_flag(self.dry_run), progress=self.log.info,
-                vacuum_after=None if hours is None else timedelta(hours=float(hours)))
-        self.log.info("TTL cleanup of %s:\n%s", self.job,
-                      format_rows(report.rows(), empty=("state", "key_group")))
+                config,
+                catalog,
+                self.job,
+                dry_run=_flag(self.dry_run),
+                progress=self.log.info,
+                vacuum_after=None if hours is None else timedelta(hours=float(hours)),
+            )
+        for row in report.rows():
+            self.log.info(
+                "%s/%s key group %s: %s expired, %s rows and %s bytes reclaimed",
+                row["operator"],
+                row["state"],
+                row["key_group"],
+                row["expired"],
+                row["rows_reclaimed"],
+                row["bytes_reclaimed"],
+            )
+        self.log.info(
+            "TTL cleanup of %s: %s expired, %s rows and %s bytes reclaimed in %s key groups",
+            self.job,
+            report.expired,
+            report.rows_reclaimed,
+            report.bytes_reclaimed,
+            len(report.key_groups),
+        )
         return report.to_dict()
 
 
@@ -142,20 +196,33 @@ class RetentionOperator(_StatecoreOperator):
 
     template_fields: Sequence[str] = ("job", "retain", "vacuum_retention_hours", "dry_run")
 
-    def __init__(self, *, job: str, retain: int | str, vacuum_retention_hours: float | str = 168,
-                 dry_run: bool | str = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        job: str,
+        retain: int | str,
+        vacuum_retention_hours: float | str = 168,
+        dry_run: bool | str = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(job=job, **kwargs)
         self.retain = retain
         self.vacuum_retention_hours = vacuum_retention_hours
         self.dry_run = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from statecore.retention import apply_retention
+        from statecore.ops.retention import apply_retention
 
-        config = self._hook().get_config()
-        with Catalog.connect(config.catalog_url) as catalog:
+        hook = self._hook()
+        config = hook.get_config()
+        with hook.catalog() as catalog:
             report = apply_retention(
-                config, catalog, self.job, retain=int(self.retain), dry_run=_flag(self.dry_run),
+                config,
+                catalog,
+                self.job,
+                retain=int(self.retain),
+                dry_run=_flag(self.dry_run),
                 vacuum_after=timedelta(hours=float(self.vacuum_retention_hours)),
-                progress=self.log.info)
+                progress=self.log.info,
+            )
         return report.to_dict()

@@ -1,7 +1,8 @@
 """The keyed state backend contract.
 
 A backend holds the state of one key-group range. It keeps the current key (set by the runtime
-before each record), hands out state handles bound to it, and moves state in and out per key group
+before each record) in its :class:`~statecore.backends.context.KeyContext`, which its states and
+timers read, hands out state handles bound to it, and moves state in and out per key group
 as Arrow tables with the snapshot columns ``key``, ``namespace``, [``user_key``], ``value`` and,
 when TTL is on, ``ttl_timestamp``: the format is backend-independent, so a snapshot from one
 backend restores into the other.
@@ -11,7 +12,7 @@ What a backend implements is small: :meth:`~KeyedStateBackend._create_state` for
 (:meth:`~KeyedStateBackend._snapshot_key_group`, :meth:`~KeyedStateBackend._restore_key_group`).
 Everything else is shared here: handle caching and conflicts, TTL (a decorator layer over states
 whose stored values are ``{"value": v, "ttl_timestamp": ms}`` structs, see
-:mod:`statecore.ttl.storage`) and timers (:class:`~statecore.timers.TimerService`).
+:mod:`statecore.ttl.storage`) and timers (:class:`~statecore.backends.timers.TimerService`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from statecore.backends.context import KeyContext
+from statecore.backends.timers import TimerService
 from statecore.descriptors import StateDescriptor, StateKind
 from statecore.errors import (
     KeyGroupOutOfRangeError,
@@ -31,7 +34,6 @@ from statecore.errors import (
 )
 from statecore.keygroups import Key, KeyGroupRange, assign_to_key_group
 from statecore.state import VOID_NAMESPACE, State
-from statecore.timers import TimerService
 from statecore.ttl.config import CleanupStrategy
 from statecore.ttl.states import create_ttl_state
 from statecore.ttl.storage import TTL_TIMESTAMP, TtlStorage
@@ -59,11 +61,13 @@ def snapshot_schema(key_type: TypeInfo, descriptor: StateDescriptor) -> pa.Schem
     >>> snapshot_schema(TypeInfo.of(int), d).names
     ['key', 'namespace', 'value', 'ttl_timestamp']
     """
-    fields = [pa.field("key", key_type.arrow, nullable=False),
-              pa.field("namespace", pa.string(), nullable=False)]
+    fields = [
+        pa.field("key", key_type.arrow, nullable=False),
+        pa.field("namespace", pa.string(), nullable=False),
+    ]
     if descriptor.user_key_info is not None:
-        fields.append(pa.field("user_key", descriptor.user_key_info.arrow, nullable=False))
-    fields.append(pa.field("value", descriptor.value_info.arrow))
+        fields.append(descriptor.user_key_info.field("user_key", nullable=False))
+    fields.append(descriptor.value_info.field("value"))
     if descriptor.ttl_config is not None:
         ts = pa.list_(pa.int64()) if descriptor.kind is StateKind.LIST else pa.int64()
         fields.append(pa.field(TTL_TIMESTAMP, ts, nullable=False))
@@ -95,22 +99,24 @@ class KeyedStateBackend(ABC):
         self._ttl: dict[str, TtlStorage] = {}
         self._kg_cache: dict[Key, int] = {}
         self._key_listeners: list[Callable[[], None]] = []
-        self._key: Any = None
-        self._kg: int | None = None
+        self.key_context = KeyContext()
+        """The current key, read by this backend's states and timers (see
+        :mod:`statecore.backends.context`)."""
         self.timer_service = TimerService(self)
 
     # -- the current key -------------------------------------------------------------------
     @property
     def current_key(self) -> Any:
-        if self._kg is None:
+        if self.key_context.key_group is None:
             raise StateAccessError("no current key: keyed state is only available per record")
-        return self._key
+        return self.key_context.key
 
     @property
     def current_key_group(self) -> int:
-        if self._kg is None:
+        key_group = self.key_context.key_group
+        if key_group is None:
             raise StateAccessError("no current key: keyed state is only available per record")
-        return self._kg
+        return key_group
 
     def set_current_key(self, key: Key, key_group: int | None = None) -> None:
         """Make ``key`` current; ``key_group`` may be passed when already computed (by Spark)."""
@@ -127,19 +133,22 @@ class KeyedStateBackend(ABC):
                 f"key {key!r} is in key group {key_group}, outside this backend's key groups "
                 f"{r.start}..{r.end} (max parallelism {self.max_parallelism})"
             )
-        self._key = key
-        self._kg = key_group
+        context = self.key_context
+        context.key = key
+        context.key_group = key_group
         if self._key_listeners:
             for listener in self._key_listeners:
                 listener()
 
     def switches_keys_by_assignment(self) -> bool:
-        """Whether making a key current is no more than setting ``_key`` and ``_kg``: then the
-        task's per-record loop assigns them itself, with the key groups range-checked per
-        batch (no per-record TTL cleanup listener, no key-derived cache such as RocksDB's
-        prefix)."""
-        return (type(self).set_current_key is KeyedStateBackend.set_current_key
-                and not self._key_listeners)
+        """Whether making a key current is no more than setting :attr:`key_context`'s ``key``
+        and ``key_group``: then the task's per-record loop assigns them itself, with the key
+        groups range-checked per batch (no per-record TTL cleanup listener, no key-derived
+        prefix such as RocksDB's)."""
+        return (
+            type(self).set_current_key is KeyedStateBackend.set_current_key
+            and not self._key_listeners
+        )
 
     # -- states ----------------------------------------------------------------------------
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
@@ -183,8 +192,11 @@ class KeyedStateBackend(ABC):
             self.restore_key_group(state_name, key_group, rows)
 
     def _incremental_cleanup_of(self, storage: TtlStorage) -> Callable[[], None]:
-        name, size, clock = storage.descriptor.name, storage.config.cleanup_size, \
-            self.ttl_time_provider
+        name, size, clock = (
+            storage.descriptor.name,
+            storage.config.cleanup_size,
+            self.ttl_time_provider,
+        )
 
         def cleanup() -> None:
             self._cleanup_incrementally(name, storage.purge(clock.current_timestamp()), size)
@@ -216,13 +228,13 @@ class KeyedStateBackend(ABC):
         """
         state = self.get_partitioned_state(descriptor)
         state.set_current_namespace(namespace)
-        previous = (self._key, self._kg)
+        previous = self.key_context.save()
         try:
             for key in list(self.keys(descriptor.name, namespace)):
                 self.set_current_key(key)
                 function(key, state)
         finally:
-            self._key, self._kg = previous
+            self.key_context.restore(previous)
 
     # -- snapshots -------------------------------------------------------------------------
     def snapshot_key_group(self, state_name: str, key_group: int) -> pa.Table:

@@ -1,4 +1,4 @@
-"""Operator state: state per parallel instance, not per key (Flink's ``DefaultOperatorStateBackend``).
+"""Operator state: state per parallel instance, not per key (Flink's operator state backend).
 
 It always lives on the heap. Three modes decide what each instance gets back when the job is
 restored, possibly at another parallelism (Flink's ``RoundRobinOperatorStateRepartitioner``):
@@ -60,18 +60,21 @@ class OperatorStateMode(enum.Enum):
     @property
     def catalog_kind(self) -> str:
         """The state kind the catalog records."""
-        return {"split_distribute": "operator_list", "union": "union_list",
-                "broadcast": "broadcast"}[self.value]
+        return {
+            "split_distribute": "operator_list",
+            "union": "union_list",
+            "broadcast": "broadcast",
+        }[self.value]
 
 
 def operator_state_schema(descriptor: StateDescriptor, mode: OperatorStateMode) -> pa.Schema:
     """The snapshot rows of one operator state (without the ``subtask`` partition)."""
     fields = [pa.field("mode", pa.string(), nullable=False)]
     if isinstance(descriptor, MapStateDescriptor):
-        fields.append(pa.field("user_key", descriptor.user_key_info.arrow, nullable=False))
-        fields.append(pa.field("value", descriptor.value_info.arrow))
+        fields.append(descriptor.user_key_info.field("user_key", nullable=False))
+        fields.append(descriptor.value_info.field("value"))
     elif isinstance(descriptor, ListStateDescriptor):
-        fields.append(pa.field("value", descriptor.element_info.arrow, nullable=False))
+        fields.append(descriptor.element_info.field("value", nullable=False))
     else:
         raise ConfigError(f"operator state {descriptor.name!r} needs a list or map descriptor")
     return pa.schema(fields)
@@ -116,7 +119,7 @@ def _split(name: str, elements: list[T], out: list[dict[str, list[T]]], start: i
         elif remainder == 0:
             next_start = index
             remainder -= 1
-        out[index][name] = elements[position:position + count]
+        out[index][name] = elements[position : position + count]
         position += count
     return next_start
 
@@ -134,7 +137,8 @@ class OperatorListState(ListState):
         if value is None or not self._info.accepts(value):
             raise StateAccessError(
                 f"operator state {self.descriptor.name!r}: element {value!r} must be a "
-                f"non-None value of type {self._info.arrow}")
+                f"non-None value of type {self._info.arrow}"
+            )
         return value
 
     def get(self) -> list[Any]:
@@ -184,11 +188,15 @@ class BroadcastState(MapState):
         return self._entries.get(key)
 
     def put(self, key: Any, value: Any) -> None:
-        if key is None or not self._key_info.accepts(key) or (
-                value is not None and not self._info.accepts(value)):
+        if (
+            key is None
+            or not self._key_info.accepts(key)
+            or (value is not None and not self._info.accepts(value))
+        ):
             raise StateAccessError(
                 f"broadcast state {self.descriptor.name!r}: entry {key!r}: {value!r} does not "
-                f"match {self._key_info.arrow} -> {self._info.arrow}")
+                f"match {self._key_info.arrow} -> {self._info.arrow}"
+            )
         self._entries[key] = value
 
     def put_all(self, entries: Mapping[Any, Any]) -> None:
@@ -218,8 +226,10 @@ class BroadcastState(MapState):
             raise StateAccessError("operator state has no namespaces")
 
     def _rows(self) -> dict[str, list[Any]]:
-        return {"user_key": self._key_info.to_storage(list(self._entries)),
-                "value": self._info.to_storage(list(self._entries.values()))}
+        return {
+            "user_key": self._key_info.to_storage(list(self._entries)),
+            "value": self._info.to_storage(list(self._entries.values())),
+        }
 
     def _restore(self, table: pa.Table) -> None:
         keys = self._key_info.from_storage(table.column("user_key").to_pylist())
@@ -265,8 +275,9 @@ class OperatorStateStore:
 
     def _list(self, descriptor: ListStateDescriptor, mode: OperatorStateMode) -> ListState:
         if not isinstance(descriptor, ListStateDescriptor):
-            raise ConfigError(f"operator list state {descriptor.name!r} needs a "
-                              "ListStateDescriptor")
+            raise ConfigError(
+                f"operator list state {descriptor.name!r} needs a ListStateDescriptor"
+            )
         state = self._register(descriptor, mode)
         assert isinstance(state, OperatorListState)
         return state
@@ -280,20 +291,27 @@ class OperatorStateStore:
                 raise StateDescriptorConflictError(
                     f"operator state {descriptor.name!r} is registered as {known.mode.value} "
                     f"{known.descriptor.describe()}; cannot register it again as {mode.value} "
-                    f"{descriptor.describe()}")
+                    f"{descriptor.describe()}"
+                )
             return known
-        state: OperatorState = BroadcastState(descriptor) \
-            if isinstance(descriptor, MapStateDescriptor) \
+        state: OperatorState = (
+            BroadcastState(descriptor)
+            if isinstance(descriptor, MapStateDescriptor)
             else OperatorListState(descriptor, mode)  # type: ignore[arg-type]
+        )
         rows = self._restored.pop(descriptor.name, None)
         if rows is not None and rows.num_rows:
             stored = set(rows.column("mode").to_pylist())
             if stored != {mode.value}:
                 raise StateMigrationError(
                     f"operator state {descriptor.name!r} was stored as {sorted(stored)} and is "
-                    f"registered as {mode.value}; the mode of an operator state cannot change")
-            rows = migrate_rows(rows, operator_state_schema(descriptor, mode),
-                                label=f"operator state {descriptor.name!r}")
+                    f"registered as {mode.value}; the mode of an operator state cannot change"
+                )
+            rows = migrate_rows(
+                rows,
+                operator_state_schema(descriptor, mode),
+                label=f"operator state {descriptor.name!r}",
+            )
             try:
                 state._restore(rows)
             except (KeyError, pa.ArrowInvalid) as exc:
@@ -323,8 +341,9 @@ class OperatorStateStore:
         columns = state._rows()
         n = len(columns["value"])
         try:
-            return pa.Table.from_pydict({"mode": [state.mode.value] * n, **columns},
-                                        schema=self.schema(name))
+            return pa.Table.from_pydict(
+                {"mode": [state.mode.value] * n, **columns}, schema=self.schema(name)
+            )
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
             raise CorruptSnapshotError(
                 f"operator state {name!r}: values do not match the declared type: {exc}"

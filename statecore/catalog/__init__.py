@@ -7,7 +7,7 @@ place in statecore that imports SQLAlchemy; everything it returns is a frozen re
 
 from __future__ import annotations
 
-from statecore.catalog.catalog import Catalog
+from statecore.catalog.catalog import RUN_OPERATION, Catalog
 from statecore.catalog.migrations import SCHEMA_VERSION
 from statecore.catalog.records import (
     TABLE_KINDS,
@@ -22,6 +22,7 @@ from statecore.catalog.records import (
 )
 
 __all__ = [
+    "RUN_OPERATION",
     "SCHEMA_VERSION",
     "TABLE_KINDS",
     "Catalog",

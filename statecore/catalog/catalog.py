@@ -16,14 +16,16 @@ True
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 
 import sqlalchemy as sa
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
-from statecore.catalog.engine import WRITE, create_engine, redacted
+from statecore.catalog.engine import WRITE, catalog_location, create_engine, redacted
 from statecore.catalog.lookup import find_checkpoint, load_checkpoint, load_job
 from statecore.catalog.migrations import migrate
 from statecore.catalog.models import (
@@ -51,14 +53,19 @@ from statecore.catalog.validation import (
     check_states,
     check_tables,
 )
+from statecore.config import DEFAULT_LEASE_TIMEOUT
 from statecore.errors import (
+    CatalogError,
     CheckpointCommitError,
     CheckpointNotFoundError,
+    CheckpointOrderError,
+    ConcurrentRunError,
     ConfigError,
     MaintenanceLockedError,
+    ReplayMismatchError,
 )
 
-__all__ = ["Catalog"]
+__all__ = ["RUN_OPERATION", "Catalog"]
 
 _IN_PROGRESS = CheckpointStatus.IN_PROGRESS.name
 _COMPLETED = CheckpointStatus.COMPLETED.name
@@ -82,6 +89,13 @@ class Catalog:
         except sa.exc.OperationalError as exc:
             engine.dispose()
             raise ConfigError(f"cannot open checkpoint catalog {redacted(url)}: {exc}") from exc
+        except sa.exc.DatabaseError as exc:  # e.g. SQLite: "file is not a database", "malformed"
+            engine.dispose()
+            raise CatalogError(
+                f"the checkpoint catalog {catalog_location(engine)} is corrupt or not a "
+                f"statecore catalog: {exc.orig}. Restore the file from a backup (a missing "
+                "catalog over an existing warehouse is not a fresh start)"
+            ) from exc
         except BaseException:
             engine.dispose()
             raise
@@ -134,6 +148,7 @@ class Catalog:
 
     def get_job(self, job: str) -> JobRecord:
         """The job named ``job``; :class:`JobNotFoundError` if the catalog does not know it."""
+        check_name("job", job)
         with self._read.begin() as session:
             return load_job(session, job).to_record()
 
@@ -203,20 +218,38 @@ class Catalog:
         parallelism: int,
         max_parallelism: int,
         restored_from: int | None = None,
+        epoch: int | None = None,
+        input_identity: str | None = None,
+        increasing: bool = False,
     ) -> CheckpointRecord:
         """Start checkpoint ``checkpoint_id`` of ``job``.
 
         A checkpoint that already COMPLETED (or completed and EXPIRED since) is returned
-        unchanged (a replay: the caller does nothing); one that is IN_PROGRESS or FAILED starts
-        again (a retry).
+        unchanged (a replay: the caller does nothing), unless its recorded ``input_identity``
+        differs from the one given (:class:`ReplayMismatchError`); one that is IN_PROGRESS or
+        FAILED starts again (a retry). With ``increasing``, an id below the latest completed
+        CHECKPOINT's is refused (:class:`CheckpointOrderError`). With ``epoch``, the lease of
+        that epoch must hold the job (:class:`ConcurrentRunError`), and the checkpoint
+        records it.
         """
         check_checkpoint_id(job, checkpoint_id)
         check_parallelism(job, parallelism, max_parallelism)
         with self._write.begin() as session:
             job_row = load_job(session, job, lock=True)
+            if epoch is not None:
+                _check_epoch(session, job_row, epoch)
             row = find_checkpoint(session, job_row, checkpoint_id)
             if row is not None and row.status in (_COMPLETED, _EXPIRED):
+                _check_replay(row, job, input_identity)
                 return row.to_record(job)
+            if increasing:
+                latest = _latest_checkpoint_id(session, job_row)
+                if latest is not None and checkpoint_id < latest:
+                    raise CheckpointOrderError(
+                        f"checkpoint {checkpoint_id} of job {job!r} is below its latest "
+                        f"completed checkpoint {latest}: checkpoint ids must increase (a "
+                        "completed id replays as a no-op; a new run takes a larger id)"
+                    )
             if row is None:
                 row = CheckpointRow(job_id=job_row.id, checkpoint_id=checkpoint_id)
                 session.add(row)
@@ -230,22 +263,43 @@ class Catalog:
             row.completion_seq = None
             row.restored_from = restored_from
             row.error = None
+            row.epoch = epoch
+            row.input_identity = input_identity
             return row.to_record(job)
 
+    def latest_checkpoint_id(self, job: str) -> int | None:
+        """The largest id of a completed (or expired) CHECKPOINT of ``job``: a new run's id
+        must not be below it."""
+        with self._read.begin() as session:
+            return _latest_checkpoint_id(session, load_job(session, job))
+
     def complete_checkpoint(
-        self, job: str, checkpoint_id: int, *, tables: Sequence[TableVersion]
+        self,
+        job: str,
+        checkpoint_id: int,
+        *,
+        tables: Sequence[TableVersion],
+        epoch: int | None = None,
     ) -> CheckpointRecord:
         """Record ``tables`` and complete the checkpoint, in one transaction.
 
-        :class:`CheckpointCommitError` if the checkpoint is not IN_PROGRESS or the commit fails;
-        then nothing of it changed.
+        :class:`CheckpointCommitError` if the checkpoint is not IN_PROGRESS or the commit fails,
+        :class:`ConcurrentRunError` if ``epoch`` is given and its lease no longer holds the job
+        (checked under the job's row lock, in the same transaction); then nothing of it changed.
         """
         where = f"checkpoint {checkpoint_id} of job {job!r}"
         check_tables(where, tables)
         try:
             with self._write.begin() as session:
                 job_row = load_job(session, job, lock=True)
+                if epoch is not None:
+                    _check_epoch(session, job_row, epoch)
                 row = load_checkpoint(session, job_row, checkpoint_id)
+                if epoch is not None and row.epoch != epoch:
+                    raise ConcurrentRunError(
+                        f"{where} was begun again by the writer of epoch {row.epoch}; the "
+                        f"writer of epoch {epoch} cannot complete it"
+                    )
                 if row.status != _IN_PROGRESS:
                     raise CheckpointCommitError(
                         f"{where} is {row.status}, not IN_PROGRESS: it cannot complete "
@@ -263,11 +317,16 @@ class Catalog:
             raise CheckpointCommitError(f"{where}: the catalog commit failed: {exc}") from exc
         return record
 
-    def fail_checkpoint(self, job: str, checkpoint_id: int, *, error: str) -> CheckpointRecord:
-        """Mark the checkpoint FAILED with ``error``; a COMPLETED one is never failed."""
+    def fail_checkpoint(
+        self, job: str, checkpoint_id: int, *, error: str, epoch: int | None = None
+    ) -> CheckpointRecord:
+        """Mark the checkpoint FAILED with ``error``; a COMPLETED one is never failed. With
+        ``epoch``, a checkpoint that another writer's epoch began again is left alone."""
         with self._write.begin() as session:
             job_row = load_job(session, job, lock=True)
             row = load_checkpoint(session, job_row, checkpoint_id)
+            if epoch is not None and row.epoch is not None and row.epoch != epoch:
+                return row.to_record(job)
             if row.status == _COMPLETED:
                 raise CheckpointCommitError(
                     f"checkpoint {checkpoint_id} of job {job!r} is COMPLETED and cannot fail "
@@ -322,9 +381,7 @@ class Catalog:
             job_row = load_job(session, job, lock=True)
             session.delete(load_checkpoint(session, job_row, checkpoint_id))
 
-    def expire_checkpoints(
-        self, job: str, checkpoint_ids: Iterable[int]
-    ) -> list[CheckpointRecord]:
+    def expire_checkpoints(self, job: str, checkpoint_ids: Iterable[int]) -> list[CheckpointRecord]:
         """Mark completed checkpoints EXPIRED and forget their table versions, in one transaction.
 
         The rows stay (re-running an expired checkpoint id is still a replay); the latest
@@ -417,39 +474,81 @@ class Catalog:
                 )
             return row.to_record(job)
 
-    # maintenance locks
+    # the job's lease: held by a run or a maintenance operation
 
-    def acquire_maintenance_lock(
-        self, job: str, *, operation: str, owner: str, stale_after: timedelta | None = None
+    def acquire_lease(
+        self,
+        job: str,
+        *,
+        operation: str,
+        owner: str,
+        timeout: timedelta = DEFAULT_LEASE_TIMEOUT,
+        stale_after: timedelta | None = None,
     ) -> MaintenanceLock:
-        """Hold ``job`` for one maintenance operation.
+        """Hold ``job`` for ``operation`` until ``timeout`` from now (renew it to keep it), with
+        a new fencing epoch, one more than any before.
 
-        :class:`MaintenanceLockedError` names the operation that holds it already, unless that
-        lock is older than ``stale_after`` (then it is taken over).
+        A lease that is held is taken over only once it expired, once it is older than
+        ``stale_after``, or when its holder is a process of this host that is gone; otherwise
+        :class:`ConcurrentRunError` (:class:`MaintenanceLockedError` when a maintenance
+        operation holds it) names the holder.
         """
         with self._write.begin() as session:
             job_row = load_job(session, job, lock=True)
             row = session.get(MaintenanceLockRow, job_row.id)
             now = _now()
             if row is not None:
-                if stale_after is None or now - row.acquired_at < stale_after:
-                    raise MaintenanceLockedError(
-                        f"job {job!r} is held by the maintenance operation {row.operation!r} "
-                        f"({row.owner}) since {row.acquired_at:%Y-%m-%d %H:%M:%S} UTC; wait for "
-                        f"it to finish, or if it died, release it with `statecore unlock {job}`"
-                    )
+                held = row.to_record(job)
+                if not _may_take_over(held, now, stale_after):
+                    raise _held_error(held, now)
                 session.delete(row)
                 session.flush()
+            job_row.lease_epoch += 1
             row = MaintenanceLockRow(
-                job_id=job_row.id, operation=operation, owner=owner, acquired_at=now
+                job_id=job_row.id,
+                operation=operation,
+                owner=owner,
+                acquired_at=now,
+                epoch=job_row.lease_epoch,
+                expires_at=now + timeout,
             )
             session.add(row)
             return row.to_record(job)
 
+    def renew_lease(self, job: str, *, epoch: int, timeout: timedelta) -> MaintenanceLock | None:
+        """Extend the lease of ``epoch`` to ``timeout`` from now; ``None`` if it was lost."""
+        with self._write.begin() as session:
+            job_row = load_job(session, job, lock=True)
+            row = session.get(MaintenanceLockRow, job_row.id)
+            if row is None or row.epoch != epoch:
+                return None
+            row.expires_at = _now() + timeout
+            return row.to_record(job)
+
+    def check_lease(self, job: str, *, epoch: int) -> None:
+        """:class:`ConcurrentRunError` unless the lease of ``epoch`` still holds ``job``."""
+        with self._read.begin() as session:
+            _check_epoch(session, load_job(session, job), epoch)
+
+    def acquire_maintenance_lock(
+        self,
+        job: str,
+        *,
+        operation: str,
+        owner: str,
+        stale_after: timedelta | None = None,
+        timeout: timedelta = DEFAULT_LEASE_TIMEOUT,
+    ) -> MaintenanceLock:
+        """Hold ``job`` for one maintenance operation (:meth:`acquire_lease`)."""
+        return self.acquire_lease(
+            job, operation=operation, owner=owner, timeout=timeout, stale_after=stale_after
+        )
+
     def release_maintenance_lock(
         self, job: str, *, owner: str | None = None
     ) -> MaintenanceLock | None:
-        """Release the job's maintenance lock (only if ``owner`` holds it, when given)."""
+        """Release the job's lease (only if ``owner`` holds it, when given). A writer whose
+        lease was released fails at its next commit."""
         with self._write.begin() as session:
             job_row = load_job(session, job, lock=True)
             row = session.get(MaintenanceLockRow, job_row.id)
@@ -459,11 +558,92 @@ class Catalog:
             return row.to_record(job)
 
     def maintenance_lock(self, job: str) -> MaintenanceLock | None:
-        """The maintenance operation holding ``job``, or ``None``."""
+        """The lease holding ``job`` (a run or a maintenance operation), or ``None``."""
         with self._read.begin() as session:
             job_row = load_job(session, job)
             row = session.get(MaintenanceLockRow, job_row.id)
             return None if row is None else row.to_record(job)
+
+
+def _latest_checkpoint_id(session: Session, job_row: JobRow) -> int | None:
+    latest = session.scalar(
+        sa.select(sa.func.max(CheckpointRow.checkpoint_id)).where(
+            CheckpointRow.job_id == job_row.id,
+            CheckpointRow.kind == CheckpointKind.CHECKPOINT.name,
+            CheckpointRow.status.in_([_COMPLETED, _EXPIRED]),
+        )
+    )
+    return None if latest is None else int(latest)
+
+
+def _check_replay(row: CheckpointRow, job: str, input_identity: str | None) -> None:
+    if input_identity is None or row.input_identity is None:
+        return
+    if input_identity != row.input_identity:
+        raise ReplayMismatchError(
+            f"checkpoint {row.checkpoint_id} of job {job!r} is {row.status} with input "
+            f"{row.input_identity}; this run replays it with input {input_identity}: a "
+            "checkpoint id stands for one input (give new data a new checkpoint id)"
+        )
+
+
+RUN_OPERATION = "run"
+"""The operation of a lease held by a run of the job (``run`` + the checkpoint id)."""
+
+
+def _is_run(lease: MaintenanceLock) -> bool:
+    return lease.operation.split(" ", 1)[0] == RUN_OPERATION
+
+
+def _may_take_over(held: MaintenanceLock, now: datetime, stale_after: timedelta | None) -> bool:
+    if held.expires_at is not None and held.expires_at <= now:
+        return True
+    if stale_after is not None and now - held.acquired_at >= stale_after:
+        return True
+    return _gone(held.owner)
+
+
+def _gone(owner: str) -> bool:
+    """Whether ``owner`` (``host:pid:...``) is a process of this host that no longer exists."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _describe(lease: MaintenanceLock) -> str:
+    what = "the run" if _is_run(lease) else "the maintenance operation"
+    expires = "" if lease.expires_at is None else f", lease expires {lease.expires_at:%H:%M:%S} UTC"
+    return (
+        f"{what} {lease.operation!r} ({lease.owner}) since "
+        f"{lease.acquired_at:%Y-%m-%d %H:%M:%S} UTC (epoch {lease.epoch}{expires})"
+    )
+
+
+def _held_error(held: MaintenanceLock, now: datetime) -> ConcurrentRunError:
+    message = (
+        f"job {held.job!r} is held by {_describe(held)}; wait for it to finish, or if it "
+        f"died, release it with `statecore unlock {held.job}`"
+    )
+    return ConcurrentRunError(message) if _is_run(held) else MaintenanceLockedError(message)
+
+
+def _check_epoch(session: Session, job_row: JobRow, epoch: int) -> None:
+    row = session.get(MaintenanceLockRow, job_row.id)
+    if row is not None and row.epoch == epoch:
+        return
+    now = "released" if row is None else f"now held by {_describe(row.to_record(job_row.name))}"
+    raise ConcurrentRunError(
+        f"job {job_row.name!r}: the lease of epoch {epoch} was lost ({now}); this writer's "
+        "commits are refused and nothing it wrote becomes visible"
+    )
 
 
 def _now() -> datetime:

@@ -17,7 +17,7 @@ from sqlalchemy import event
 
 from statecore.errors import ConfigError
 
-__all__ = ["WRITE", "create_engine", "redacted"]
+__all__ = ["WRITE", "catalog_location", "create_engine", "redacted"]
 
 WRITE = {"statecore_write": True}
 """Execution options of a connection that writes: its transaction takes the write lock first."""
@@ -31,6 +31,14 @@ def redacted(url: sa.URL | str) -> str:
     return url.render_as_string(hide_password=True)
 
 
+def catalog_location(engine: sa.Engine) -> str:
+    """The file of a SQLite catalog, else its URL without the password: for messages."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return f"file {Path(url.database).resolve()}"
+    return redacted(url)
+
+
 def create_engine(url: str) -> sa.Engine:
     """Create the engine for ``url``; for a SQLite file, create its parent directory."""
     try:
@@ -38,12 +46,12 @@ def create_engine(url: str) -> sa.Engine:
     except sa.exc.ArgumentError as exc:
         raise ConfigError(f"checkpoint catalog URL {url!r} is not a SQLAlchemy URL") from exc
     is_sqlite = parsed.get_backend_name() == "sqlite"
-    if is_sqlite and parsed.database and parsed.database != ":memory:":
-        if not parsed.database.startswith("file:"):
-            try:
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ConfigError(f"cannot create checkpoint catalog {url!r}: {exc}") from exc
+    database = parsed.database or ":memory:"
+    if is_sqlite and database != ":memory:" and not database.startswith("file:"):
+        try:
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create checkpoint catalog {url!r}: {exc}") from exc
     try:
         engine = sa.create_engine(parsed, pool_pre_ping=not is_sqlite)
     except (sa.exc.ArgumentError, ImportError) as exc:

@@ -27,9 +27,7 @@ def load_job(session: Session, job: str, *, lock: bool = False) -> JobRow:
     return row
 
 
-def find_checkpoint(
-    session: Session, job_row: JobRow, checkpoint_id: int
-) -> CheckpointRow | None:
+def find_checkpoint(session: Session, job_row: JobRow, checkpoint_id: int) -> CheckpointRow | None:
     """The checkpoint's row, or ``None``."""
     return session.scalar(
         sa.select(CheckpointRow).where(

@@ -160,14 +160,41 @@ def _v2_savepoints_and_maintenance_locks(connection: sa.Connection) -> None:
     sa.Table(
         "statecore_maintenance_locks",
         metadata,
-        sa.Column("job_id", _id_type(), sa.ForeignKey("statecore_jobs.id"), primary_key=True,
-                  autoincrement=False),
+        sa.Column(
+            "job_id",
+            _id_type(),
+            sa.ForeignKey("statecore_jobs.id"),
+            primary_key=True,
+            autoincrement=False,
+        ),
         sa.Column("operation", sa.String(64), nullable=False),
         sa.Column("owner", sa.String(200), nullable=False),
         sa.Column("acquired_at", utc, nullable=False),
     )
-    metadata.create_all(connection, tables=[
-        metadata.tables["statecore_savepoints"], metadata.tables["statecore_maintenance_locks"]])
+    metadata.create_all(
+        connection,
+        tables=[
+            metadata.tables["statecore_savepoints"],
+            metadata.tables["statecore_maintenance_locks"],
+        ],
+    )
+
+
+def _v3_leases_and_input_identity(connection: sa.Connection) -> None:
+    # The maintenance lock becomes the job's lease: runs hold it too, with a fencing epoch that
+    # increases per acquisition (counted on the job) and an expiry. Checkpoints record the epoch
+    # that began them and the identity of their input.
+    utc = sa.DateTime(timezone=True).compile(dialect=connection.dialect)
+    bigint = sa.BigInteger().compile(dialect=connection.dialect)
+    text = sa.Text().compile(dialect=connection.dialect)
+    for statement in (
+        f"ALTER TABLE statecore_jobs ADD COLUMN lease_epoch {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE statecore_maintenance_locks ADD COLUMN epoch {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE statecore_maintenance_locks ADD COLUMN expires_at {utc}",
+        f"ALTER TABLE statecore_checkpoints ADD COLUMN epoch {bigint}",
+        f"ALTER TABLE statecore_checkpoints ADD COLUMN input_identity {text}",
+    ):
+        connection.exec_driver_sql(statement)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -180,6 +207,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=2,
         description="savepoints and maintenance locks",
         apply=_v2_savepoints_and_maintenance_locks,
+    ),
+    Migration(
+        version=3,
+        description="job leases (epoch, expiry) and checkpoints' epoch and input identity",
+        apply=_v3_leases_and_input_identity,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

@@ -50,9 +50,7 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
             raise ValueError(f"naive datetime {value!r}: the catalog stores aware UTC times")
         return value.astimezone(UTC)
 
-    def process_result_value(
-        self, value: datetime | None, dialect: sa.Dialect
-    ) -> datetime | None:
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
@@ -65,7 +63,7 @@ _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 class Base(DeclarativeBase):
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: sa.JSON()}
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: sa.JSON()}  # noqa: RUF012
 
 
 class JobRow(Base):
@@ -77,6 +75,7 @@ class JobRow(Base):
     max_parallelism: Mapped[int]
     created_at: Mapped[datetime]
     last_completion_seq: Mapped[int] = mapped_column(sa.BigInteger)
+    lease_epoch: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
 
     def to_record(self) -> JobRecord:
         return JobRecord(
@@ -133,6 +132,8 @@ class CheckpointRow(Base):
     completion_seq: Mapped[int | None] = mapped_column(sa.BigInteger)
     restored_from: Mapped[int | None] = mapped_column(sa.BigInteger)
     error: Mapped[str | None] = mapped_column(sa.Text)
+    epoch: Mapped[int | None] = mapped_column(sa.BigInteger)
+    input_identity: Mapped[str | None] = mapped_column(sa.Text)
 
     tables: Mapped[list[CheckpointTableRow]] = relationship(
         order_by="CheckpointTableRow.id",
@@ -154,6 +155,7 @@ class CheckpointRow(Base):
             tables=tuple(table.to_record() for table in self.tables),
             restored_from=self.restored_from,
             error=self.error,
+            input_identity=self.input_identity,
         )
 
 
@@ -250,8 +252,15 @@ class MaintenanceLockRow(Base):
     operation: Mapped[str] = mapped_column(sa.String(64))
     owner: Mapped[str] = mapped_column(sa.String(200))
     acquired_at: Mapped[datetime]
+    epoch: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    expires_at: Mapped[datetime | None]
 
     def to_record(self, job: str) -> MaintenanceLock:
         return MaintenanceLock(
-            job=job, operation=self.operation, owner=self.owner, acquired_at=self.acquired_at
+            job=job,
+            operation=self.operation,
+            owner=self.owner,
+            acquired_at=self.acquired_at,
+            epoch=self.epoch,
+            expires_at=self.expires_at,
         )

@@ -143,6 +143,9 @@ class CheckpointRecord:
     tables: tuple[TableVersion, ...] = ()
     restored_from: int | None = None
     error: str | None = None
+    input_identity: str | None = None
+    """What the checkpoint processed (micro-batch id and offsets, a fingerprint of the input
+    files, or one the caller gave); a replay with another identity is refused."""
 
     @property
     def total_rows(self) -> int:
@@ -184,9 +187,18 @@ class SavepointRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class MaintenanceLock:
-    """The maintenance operation that holds a job, by whom and since when."""
+    """The job's lease: the run or maintenance operation that holds the job, by whom, since
+    when, with which fencing ``epoch`` (it increases with every acquisition) and until when
+    (``expires_at``, unless renewed; ``None``: never)."""
 
     job: str
     operation: str
     owner: str
     acquired_at: datetime
+    epoch: int = 0
+    expires_at: datetime | None = None
+
+    @property
+    def holder(self) -> str:
+        """The holder, for messages."""
+        return f"{self.operation!r} ({self.owner}, epoch {self.epoch})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from statecore import config
 from statecore.catalog.records import StateRecord, TableVersion
 from statecore.errors import CheckpointCommitError, ConfigError
 
@@ -20,7 +21,10 @@ _UPPER_MAX_PARALLELISM = 1 << 15  # as Flink: key groups are numbered in 15 bits
 
 
 def check_name(what: str, name: str) -> None:
-    """A name that fits its column."""
+    """A name that fits its column; job, operator and savepoint names also name folders (see
+    :mod:`statecore.config`)."""
+    if what in ("job", "operator", "savepoint"):
+        config.check_name(what, name)
     if not name or len(name) > _MAX_NAME:
         raise ConfigError(f"{what} name {name!r} must have 1 to {_MAX_NAME} characters")
 

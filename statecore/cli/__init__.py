@@ -4,7 +4,7 @@
     statecore checkpoints list [--job J] | show JOB CHECKPOINT_ID [--key-groups]
     statecore savepoint JOB [--name N] [--target DIR] [--checkpoint ID]
     statecore savepoints list [--job J] | show REF [--job J] [--key-groups]
-                       | restore FOLDER [--job J] [--parallelism P]
+                       | restore FOLDER [--job J] [--parallelism P] [--force]
     statecore rescale JOB --parallelism P [--max-parallelism M] [--savepoint FOLDER]
     statecore retention JOB --retain N [--vacuum-retention-hours H | --no-vacuum] [--dry-run]
     statecore ttl-cleanup JOB [--dry-run] [--no-compact] [--vacuum-retention-hours H | --no-vacuum]
@@ -13,6 +13,7 @@
     statecore diff JOB A B [--examples N]
     statecore check JOB --against REF [--function module:Class] [--allow-not-restored]
     statecore sql "SELECT ..." [--job J] [--checkpoint ID | --savepoint REF]
+    statecore catalog recover JOB [--dry-run]
     statecore unlock JOB
 
 REF is a checkpoint id, a savepoint name (of JOB) or a savepoint folder. Results print as
@@ -28,9 +29,9 @@ from collections.abc import Sequence
 
 from statecore.cli import commands
 from statecore.cli.output import FORMATS, format_table
-from statecore.config import StatecoreConfig
+from statecore.config import StatecoreConfig, check_name
 from statecore.errors import StateError
-from statecore.retention import DEFAULT_VACUUM_GRACE
+from statecore.ops.retention import DEFAULT_VACUUM_GRACE
 
 __all__ = ["format_table", "main"]
 
@@ -43,8 +44,12 @@ def _formatted(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _vacuum_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--vacuum-retention-hours", type=float, default=_GRACE_HOURS,
-                        help=f"vacuum only files older than this (default {_GRACE_HOURS:g})")
+    parser.add_argument(
+        "--vacuum-retention-hours",
+        type=float,
+        default=_GRACE_HOURS,
+        help=f"vacuum only files older than this (default {_GRACE_HOURS:g})",
+    )
     parser.add_argument("--no-vacuum", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
 
@@ -71,11 +76,20 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     sp_show.add_argument("savepoint", help="savepoint folder, or name with --job")
     sp_show.add_argument("--job")
     sp_show.add_argument("--key-groups", action="store_true")
-    restore = _formatted(sp_sub.add_parser(
-        "restore", help="make a savepoint the job's latest checkpoint (works on an empty catalog)"))
+    restore = _formatted(
+        sp_sub.add_parser(
+            "restore",
+            help="make a savepoint the job's latest checkpoint (works on an empty catalog)",
+        )
+    )
     restore.add_argument("savepoint", help="savepoint folder")
     restore.add_argument("--job", help="default: the savepoint's job")
     restore.add_argument("--parallelism", type=int)
+    restore.add_argument(
+        "--force",
+        action="store_true",
+        help="restore even if that discards checkpoints completed after the savepoint's source",
+    )
     sps.set_defaults(run=commands.savepoints)
 
     diff = _formatted(sub.add_parser("diff", help="keys added, removed, changed per state"))
@@ -88,15 +102,24 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     check = _formatted(sub.add_parser("check", help="can the job restore from a savepoint?"))
     check.add_argument("job")
     check.add_argument("--against", required=True, help="savepoint name or folder, checkpoint id")
-    check.add_argument("--function", help="module:Class of the job's KeyedProcessFunction "
-                       "(default: the states the catalog registered last)")
+    check.add_argument(
+        "--function",
+        help="module:Class of the job's KeyedProcessFunction "
+        "(default: the states the catalog registered last)",
+    )
     check.add_argument("--operator", default="main")
-    check.add_argument("--allow-not-restored", action="store_true",
-                       help="accept states of the savepoint the job no longer has")
+    check.add_argument(
+        "--allow-not-restored",
+        action="store_true",
+        help="accept states of the savepoint the job no longer has",
+    )
     check.set_defaults(run=commands.check)
 
-    sql = _formatted(sub.add_parser("sql", help="read-only SQL over a checkpoint or savepoint "
-                                    "(views <job>.<state>)"))
+    sql = _formatted(
+        sub.add_parser(
+            "sql", help="read-only SQL over a checkpoint or savepoint (views <job>.<state>)"
+        )
+    )
     sql.add_argument("query")
     sql.add_argument("--job")
     sql.add_argument("--checkpoint", type=int, help="checkpoint id (default: the latest)")
@@ -114,13 +137,17 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     rescale = _formatted(sub.add_parser("rescale", help="change a job's parallelism"))
     rescale.add_argument("job")
     rescale.add_argument("--parallelism", type=int, required=True)
-    rescale.add_argument("--max-parallelism", type=int,
-                         help="a new max parallelism: the state is rewritten with new key groups")
+    rescale.add_argument(
+        "--max-parallelism",
+        type=int,
+        help="a new max parallelism: the state is rewritten with new key groups",
+    )
     rescale.add_argument("--savepoint", help="a savepoint of the latest checkpoint, if taken")
     rescale.set_defaults(run=commands.rescale)
 
-    retention = _formatted(sub.add_parser(
-        "retention", help="keep the last N checkpoints, expire the rest, VACUUM"))
+    retention = _formatted(
+        sub.add_parser("retention", help="keep the last N checkpoints, expire the rest, VACUUM")
+    )
     retention.add_argument("job")
     retention.add_argument("--retain", type=int, required=True)
     _vacuum_options(retention)
@@ -142,10 +169,20 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     apply.add_argument("job")
     apply.add_argument("--sql", required=True)
     for parser in (delete, apply):
-        parser.add_argument("--from", dest="source",
-                            help="checkpoint id, savepoint name or folder (default: latest)")
+        parser.add_argument(
+            "--from",
+            dest="source",
+            help="checkpoint id, savepoint name or folder (default: latest)",
+        )
         _new_savepoint_options(parser)
     state.set_defaults(run=commands.state)
+
+    catalog = sub.add_parser("catalog", help="rebuild a job's catalog rows from its Delta tables")
+    catalog_sub = catalog.add_subparsers(dest="action", required=True)
+    recover = _formatted(catalog_sub.add_parser("recover", help="after a lost or old catalog"))
+    recover.add_argument("job")
+    recover.add_argument("--dry-run", action="store_true", help="report, record nothing")
+    catalog.set_defaults(run=commands.catalog)
 
     unlock = sub.add_parser("unlock", help="release a maintenance lock left by a dead operation")
     unlock.add_argument("job")
@@ -160,8 +197,11 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="statecore", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="statecore",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--home", help="STATECORE_HOME (default ./.statecore)")
     parser.add_argument("--catalog-url", help="SQLAlchemy URL of the checkpoint catalog")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -173,6 +213,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if getattr(args, "job", None) is not None:  # every command naming a job
+            check_name("job", args.job)
         config = StatecoreConfig.resolve(home=args.home, catalog_url=args.catalog_url)
         print(args.run(args, config))
     except StateError as exc:

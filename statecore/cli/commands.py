@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from statecore.catalog import Catalog
+from statecore.checkpoint.points import checkpoint_point, resolve_point
 from statecore.cli.output import (
     checkpoint_rows,
     format_rows,
@@ -22,7 +23,6 @@ from statecore.cli.output import (
 )
 from statecore.config import StatecoreConfig
 from statecore.progress import to_stderr
-from statecore.restore_point import checkpoint_point, resolve_point
 
 __all__ = [
     "check",
@@ -71,86 +71,148 @@ def checkpoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
 
 
 def savepoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.savepoint import restore_savepoint
+    from statecore.ops.savepoint import restore_savepoint
 
     with Catalog.connect(config.catalog_url) as catalog:
         if args.action == "list":
-            return format_rows(savepoint_rows(catalog.list_savepoints(args.job)), args.format,
-                               empty=("job",))
+            return format_rows(
+                savepoint_rows(catalog.list_savepoints(args.job)), args.format, empty=("job",)
+            )
         if args.action == "show":
             point = resolve_point(catalog, args.job or "", args.savepoint)
             rows = key_group_rows(point) if args.key_groups else table_rows(point)
-            return format_rows(point_rows(point), args.format) + "\n\n" + \
-                format_rows(rows, args.format)
-        record = restore_savepoint(config, catalog, args.savepoint, job=args.job,
-                                   parallelism=args.parallelism, progress=to_stderr)
+            return (
+                format_rows(point_rows(point), args.format)
+                + "\n\n"
+                + format_rows(rows, args.format)
+            )
+        record = restore_savepoint(
+            config,
+            catalog,
+            args.savepoint,
+            job=args.job,
+            parallelism=args.parallelism,
+            force=args.force,
+            progress=to_stderr,
+        )
         return format_rows(checkpoint_rows([record]), args.format)
 
 
 def savepoint(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.savepoint import take_savepoint
+    from statecore.ops.savepoint import take_savepoint
 
     with Catalog.connect(config.catalog_url) as catalog:
-        point = take_savepoint(config, catalog, args.job, name=args.name, target=args.target,
-                               checkpoint_id=args.checkpoint, progress=to_stderr)
+        point = take_savepoint(
+            config,
+            catalog,
+            args.job,
+            name=args.name,
+            target=args.target,
+            checkpoint_id=args.checkpoint,
+            progress=to_stderr,
+        )
         return format_rows(point_rows(point), args.format)
 
 
 def rescale(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.rescale import rescale as run
+    from statecore.ops.rescale import rescale as run
 
     with Catalog.connect(config.catalog_url) as catalog:
-        result = run(config, catalog, args.job, parallelism=args.parallelism,
-                     max_parallelism=args.max_parallelism, savepoint=args.savepoint,
-                     progress=to_stderr)
+        result = run(
+            config,
+            catalog,
+            args.job,
+            parallelism=args.parallelism,
+            max_parallelism=args.max_parallelism,
+            savepoint=args.savepoint,
+            progress=to_stderr,
+        )
         return format_rows([result.to_dict()], args.format)
 
 
 def retention(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.retention import apply_retention
+    from statecore.ops.retention import apply_retention
 
     with Catalog.connect(config.catalog_url) as catalog:
-        report = apply_retention(config, catalog, args.job, retain=args.retain,
-                                 vacuum_after=_vacuum_after(args), dry_run=args.dry_run,
-                                 progress=to_stderr)
+        report = apply_retention(
+            config,
+            catalog,
+            args.job,
+            retain=args.retain,
+            vacuum_after=_vacuum_after(args),
+            dry_run=args.dry_run,
+            progress=to_stderr,
+        )
         summary = {k: v for k, v in report.to_dict().items() if k != "tables"}
         return format_rows([summary], args.format)
 
 
 def ttl_cleanup(args: argparse.Namespace, config: StatecoreConfig) -> str:
+    from statecore.ops.ttl_cleanup import ttl_cleanup as run
     from statecore.ttl.time import ManualTimeProvider
-    from statecore.ttl_cleanup import ttl_cleanup as run
 
     with Catalog.connect(config.catalog_url) as catalog:
         clock = ManualTimeProvider(args.now_ms) if args.now_ms is not None else None
-        report = run(config, catalog, args.job, time_provider=clock, compact=not args.no_compact,
-                     vacuum_after=_vacuum_after(args), dry_run=args.dry_run, progress=to_stderr)
+        report = run(
+            config,
+            catalog,
+            args.job,
+            time_provider=clock,
+            compact=not args.no_compact,
+            vacuum_after=_vacuum_after(args),
+            dry_run=args.dry_run,
+            progress=to_stderr,
+        )
         summary = {k: v for k, v in report.to_dict().items() if k not in ("key_groups",)}
         vacuumed = summary["vacuum"]
         summary["vacuum"] = f"{vacuumed['files']} files, {vacuumed['bytes']} bytes"
-        return format_rows(report.rows(), args.format, empty=("state", "key_group")) + \
-            "\n\n" + format_rows([summary], args.format)
+        return (
+            format_rows(report.rows(), args.format, empty=("state", "key_group"))
+            + "\n\n"
+            + format_rows([summary], args.format)
+        )
 
 
 def state(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.repair import apply_sql, delete_key
+    from statecore.ops.repair import apply_sql, delete_key
 
     with Catalog.connect(config.catalog_url) as catalog:
         if args.action == "delete":
-            result = delete_key(config, catalog, args.job, args.key, source=args.source,
-                                name=args.name, target=args.target, progress=to_stderr)
+            result = delete_key(
+                config,
+                catalog,
+                args.job,
+                args.key,
+                source=args.source,
+                name=args.name,
+                target=args.target,
+                progress=to_stderr,
+            )
         else:
-            result = apply_sql(config, catalog, args.job, args.sql, source=args.source,
-                               name=args.name, target=args.target, progress=to_stderr)
-        changes = [dict(c, partitions=", ".join(map(str, c["partitions"])))
-                   for c in result.to_dict()["changes"]]
-        tail = f"savepoint: {result.savepoint}" if result.savepoint else \
-            "nothing changed: no savepoint written"
+            result = apply_sql(
+                config,
+                catalog,
+                args.job,
+                args.sql,
+                source=args.source,
+                name=args.name,
+                target=args.target,
+                progress=to_stderr,
+            )
+        changes = [
+            dict(c, partitions=", ".join(map(str, c["partitions"])))
+            for c in result.to_dict()["changes"]
+        ]
+        tail = (
+            f"savepoint: {result.savepoint}"
+            if result.savepoint
+            else "nothing changed: no savepoint written"
+        )
         return format_rows(changes, args.format, empty=("state",)) + "\n" + tail
 
 
 def diff(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.diff import diff_points
+    from statecore.query.diff import diff_points
 
     with Catalog.connect(config.catalog_url) as catalog:
         a = resolve_point(catalog, args.job, args.a)
@@ -160,7 +222,7 @@ def diff(args: argparse.Namespace, config: StatecoreConfig) -> str:
 
 
 def check(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.preflight import (
+    from statecore.ops.preflight import (
         check_compatibility,
         function_states,
         load_function,
@@ -170,8 +232,9 @@ def check(args: argparse.Namespace, config: StatecoreConfig) -> str:
     with Catalog.connect(config.catalog_url) as catalog:
         against = resolve_point(catalog, args.job, args.against)
         if args.function:
-            current = function_states(load_function(args.function), against, job=args.job,
-                                      operator=args.operator)
+            current = function_states(
+                load_function(args.function), against, job=args.job, operator=args.operator
+            )
         else:
             current = catalog.list_states(args.job)
         checks = check_compatibility(current, against)
@@ -181,12 +244,27 @@ def check(args: argparse.Namespace, config: StatecoreConfig) -> str:
 
 
 def sql(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.query import run_sql
+    from statecore.query.sql import run_sql
 
     with Catalog.connect(config.catalog_url) as catalog:
-        return format_table(run_sql(catalog, args.query, job=args.job,
-                                    checkpoint_id=args.checkpoint, savepoint=args.savepoint),
-                            args.format)
+        return format_table(
+            run_sql(
+                catalog,
+                args.query,
+                job=args.job,
+                checkpoint_id=args.checkpoint,
+                savepoint=args.savepoint,
+            ),
+            args.format,
+        )
+
+
+def catalog(args: argparse.Namespace, config: StatecoreConfig) -> str:
+    from statecore.checkpoint.recover import recover_catalog
+
+    with Catalog.connect(config.catalog_url) as opened:
+        found = recover_catalog(config, opened, args.job, dry_run=args.dry_run, progress=to_stderr)
+        return format_rows(found.rows(), args.format)
 
 
 def unlock(args: argparse.Namespace, config: StatecoreConfig) -> str:
@@ -194,18 +272,27 @@ def unlock(args: argparse.Namespace, config: StatecoreConfig) -> str:
         lock = catalog.release_maintenance_lock(args.job)
         if lock is None:
             return f"job {args.job!r} was not held by any maintenance operation"
-        return (f"released job {args.job!r} from {lock.operation!r} ({lock.owner}, since "
-                f"{lock.acquired_at:%Y-%m-%d %H:%M:%S} UTC)")
+        return (
+            f"released job {args.job!r} from {lock.operation!r} ({lock.owner}, since "
+            f"{lock.acquired_at:%Y-%m-%d %H:%M:%S} UTC)"
+        )
 
 
 def demo(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.demo import run_demo
-    from statecore.query import run_sql
+    from statecore.cli.demo import run_demo
+    from statecore.query.sql import run_sql
 
-    run_demo(project=Path(args.project).absolute(), home=Path(config.home), days=args.days,
-             parallelism=args.parallelism, backend=args.backend)
+    run_demo(
+        project=Path(args.project).absolute(),
+        home=Path(config.home),
+        days=args.days,
+        parallelism=args.parallelism,
+        backend=args.backend,
+    )
     with Catalog.connect(config.catalog_url) as catalog:
         listing = format_rows(checkpoint_rows(catalog.list_checkpoints("clickstream")))
         top = format_table(run_sql(catalog, DEMO_QUERY, job="clickstream"))
-    return (f"\n$ statecore checkpoints list\n{listing}\n\n"
-            f"$ statecore sql \"<top users by total amount>\"{DEMO_QUERY}\n{top}")
+    return (
+        f"\n$ statecore checkpoints list\n{listing}\n\n"
+        f'$ statecore sql "<top users by total amount>"{DEMO_QUERY}\n{top}'
+    )

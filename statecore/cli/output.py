@@ -13,10 +13,18 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from statecore.catalog import CheckpointRecord, SavepointRecord
-from statecore.restore_point import RestorePoint
+from statecore.checkpoint.points import RestorePoint
 
-__all__ = ["FORMATS", "checkpoint_rows", "format_rows", "format_table", "key_group_rows",
-           "point_rows", "savepoint_rows", "table_rows"]
+__all__ = [
+    "FORMATS",
+    "checkpoint_rows",
+    "format_rows",
+    "format_table",
+    "key_group_rows",
+    "point_rows",
+    "savepoint_rows",
+    "table_rows",
+]
 
 FORMATS = ("table", "csv", "json")
 
@@ -39,8 +47,9 @@ def format_table(table: pa.Table, fmt: str = "table") -> str:
     return "\n".join(out)
 
 
-def format_rows(rows: Sequence[Mapping[str, Any]], fmt: str = "table",
-                empty: Sequence[str] = ("result",)) -> str:
+def format_rows(
+    rows: Sequence[Mapping[str, Any]], fmt: str = "table", empty: Sequence[str] = ("result",)
+) -> str:
     """Render dicts (one per row) like :func:`format_table`."""
     if not rows:
         return format_table(pa.table({name: pa.array([], pa.string()) for name in empty}), fmt)
@@ -67,40 +76,88 @@ def _json_value(value: object) -> object:
 
 
 def checkpoint_rows(records: Sequence[CheckpointRecord]) -> list[dict[str, Any]]:
-    return [{
-        "job": c.job, "checkpoint": c.checkpoint_id, "kind": c.kind.name,
-        "status": c.status.name, "parallelism": c.parallelism,
-        "max_parallelism": c.max_parallelism, "states": len(c.tables), "rows": c.total_rows,
-        "bytes": c.total_bytes,
-        "duration_s": round(c.duration.total_seconds(), 1) if c.duration else None,
-        "completed_at": c.completed_at,
-    } for c in records]
+    return [
+        {
+            "job": c.job,
+            "checkpoint": c.checkpoint_id,
+            "kind": c.kind.name,
+            "status": c.status.name,
+            "parallelism": c.parallelism,
+            "max_parallelism": c.max_parallelism,
+            "states": len(c.tables),
+            "rows": c.total_rows,
+            "bytes": c.total_bytes,
+            "duration_s": round(c.duration.total_seconds(), 1) if c.duration else None,
+            "completed_at": c.completed_at,
+        }
+        for c in records
+    ]
 
 
 def savepoint_rows(records: Sequence[SavepointRecord]) -> list[dict[str, Any]]:
-    return [{"job": s.job, "savepoint": s.name, "reason": s.reason,
-             "from_checkpoint": s.source_checkpoint, "parallelism": s.parallelism,
-             "max_parallelism": s.max_parallelism, "rows": s.rows, "bytes": s.bytes,
-             "created_at": s.created_at, "path": s.path} for s in records]
+    return [
+        {
+            "job": s.job,
+            "savepoint": s.name,
+            "reason": s.reason,
+            "from_checkpoint": s.source_checkpoint,
+            "parallelism": s.parallelism,
+            "max_parallelism": s.max_parallelism,
+            "rows": s.rows,
+            "bytes": s.bytes,
+            "created_at": s.created_at,
+            "path": s.path,
+        }
+        for s in records
+    ]
 
 
 def point_rows(point: RestorePoint) -> list[dict[str, Any]]:
-    return [{"job": point.job, "name": point.name, "reason": point.reason,
-             "from_checkpoint": point.checkpoint_id, "parallelism": point.parallelism,
-             "max_parallelism": point.max_parallelism, "tables": len(point.tables),
-             "rows": point.total_rows, "bytes": point.total_bytes,
-             "created_at": point.created_at, "path": point.savepoint}]
+    return [
+        {
+            "job": point.job,
+            "name": point.name,
+            "reason": point.reason,
+            "from_checkpoint": point.checkpoint_id,
+            "parallelism": point.parallelism,
+            "max_parallelism": point.max_parallelism,
+            "tables": len(point.tables),
+            "rows": point.total_rows,
+            "bytes": point.total_bytes,
+            "created_at": point.created_at,
+            "path": point.savepoint,
+        }
+    ]
 
 
 def table_rows(point: RestorePoint) -> list[dict[str, Any]]:
-    return [{"operator": t.operator, "state": t.state, "kind": t.table_kind,
-             "delta_version": t.version, "rows": t.rows, "bytes": t.bytes,
-             "partitions": len(t.key_groups), "path": t.path} for t in point.tables]
+    return [
+        {
+            "operator": t.operator,
+            "state": t.state,
+            "kind": t.table_kind,
+            "delta_version": t.version,
+            "rows": t.rows,
+            "bytes": t.bytes,
+            "partitions": len(t.key_groups),
+            "path": t.path,
+        }
+        for t in point.tables
+    ]
 
 
 def key_group_rows(point: RestorePoint) -> list[dict[str, Any]]:
     """Sizes per state and key group (per subtask for operator state)."""
-    return [{"operator": t.operator, "state": t.state, "kind": t.table_kind,
-             "partition": "subtask" if t.table_kind == "operator" else "key_group",
-             "value": part, "rows": rows, "bytes": size}
-            for t in point.tables for part, (rows, size) in sorted(t.key_groups.items())]
+    return [
+        {
+            "operator": t.operator,
+            "state": t.state,
+            "kind": t.table_kind,
+            "partition": "subtask" if t.table_kind == "operator" else "key_group",
+            "value": part,
+            "rows": rows,
+            "bytes": size,
+        }
+        for t in point.tables
+        for part, (rows, size) in sorted(t.key_groups.items())
+    ]

@@ -27,16 +27,31 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from statecore.errors import SnapshotWriteError
+from statecore.snapshot.faults import fault_point
 
-__all__ = ["WRITE_THREADS", "SnapshotFile", "delta_stats", "stat_columns", "table_filesystem",
-           "write_file", "write_in_threads", "write_key_group_file", "write_key_group_files"]
+__all__ = [
+    "WRITE_THREADS",
+    "SnapshotFile",
+    "delta_stats",
+    "stat_columns",
+    "table_filesystem",
+    "write_file",
+    "write_in_threads",
+    "write_key_group_file",
+    "write_key_group_files",
+]
 
 WRITE_THREADS = 4
 """Threads a task writes its snapshot files from, by default. Not tied to the cores: a file's
 creation is a wait (a metadata operation, an object-store request) more than work."""
 
-_STAT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string,
-               pa.types.is_large_string, pa.types.is_boolean)
+_STAT_TYPES = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_boolean,
+)
 
 # zstd as before; no dictionary: keys are unique within a key group, so a dictionary is built
 # only to be thrown away, and zstd compresses the few repeated columns (namespace) as well.
@@ -88,8 +103,9 @@ def delta_stats(rows: int, metadata: pq.FileMetaData, columns: list[str]) -> str
         if bounded and all(s.has_min_max for s in bounded):
             mins[name] = min(s.min for s in bounded)
             maxs[name] = max(s.max for s in bounded)
-    return json.dumps({"numRecords": rows, "minValues": mins, "maxValues": maxs,
-                       "nullCount": nulls})
+    return json.dumps(
+        {"numRecords": rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    )
 
 
 def _write(table_uri: str, relative: str, partition_value: int, rows: pa.Table) -> SnapshotFile:
@@ -103,8 +119,13 @@ def _write(table_uri: str, relative: str, partition_value: int, rows: pa.Table) 
         fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
         sink = fs.open_output_stream(full)
     with sink:
-        with pq.ParquetWriter(sink, rows.schema, write_statistics=columns or False,
-                              metadata_collector=footer, **_WRITE_OPTIONS) as writer:
+        with pq.ParquetWriter(
+            sink,
+            rows.schema,
+            write_statistics=columns or False,
+            metadata_collector=footer,
+            **_WRITE_OPTIONS,
+        ) as writer:
             writer.write_table(rows)
         size = sink.tell()
     return SnapshotFile(
@@ -117,8 +138,7 @@ def _write(table_uri: str, relative: str, partition_value: int, rows: pa.Table) 
     )
 
 
-def write_file(table_uri: str, relative: str, partition_value: int,
-               rows: pa.Table) -> SnapshotFile:
+def write_file(table_uri: str, relative: str, partition_value: int, rows: pa.Table) -> SnapshotFile:
     """Write ``rows`` as the file ``relative`` (``<partition>=<value>/<name>.parquet``) of the
     table at ``table_uri``, not committed yet."""
     try:
@@ -130,35 +150,58 @@ def write_file(table_uri: str, relative: str, partition_value: int,
 
 
 def write_key_group_file(
-    table_uri: str, key_group: int, rows: pa.Table, *, checkpoint_id: int, subtask: int,
+    table_uri: str,
+    key_group: int,
+    rows: pa.Table,
+    *,
+    checkpoint_id: int,
+    subtask: int,
     partition: str = "key_group",
 ) -> SnapshotFile:
     """Write the rows of one key group (or of one subtask, with ``partition="subtask"``) as a
     Parquet file inside the table's partition folder."""
-    relative = (f"{partition}={key_group}/"
-                f"cp-{checkpoint_id}-{subtask}-{uuid.uuid4().hex[:12]}.parquet")
+    relative = (
+        f"{partition}={key_group}/cp-{checkpoint_id}-{subtask}-{uuid.uuid4().hex[:12]}.parquet"
+    )
     try:
-        return _write(table_uri, relative, key_group, rows)
+        written = _write(table_uri, relative, key_group, rows)
     except (OSError, pa.ArrowException) as exc:
         raise SnapshotWriteError(
             f"checkpoint {checkpoint_id}: {partition} {key_group} of snapshot table "
             f"{table_uri} cannot be written to {relative}: {exc}"
         ) from exc
+    fault_point("task:snapshot")
+    return written
 
 
 def write_key_group_files(
-    table_uri: str, parts: Iterable[tuple[int, pa.Table]], *, checkpoint_id: int,
-    subtask: int, partition: str = "key_group", threads: int = WRITE_THREADS,
+    table_uri: str,
+    parts: Iterable[tuple[int, pa.Table]],
+    *,
+    checkpoint_id: int,
+    subtask: int,
+    partition: str = "key_group",
+    threads: int = WRITE_THREADS,
 ) -> list[SnapshotFile]:
     """Write each ``(key_group, rows)`` of ``parts`` as :func:`write_key_group_file` does, from
     ``threads`` threads (:func:`write_in_threads`); the files, in the order of ``parts``."""
     return write_in_threads(
-        functools.partial(write_key_group_file, table_uri, checkpoint_id=checkpoint_id,
-                          subtask=subtask, partition=partition), parts, threads=threads)
+        functools.partial(
+            write_key_group_file,
+            table_uri,
+            checkpoint_id=checkpoint_id,
+            subtask=subtask,
+            partition=partition,
+        ),
+        parts,
+        threads=threads,
+    )
 
 
 def write_in_threads(
-    write: Callable[[int, pa.Table], SnapshotFile], parts: Iterable[tuple[int, pa.Table]], *,
+    write: Callable[[int, pa.Table], SnapshotFile],
+    parts: Iterable[tuple[int, pa.Table]],
+    *,
     threads: int = WRITE_THREADS,
 ) -> list[SnapshotFile]:
     """``write(part, rows)`` for each ``(part, rows)`` of ``parts``, from ``threads`` threads;

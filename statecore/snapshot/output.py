@@ -7,6 +7,11 @@ application transaction version, then completes the checkpoint. A run that repea
 whose output is already committed (it failed after that commit) finds the version recorded,
 commits nothing and deletes its own files, so each checkpoint's rows are in the table once.
 A file's name carries its checkpoint id, so the rows of one checkpoint can be read back alone.
+
+Each commit also carries the writer's fencing epoch (see :mod:`statecore.snapshot.table`) and
+names its checkpoint in the commit's metadata: a run first rolls the table back past every commit
+of a checkpoint that never completed (:meth:`OutputTable.roll_back`), so a failed checkpoint's
+rows never stay in the table.
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
 from statecore.errors import CheckpointCommitError, ConfigError
+from statecore.snapshot.faults import fault_point
 from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
+from statecore.snapshot.table import (
+    CHECKPOINT_METADATA,
+    Fence,
+    commit_properties,
+    fenced_failure,
+)
 
 __all__ = ["OutputFile", "OutputWriter", "OutputTable"]
 
@@ -51,8 +63,9 @@ class OutputWriter:
     """Executor side: a task's output batches, streamed into one Parquet file whose footer
     gives the Delta statistics (as for snapshot files)."""
 
-    def __init__(self, table_uri: str, schema: pa.Schema, *, checkpoint_id: int,
-                 subtask: int) -> None:
+    def __init__(
+        self, table_uri: str, schema: pa.Schema, *, checkpoint_id: int, subtask: int
+    ) -> None:
         self._fs, self._root = table_filesystem(table_uri)
         self._schema = schema
         self._columns = stat_columns(schema)
@@ -69,8 +82,12 @@ class OutputWriter:
             self._fs.create_dir(self._root, recursive=True)
             self._sink = self._fs.open_output_stream(f"{self._root}/{self._relative}")
             self._writer = pq.ParquetWriter(  # snappy: Spark's and Delta's default codec
-                self._sink, self._schema, compression="snappy",
-                write_statistics=self._columns or False, metadata_collector=self._footer)
+                self._sink,
+                self._schema,
+                compression="snappy",
+                write_statistics=self._columns or False,
+                metadata_collector=self._footer,
+            )
         self._writer.write_batch(batch)
         self._rows += batch.num_rows
 
@@ -81,9 +98,13 @@ class OutputWriter:
         self._writer.close()
         size = self._sink.tell()
         self._sink.close()
-        return OutputFile(path=self._relative, rows=self._rows, size=size,
-                          modification_time=time.time_ns() // 1_000_000,
-                          stats=delta_stats(self._rows, self._footer[0], self._columns))
+        return OutputFile(
+            path=self._relative,
+            rows=self._rows,
+            size=size,
+            modification_time=time.time_ns() // 1_000_000,
+            stats=delta_stats(self._rows, self._footer[0], self._columns),
+        )
 
     def abort(self) -> None:
         """Drop the file of a failed attempt."""
@@ -116,32 +137,89 @@ class OutputTable:
             return
         existing, mine = table.schema(), Schema.from_arrow(self.schema)
         if [(f.name, f.type) for f in existing.fields] != [(f.name, f.type) for f in mine.fields]:
-            raise ConfigError(f"output table {self.uri} has the schema {existing}, the job's "
-                              f"output schema is {mine}; write to another table")
+            raise ConfigError(
+                f"output table {self.uri} has the schema {existing}, the job's "
+                f"output schema is {mine}; write to another table"
+            )
 
-    def commit(self, files: list[OutputFile], *, checkpoint_id: int) -> bool:
+    def commit(
+        self, files: list[OutputFile], *, checkpoint_id: int, fence: Fence | None = None
+    ) -> bool:
         """Append ``files`` as the output of ``checkpoint_id``; ``False`` (and the files
-        deleted) when that checkpoint's output is already in the table."""
+        deleted) when that checkpoint's output is already in the table. With ``fence`` (the
+        writer holds the job's lease, so the checkpoint has not completed), output already
+        there of this or a later checkpoint is rolled back first, and the commit is refused
+        (:class:`~statecore.errors.ConcurrentRunError`) once a newer writer committed here."""
         table = self._table()
+        where = f"checkpoint {checkpoint_id}: the output table {self.uri}"
+        if table is not None and fence is not None:
+            fence.verify(table, where)
         done = None if table is None else table.transaction_version(self.app_id)
         if done is not None and done >= checkpoint_id:
-            self.delete(files)
-            return False
-        properties = CommitProperties(app_transactions=[Transaction(self.app_id, checkpoint_id)])
+            if fence is None:
+                self.delete(files)
+                return False
+            # Under the lease this checkpoint has not completed, and the job's ids increase: the
+            # output there is a writer's that lost the lease (committed as it was taken over).
+            self.roll_back(completed=checkpoint_id - 1, fence=fence)
+            table = self._table()
+        properties = commit_properties(self.app_id, checkpoint_id, fence)
+        fault_point("output:commit:before")
         try:
             if table is None:
                 table = DeltaTable.create(self.uri, self.schema, mode="ignore")
+                if fence is not None:
+                    fence.verify(table, where)
             table.create_write_transaction(
-                [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats)
-                 for f in files],
-                "append", self.schema, commit_properties=properties)
+                [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in files],
+                "append",
+                self.schema,
+                commit_properties=properties,
+            )
         except DeltaError as exc:
-            raise CheckpointCommitError(
-                f"checkpoint {checkpoint_id}: commit of the output table {self.uri} failed: "
-                f"{exc}") from exc
+            fenced = fenced_failure(exc, self.uri, fence, where)
+            if fenced is not None:
+                raise fenced from exc
+            raise CheckpointCommitError(f"{where}: commit failed: {exc}") from exc
+        fault_point("output:commit:after")
         return True
 
+    def roll_back(self, *, completed: int | None, fence: Fence | None = None) -> int | None:
+        """Undo every commit of a checkpoint above ``completed`` (the job's latest completed
+        checkpoint id; ``None``: none completed), with a Delta RESTORE to the version before
+        the first of them; the version restored, or ``None`` when there was nothing to undo.
+        Ids increase, so such commits come after every completed checkpoint's."""
+        table = self._table()
+        if table is None:
+            return None
+        done = table.transaction_version(self.app_id)
+        if done is None or done < 0 or (completed is not None and done <= completed):
+            return None
+        target = None
+        for commit in table.history():  # newest first
+            checkpoint = commit.get(CHECKPOINT_METADATA)
+            if checkpoint is None:
+                continue  # a RESTORE, the creation
+            if completed is not None and int(checkpoint) <= completed:
+                break
+            target = int(commit["version"]) - 1
+        if target is None or target < 0:
+            return None
+        where = f"rollback of the output table {self.uri} to version {target}"
+        if fence is not None:
+            fence.verify(table, where)
+        try:
+            # RESTORE keeps application transactions: set this one back to the completed id
+            transactions = [Transaction(self.app_id, -1 if completed is None else completed)]
+            if fence is not None:
+                transactions.append(fence.transaction())
+            table.restore(target, commit_properties=CommitProperties(app_transactions=transactions))
+        except DeltaError as exc:
+            raise CheckpointCommitError(f"{where} failed: {exc}") from exc
+        return target
+
     def delete(self, files: list[OutputFile]) -> None:
+        """Delete files that were never committed."""
         fs, root = table_filesystem(self.uri)
         for f in files:
             fs.delete_file(f"{root}/{f.path}")

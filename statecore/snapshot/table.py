@@ -6,6 +6,12 @@ key-group granularity). The commit names the checkpoint as a Delta application t
 If the table moved past the base version (an earlier attempt failed after committing here), it is
 first restored to the base version, so a failed checkpoint leaves nothing a later one builds on.
 
+A writer's commits carry its lease's fencing epoch (:class:`Fence`) as a second application
+transaction, ``statecore-epoch:<job>``: a table that already carries a larger epoch refuses the
+commit (:class:`~statecore.errors.ConcurrentRunError`), and two writers committing at once
+conflict in Delta's own log (both name the same application id), so a writer that was taken over
+never rolls back, nor adds to, the tables of the one that took over.
+
 Operator-state tables are partitioned by ``subtask`` instead and replaced as a whole each
 checkpoint; so is a keyed table whose schema migrated (every key group is rewritten).
 """
@@ -14,20 +20,21 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from statecore.errors import CheckpointCommitError, CorruptSnapshotError
+from statecore.errors import CheckpointCommitError, ConcurrentRunError, CorruptSnapshotError
 from statecore.keygroups import KeyGroupRange
+from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem
 
-__all__ = ["SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
+__all__ = ["Fence", "SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
 
 PARTITION = "key_group"
 _THREADED_DECODE_BYTES = 1 << 20  # smaller files decode faster in one thread
@@ -36,6 +43,74 @@ _THREADED_DECODE_BYTES = 1 << 20  # smaller files decode faster in one thread
 def key_group_schema(rows_schema: pa.Schema, partition: str = PARTITION) -> pa.Schema:
     """The table schema: the rows' columns plus the ``key_group`` (or other) partition column."""
     return rows_schema.append(pa.field(partition, pa.int32(), nullable=False))
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The fencing epoch of the writer that holds ``job``'s lease, for its Delta commits.
+
+    ``check`` (when given) asks the catalog whether the lease is still held and raises
+    :class:`~statecore.errors.ConcurrentRunError` if not; it runs before every commit.
+    """
+
+    job: str
+    epoch: int
+    check: Callable[[], None] | None = None
+
+    @property
+    def app_id(self) -> str:
+        return f"statecore-epoch:{self.job}"
+
+    def transaction(self) -> Transaction:
+        return Transaction(self.app_id, self.epoch)
+
+    def verify(self, table: DeltaTable, label: str) -> None:
+        """Refuse to commit to ``table`` when a newer writer's epoch is in it already."""
+        if self.check is not None:
+            self.check()
+        found = table.transaction_version(self.app_id)
+        if found is not None and found > self.epoch:
+            raise ConcurrentRunError(
+                f"{label}: the table carries epoch {found} of a newer writer of job "
+                f"{self.job!r}; this writer (epoch {self.epoch}) was taken over and commits "
+                "nothing"
+            )
+
+
+def commit_properties(
+    app_id: str,
+    checkpoint_id: int,
+    fence: Fence | None,
+    metadata: CommitMetadata | None = None,
+) -> CommitProperties:
+    """The checkpoint's application transaction (and the writer's epoch), and the checkpoint
+    id in the commit's metadata (so a rollback finds the commits of a checkpoint), with what
+    ``metadata`` tells of the state (so a lost catalog is recovered from the tables)."""
+    transactions = [Transaction(app_id, checkpoint_id)]
+    if fence is not None:
+        transactions.append(fence.transaction())
+    custom = {CHECKPOINT_METADATA: str(checkpoint_id)}
+    if metadata is not None:
+        custom.update(metadata.to_properties())
+    return CommitProperties(app_transactions=transactions, custom_metadata=custom)
+
+
+def fenced_failure(
+    exc: DeltaError, uri: str, fence: Fence | None, label: str
+) -> ConcurrentRunError | None:
+    """The :class:`ConcurrentRunError` behind a failed commit, when a newer writer's commit
+    made it conflict."""
+    if fence is None or not isinstance(exc, CommitFailedError):
+        return None
+    try:
+        fence.verify(DeltaTable(uri), label)
+    except ConcurrentRunError as fenced:
+        return fenced
+    return None
+
+
+CHECKPOINT_METADATA = "statecore.checkpoint"
+"""The key of the checkpoint id in a statecore commit's ``commitInfo``."""
 
 
 @dataclass(frozen=True)
@@ -64,11 +139,11 @@ def read_table_files(
             with fs.open_input_file(f"{root}/{f.path}") as source:
                 data = source.read()
             rows = pq.ParquetFile(pa.BufferReader(data)).read(
-                use_threads=len(data) >= _THREADED_DECODE_BYTES)
+                use_threads=len(data) >= _THREADED_DECODE_BYTES
+            )
         except (OSError, pa.ArrowInvalid) as exc:
             raise CorruptSnapshotError(
-                f"{label}, key group {f.key_group}: file {f.path} is missing or unreadable: "
-                f"{exc}"
+                f"{label}, key group {f.key_group}: file {f.path} is missing or unreadable: {exc}"
             ) from exc
         yield f, rows
 
@@ -80,8 +155,9 @@ class SnapshotTable:
     version's files right after committing it, and a version's files never change.
     """
 
-    def __init__(self, uri: str, rows_schema: pa.Schema, *, label: str,
-                 partition: str = PARTITION) -> None:
+    def __init__(
+        self, uri: str, rows_schema: pa.Schema, *, label: str, partition: str = PARTITION
+    ) -> None:
         self.uri = uri
         self.rows_schema = rows_schema
         self.label = label  # "job/operator/state", for messages
@@ -90,8 +166,7 @@ class SnapshotTable:
 
     # -- reading -------------------------------------------------------------------------
     def _open(self, version: int | None) -> DeltaTable:
-        if version is not None and self._opened is not None and \
-                self._opened.version() == version:
+        if version is not None and self._opened is not None and self._opened.version() == version:
             return self._opened
         try:
             self._opened = DeltaTable(self.uri, version=version)
@@ -113,8 +188,11 @@ class SnapshotTable:
         """The files of ``version`` (only those of ``key_groups`` when given)."""
         return self._files(self._open(version), key_groups)
 
-    def _files(self, table: DeltaTable, key_groups: KeyGroupRange | None = None,
-               ) -> list[TableFile]:
+    def _files(
+        self,
+        table: DeltaTable,
+        key_groups: KeyGroupRange | None = None,
+    ) -> list[TableFile]:
         actions = pa.table(table.get_add_actions(flatten=True))
         out = []
         for path, kg, rows, size in zip(
@@ -149,48 +227,98 @@ class SnapshotTable:
         app_id: str,
         checkpoint_id: int,
         replace_all: bool = False,
+        fence: Fence | None = None,
+        metadata: CommitMetadata | None = None,
     ) -> int:
         """Replace ``changed_key_groups`` of ``base_version`` by ``files``; the new version.
 
         With ``replace_all`` the table becomes exactly ``files``, in ``rows_schema`` (which may
-        differ from the table's schema so far).
+        differ from the table's schema so far). With ``fence``, the commit (and the restore of
+        the base version) is refused once a newer writer committed here. ``metadata`` is
+        recorded in the commit.
         """
         partition = self.partition
         schema = key_group_schema(self.rows_schema, partition)
-        properties = CommitProperties(app_transactions=[Transaction(app_id, checkpoint_id)])
+        properties = commit_properties(app_id, checkpoint_id, fence, metadata)
         adds: list[AddAction | RemoveAction] = [
-            AddAction(f.path, f.size, {partition: str(f.key_group)}, f.modification_time, True,
-                      f.stats) for f in files]
+            AddAction(
+                f.path, f.size, {partition: str(f.key_group)}, f.modification_time, True, f.stats
+            )
+            for f in files
+        ]
         try:
             try:
                 table = DeltaTable(self.uri)
             except TableNotFoundError:
-                table = DeltaTable.create(self.uri, schema, partition_by=[partition],
-                                          mode="ignore")
+                table = DeltaTable.create(self.uri, schema, partition_by=[partition], mode="ignore")
+            if fence is not None:
+                fence.verify(table, f"checkpoint {checkpoint_id}: {self.label}")
             if base_version is not None and table.version() != base_version:
-                table.restore(base_version)
+                table.restore(
+                    base_version,
+                    commit_properties=None if fence is None else _fence_properties(fence),
+                )
                 table.update_incremental()
             if replace_all or base_version is None:  # nothing completed builds on what is there
-                table.create_write_transaction(adds, "overwrite", schema,
-                                               partition_by=[partition],
-                                               commit_properties=properties)
+                table.create_write_transaction(
+                    adds,
+                    "overwrite",
+                    schema,
+                    partition_by=[partition],
+                    commit_properties=properties,
+                )
             else:
                 changed = set(changed_key_groups) | {f.key_group for f in files}
                 now = time.time_ns() // 1_000_000
                 actions: list[AddAction | RemoveAction] = [
                     RemoveAction(f.path, True, now, f.size, {partition: str(f.key_group)})
-                    for f in self._files(table) if f.key_group in changed
+                    for f in self._files(table)
+                    if f.key_group in changed
                 ]
                 actions += adds
                 if not actions:
                     return table.version()
-                table.create_write_transaction(actions, "append", schema,
-                                               partition_by=[partition],
-                                               commit_properties=properties)
+                table.create_write_transaction(
+                    actions,
+                    "append",
+                    schema,
+                    partition_by=[partition],
+                    commit_properties=properties,
+                )
             table.update_incremental()
         except DeltaError as exc:
+            fenced = fenced_failure(
+                exc, self.uri, fence, f"checkpoint {checkpoint_id}: {self.label}"
+            )
+            if fenced is not None:
+                raise fenced from exc
             raise CheckpointCommitError(
                 f"checkpoint {checkpoint_id}: commit of {self.label} at {self.uri} failed: {exc}"
             ) from exc
         self._opened = table
         return table.version()
+
+    def roll_back(self, version: int, *, fence: Fence | None = None) -> bool:
+        """Restore the table to ``version`` if it moved past it (commits of a checkpoint that
+        never completed); whether it did."""
+        try:
+            try:
+                table = DeltaTable(self.uri)
+            except TableNotFoundError:
+                return False
+            if table.version() <= version:
+                return False
+            if fence is not None:
+                fence.verify(table, f"rollback of {self.label} to version {version}")
+            table.restore(
+                version, commit_properties=None if fence is None else _fence_properties(fence)
+            )
+        except DeltaError as exc:
+            raise CheckpointCommitError(
+                f"rollback of {self.label} at {self.uri} to version {version} failed: {exc}"
+            ) from exc
+        return True
+
+
+def _fence_properties(fence: Fence) -> CommitProperties:
+    return CommitProperties(app_transactions=[fence.transaction()])

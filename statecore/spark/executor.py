@@ -9,49 +9,37 @@ stay on the driver, so a cold Python worker starts in a fraction of a second.
 from __future__ import annotations
 
 import json
-from itertools import chain
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, TypeAlias
 
 import pyarrow as pa
 from pyspark import TaskContext
 
-from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend, TaskScope
-from statecore.errors import ConfigError
+from statecore.backends import BackendParameters, KeyedStateBackend, TaskScope, create_backend
+from statecore.errors import ConfigError, KeyTypeError
 from statecore.keygroups import compute_key_group_range_for_operator_index
-from statecore.restore import RestorePlan
+from statecore.runtime.restore import RestorePlan
+from statecore.runtime.task import KeyedOperatorTask, TableUris
+from statecore.snapshot.faults import fault_point
 from statecore.snapshot.output import OutputWriter
-from statecore.task import KeyedOperatorTask, TableUris
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
-__all__ = ["BACKENDS", "BackendFactory", "META", "TaskSpec", "task_function", "per_record",
-           "per_batch", "output_batches", "to_batch", "table_batches"]
+__all__ = [
+    "META",
+    "TaskSpec",
+    "task_function",
+    "per_record",
+    "per_batch",
+    "output_batches",
+    "to_batch",
+    "table_batches",
+]
 
 META = "__statecore_snapshot"
 """The extra output column through which each task reports its snapshot to the driver."""
-
-BackendFactory = Callable[..., KeyedStateBackend]
-"""``factory(key_type=, key_group_range=, max_parallelism=, restore_source=, ttl_time_provider=,
-scope=, options=)``: the backend contract's arguments, the task's scope and the job's options."""
-
-
-def _heap_backend(*, scope: TaskScope, options: object = None,
-                  **contract: Any) -> KeyedStateBackend:
-    return HeapKeyedStateBackend(**contract)
-
-
-def _rocksdb_backend(*, scope: TaskScope, options: object = None,
-                     **contract: Any) -> KeyedStateBackend:
-    from statecore.backends.rocksdb import RocksDBKeyedStateBackend
-
-    return RocksDBKeyedStateBackend(scope=scope, options=options,  # type: ignore[arg-type]
-                                    **contract)
-
-
-BACKENDS: dict[str, BackendFactory] = {"heap": _heap_backend, "rocksdb": _rocksdb_backend}
-"""The keyed state backends a job may select by name."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +55,7 @@ class TaskSpec:
     restore: RestorePlan
     job: str
     operator: str
-    backend_factory: BackendFactory
-    backend_options: object
+    backend_parameters: BackendParameters
     home: str
     table_uris: TableUris
     output_schema: pa.Schema
@@ -86,19 +73,28 @@ class TaskSpec:
     def backend(self, index: int) -> KeyedStateBackend:
         """The backend of operator instance ``index``, restored lazily from the plan."""
         key_groups = compute_key_group_range_for_operator_index(
-            self.max_parallelism, self.parallelism, index)
+            self.max_parallelism, self.parallelism, index
+        )
         restore, key_type = self.restore, self.key_type
         scope = TaskScope(
-            job=self.job, operator=self.operator, subtask_index=index,
-            checkpoint_id=self.checkpoint_id, home=self.home,
+            job=self.job,
+            operator=self.operator,
+            subtask_index=index,
+            checkpoint_id=self.checkpoint_id,
+            home=self.home,
             restored_checkpoint_id=restore.checkpoint_id,
             restored_files=restore.file_paths(key_groups),
             restore_source_for=lambda kgs: restore.source(kgs, key_type),
         )
-        return self.backend_factory(
-            key_type=key_type, key_group_range=key_groups, max_parallelism=self.max_parallelism,
+        return create_backend(
+            self.backend_parameters,
+            key_type=key_type,
+            key_group_range=key_groups,
+            max_parallelism=self.max_parallelism,
             restore_source=restore.source(key_groups, key_type),
-            ttl_time_provider=self.processing_time, scope=scope, options=self.backend_options)
+            ttl_time_provider=self.processing_time,
+            scope=scope,
+        )
 
 
 Output: TypeAlias = list[Any] | pa.Table | None
@@ -113,8 +109,9 @@ def per_record(spec: TaskSpec) -> Process:
 
     def process(task: KeyedOperatorTask, batches: Iterator[pa.RecordBatch]) -> Iterator[Output]:
         for batch in batches:
-            yield task.process_batch(batch, key=spec.key, key_group=spec.key_group_column,
-                                     event_time=spec.event_time)
+            yield task.process_batch(
+                batch, key=spec.key, key_group=spec.key_group_column, event_time=spec.event_time
+            )
         yield task.advance_watermark(spec.watermark) + task.advance_processing_time()
 
     return process
@@ -132,38 +129,56 @@ def per_batch(spec: TaskSpec, batch_rows: int) -> Process:
                 pending.append(batch)
                 rows += batch.num_rows
             if pending and (batch is None or rows >= batch_rows):
-                yield task.process_keyed_table(pa.Table.from_batches(pending), key=spec.key,
-                                               key_group=spec.key_group_column)
+                yield task.process_keyed_table(
+                    pa.Table.from_batches(pending), key=spec.key, key_group=spec.key_group_column
+                )
                 pending, rows = [], 0
 
     return process
 
 
 def task_function(
-    spec: TaskSpec, function: Any, process: Process,
+    spec: TaskSpec,
+    function: Any,
+    process: Process,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of one run: restore, ``process``, snapshot, report."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = TaskContext.get().partitionId()  # type: ignore[union-attr]
         backend = spec.backend(index)
-        task = KeyedOperatorTask(function, backend, job=spec.job, operator=spec.operator,
-                                 subtask_index=index, parallelism=spec.parallelism,
-                                 restore=spec.restore)
+        task = KeyedOperatorTask(
+            function,
+            backend,
+            job=spec.job,
+            operator=spec.operator,
+            subtask_index=index,
+            parallelism=spec.parallelism,
+            restore=spec.restore,
+        )
         result_schema = spec.result_schema
-        writer = None if spec.output_table is None else OutputWriter(
-            spec.output_table, spec.output_schema, checkpoint_id=spec.checkpoint_id,
-            subtask=index)
+        writer = (
+            None
+            if spec.output_table is None
+            else OutputWriter(
+                spec.output_table,
+                spec.output_schema,
+                checkpoint_id=spec.checkpoint_id,
+                subtask=index,
+            )
+        )
         try:
             task.open()
-            for output in process(task, batches):
+            for output in process(task, _with_keys(batches, spec)):
+                fault_point("task:process")
                 for batch in output_batches(output, spec.output_schema):
                     if writer is not None:
                         writer.write(batch)
                     else:
                         yield pa.RecordBatch.from_arrays(
                             [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
-                            schema=result_schema)
+                            schema=result_schema,
+                        )
             snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
             written = None if writer is None else writer.close()
             restored = backend.restore_metrics()
@@ -173,14 +188,34 @@ def task_function(
                 writer.abort()
             raise
         task.close()
-        meta = json.dumps({"subtask": index, "records": task.records, "restore": restored,
-                           "states": [s.to_json_dict() for s in snapshot],
-                           "output": None if written is None else written.to_json_dict()})
+        meta = json.dumps(
+            {
+                "subtask": index,
+                "records": task.records,
+                "restore": restored,
+                "states": [s.to_json_dict() for s in snapshot],
+                "output": None if written is None else written.to_json_dict(),
+            }
+        )
         columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
         columns.append(pa.array([meta]))
         yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
 
     return run
+
+
+def _with_keys(batches: Iterator[pa.RecordBatch], spec: TaskSpec) -> Iterator[pa.RecordBatch]:
+    """The batches, each checked for null keys before any of its records is processed (the
+    task then fails, and nothing of the checkpoint commits)."""
+    for batch in batches:
+        nulls = batch.column(spec.key).null_count
+        if nulls:
+            raise KeyTypeError(
+                f"job {spec.job!r}, operator {spec.operator!r}: the key column {spec.key!r} "
+                f"holds {nulls} null key(s); every record needs a key (filter or fill null keys "
+                "before keyed_process)"
+            )
+        yield batch
 
 
 def output_batches(output: Output, output_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -198,13 +233,17 @@ def to_batch(rows: list[Any], output_schema: pa.Schema) -> pa.RecordBatch:
         struct = pa.array(rows, type=pa.struct(list(output_schema)))
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
         names = output_schema.names
-        bad = next((r for r in rows if not isinstance(r, tuple | list) or len(r) != len(names)),
-                   None)
+        bad = next(
+            (r for r in rows if not isinstance(r, tuple | list) or len(r) != len(names)), None
+        )
         if bad is not None:
-            raise ConfigError(f"output row {bad!r} does not have the {len(names)} fields of the "
-                              f"output schema {names}") from exc
-        raise ConfigError(f"output rows do not match the output schema "
-                          f"{output_schema}: {exc}") from exc
+            raise ConfigError(
+                f"output row {bad!r} does not have the {len(names)} fields of the "
+                f"output schema {names}"
+            ) from exc
+        raise ConfigError(
+            f"output rows do not match the output schema {output_schema}: {exc}"
+        ) from exc
     return pa.RecordBatch.from_struct_array(struct)
 
 
@@ -213,11 +252,15 @@ def table_batches(table: pa.Table, output_schema: pa.Schema) -> Iterator[pa.Reco
     columns dropped), as batches."""
     missing = [n for n in output_schema.names if n not in table.column_names]
     if missing:
-        raise ConfigError(f"the function's output has no column(s) {missing}; it has "
-                          f"{table.column_names}, the output schema needs {output_schema.names}")
+        raise ConfigError(
+            f"the function's output has no column(s) {missing}; it has "
+            f"{table.column_names}, the output schema needs {output_schema.names}"
+        )
     try:
         table = table.select(output_schema.names).cast(output_schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise ConfigError(f"the function's output {table.schema} does not cast to the output "
-                          f"schema {output_schema}: {exc}") from exc
+        raise ConfigError(
+            f"the function's output {table.schema} does not cast to the output "
+            f"schema {output_schema}: {exc}"
+        ) from exc
     yield from table.to_batches()

@@ -13,11 +13,12 @@ Flink after a restore, each run starts from the minimum watermark.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -29,17 +30,21 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from statecore import errors
-from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
-from statecore.checkpoint import CheckpointCoordinator, PlannedCheckpoint
-from statecore.config import StatecoreConfig
+from statecore.backends.registry import BackendParameters
+from statecore.backends.timers import MIN_WATERMARK
+from statecore.catalog import RUN_OPERATION, Catalog, CheckpointRecord, CheckpointStatus
+from statecore.checkpoint.coordinator import CheckpointCoordinator, PlannedCheckpoint
+from statecore.checkpoint.lock import hold_lease
+from statecore.config import StatecoreConfig, check_name
 from statecore.errors import ConfigError
-from statecore.maintenance import check_not_locked
-from statecore.runtime import KeyedProcessFunction
-from statecore.savepoint import restore_savepoint
+from statecore.keygroups import compute_default_max_parallelism
+from statecore.ops.savepoint import restore_savepoint
+from statecore.runtime.functions import KeyedProcessFunction
+from statecore.runtime.task import StateSchema, StateSnapshotResult, probe_states
+from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot import state_table_uri
 from statecore.snapshot.output import OutputFile, OutputTable
 from statecore.spark.executor import (
-    BACKENDS,
     META,
     Process,
     TaskSpec,
@@ -47,29 +52,14 @@ from statecore.spark.executor import (
     per_record,
     task_function,
 )
+from statecore.spark.identity import input_identity
 from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
-from statecore.task import StateSchema, StateSnapshotResult, probe_states
-from statecore.timers import MIN_WATERMARK
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
-from statecore.vectorized import KeyedBatchFunction
 
-__all__ = ["KeyedRun", "keyed_process", "keyed_process_batches", "BACKENDS"]
+__all__ = ["KeyedJob", "KeyedRun", "keyed_process", "keyed_process_batches"]
 
 log = logging.getLogger(__name__)
-
-def _check_backend_options(backend: str, options: object) -> None:
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown state backend {backend!r}; known: {sorted(BACKENDS)}")
-    if options is None:
-        return
-    if backend == "rocksdb":
-        from statecore.backends.rocksdb import RocksDBOptions
-
-        if isinstance(options, RocksDBOptions):
-            return
-    raise ConfigError(f"state backend {backend!r} does not take options "
-                      f"{type(options).__name__}; the rocksdb backend takes RocksDBOptions")
 
 
 @dataclass(frozen=True)
@@ -95,13 +85,25 @@ def _key_info(df: DataFrame, key: str) -> TypeInfo:
     return TypeInfo.of(int)
 
 
-def _probe_states(function: KeyedProcessFunction | KeyedBatchFunction, key_type: TypeInfo,
-                  planned: PlannedCheckpoint, job: str, operator: str) -> list[StateSchema]:
+def _probe_states(
+    function: KeyedProcessFunction | KeyedBatchFunction,
+    key_type: TypeInfo,
+    planned: PlannedCheckpoint,
+    job: str,
+    operator: str,
+) -> list[StateSchema]:
     """The states a copy of the function registers (the function itself ships untouched)."""
     probe: KeyedProcessFunction | KeyedBatchFunction = cloudpickle.loads(
-        cloudpickle.dumps(function))  # type: ignore[no-untyped-call]
-    return probe_states(probe, key_type, job=job, operator=operator,
-                        parallelism=planned.parallelism, max_parallelism=planned.max_parallelism)
+        cloudpickle.dumps(function)  # type: ignore[no-untyped-call]
+    )
+    return probe_states(
+        probe,
+        key_type,
+        job=job,
+        operator=operator,
+        parallelism=planned.parallelism,
+        max_parallelism=planned.max_parallelism,
+    )
 
 
 def _watermark(df: DataFrame, event_time: str | None, allowed_lateness: timedelta) -> int:
@@ -116,8 +118,10 @@ def _watermark(df: DataFrame, event_time: str | None, allowed_lateness: timedelt
     elif isinstance(data_type, T.LongType | T.IntegerType):
         column = F.col(event_time)
     else:
-        raise ConfigError(f"event-time column {event_time!r} has type "
-                          f"{data_type.simpleString()}; use a timestamp or epoch milliseconds")
+        raise ConfigError(
+            f"event-time column {event_time!r} has type "
+            f"{data_type.simpleString()}; use a timestamp or epoch milliseconds"
+        )
     latest = df.agg(F.max(column)).first()
     if latest is None or latest[0] is None:
         return MIN_WATERMARK
@@ -136,14 +140,16 @@ def keyed_process(
     parallelism: int | None = None,
     max_parallelism: int | None = None,
     order_by: list[str] | None = None,
-    backend: str = "heap",
+    backend: str | BackendParameters = "heap",
     backend_options: object = None,
     config: StatecoreConfig | None = None,
     event_time: str | None = None,
     allowed_lateness: timedelta = timedelta(0),
     processing_time: TtlTimeProvider | None = None,
     restore_from: str | None = None,
+    force_restore: bool = False,
     output_table: str | None = None,
+    input_fingerprint: str | Mapping[str, Any] | None = None,
 ) -> KeyedRun:
     """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
 
@@ -152,9 +158,11 @@ def keyed_process(
     ``ctx.timestamp`` and drives the watermark (see the module docstring). ``processing_time``
     is the clock of TTL and processing-time timers (default: the system clock; it is pickled
     to the tasks). ``backend`` names the keyed state backend (``heap`` or ``rocksdb``) and
-    ``backend_options`` configures it (``RocksDBOptions`` for ``rocksdb``). ``restore_from`` is
+    ``backend_options`` configures it (``RocksDBOptions`` for ``rocksdb``); or ``backend`` is a
+    :class:`~statecore.backends.BackendParameters` holding both. ``restore_from`` is
     a savepoint folder: the run starts from it instead of the job's latest checkpoint (the
-    catalog may be empty).
+    catalog may be empty); a savepoint older than that checkpoint is refused unless
+    ``force_restore``.
 
     Without ``output_table`` the output comes back as a persisted DataFrame (unpersist it when
     done). With ``output_table`` (a Delta table path or URI) the tasks write the output there
@@ -162,14 +170,38 @@ def keyed_process(
     :mod:`statecore.snapshot.output`); the run's ``output`` then reads this checkpoint's rows
     from the table, also on a replay. This is the faster way: the rows never go back through
     Spark.
+
+    A run holds the job's lease (a second writer fails with :class:`ConcurrentRunError`), its
+    ``checkpoint_id`` must not be below the latest completed one (:class:`CheckpointOrderError`),
+    and a replay of a completed id must carry the same input (:class:`ReplayMismatchError`):
+    ``input_fingerprint`` names it (a string, or e.g. ``{"batch_id": ..., "offsets": ...}`` of a
+    streaming micro-batch); by default it is a fingerprint of ``df.inputFiles()`` (paths, sizes,
+    modification times) when the input is files, and not checked otherwise.
     """
-    return _run(df, key=key, function=function, process=per_record,
-                output_schema=output_schema, job=job, checkpoint_id=checkpoint_id,
-                operator=operator, parallelism=parallelism, max_parallelism=max_parallelism,
-                order_by=order_by, backend=backend, backend_options=backend_options,
-                config=config, event_time=event_time, allowed_lateness=allowed_lateness,
-                processing_time=processing_time, restore_from=restore_from,
-                output_table=output_table)
+    return _KeyedRunner(
+        df,
+        KeyedJob(
+            key=key,
+            function=function,
+            process=per_record,
+            output_schema=output_schema,
+            job=job,
+            checkpoint_id=checkpoint_id,
+            operator=operator,
+            parallelism=parallelism,
+            max_parallelism=max_parallelism,
+            order_by=order_by,
+            backend=BackendParameters.of(backend, backend_options),
+            config=config,
+            event_time=event_time,
+            allowed_lateness=allowed_lateness,
+            processing_time=processing_time,
+            restore_from=restore_from,
+            force_restore=force_restore,
+            output_table=output_table,
+            input_fingerprint=input_fingerprint,
+        ),
+    ).run()
 
 
 def keyed_process_batches(
@@ -184,141 +216,334 @@ def keyed_process_batches(
     parallelism: int | None = None,
     max_parallelism: int | None = None,
     order_by: list[str] | None = None,
-    backend: str = "heap",
+    backend: str | BackendParameters = "heap",
     backend_options: object = None,
     config: StatecoreConfig | None = None,
     processing_time: TtlTimeProvider | None = None,
     restore_from: str | None = None,
+    force_restore: bool = False,
     output_table: str | None = None,
     batch_rows: int = 1_000_000,
+    input_fingerprint: str | Mapping[str, Any] | None = None,
 ) -> KeyedRun:
     """Like :func:`keyed_process`, with a vectorized ``function``
-    (:class:`~statecore.vectorized.KeyedBatchFunction`): each task gathers Spark's Arrow batches
-    into keyed batches of up to ``batch_rows`` rows, and the function reads and writes state
+    (:class:`~statecore.runtime.vectorized.KeyedBatchFunction`): each task gathers Spark's Arrow
+    batches into keyed batches of up to ``batch_rows`` rows, and the function reads and writes state
     once per distinct key and batch. The state, checkpoints and operations are the same as the
     per-record API's, so either API may continue the other's checkpoints. Vectorized functions
     have no timers and no event time.
     """
     if not isinstance(function, KeyedBatchFunction):
-        raise ConfigError(f"{type(function).__name__} is not a KeyedBatchFunction; use "
-                          "keyed_process for a KeyedProcessFunction")
+        raise ConfigError(
+            f"{type(function).__name__} is not a KeyedBatchFunction; use "
+            "keyed_process for a KeyedProcessFunction"
+        )
     if batch_rows < 1:
         raise ConfigError(f"batch_rows must be positive, not {batch_rows}")
-    return _run(df, key=key, function=function,
-                process=functools.partial(per_batch, batch_rows=batch_rows),
-                output_schema=output_schema, job=job, checkpoint_id=checkpoint_id,
-                operator=operator, parallelism=parallelism, max_parallelism=max_parallelism,
-                order_by=order_by, backend=backend, backend_options=backend_options,
-                config=config, event_time=None, allowed_lateness=timedelta(0),
-                processing_time=processing_time, restore_from=restore_from,
-                output_table=output_table)
+    return _KeyedRunner(
+        df,
+        KeyedJob(
+            key=key,
+            function=function,
+            process=functools.partial(per_batch, batch_rows=batch_rows),
+            output_schema=output_schema,
+            job=job,
+            checkpoint_id=checkpoint_id,
+            operator=operator,
+            parallelism=parallelism,
+            max_parallelism=max_parallelism,
+            order_by=order_by,
+            backend=BackendParameters.of(backend, backend_options),
+            config=config,
+            processing_time=processing_time,
+            restore_from=restore_from,
+            force_restore=force_restore,
+            output_table=output_table,
+            input_fingerprint=input_fingerprint,
+        ),
+    ).run()
 
 
-def _run(
-    df: DataFrame, *, key: str, function: KeyedProcessFunction | KeyedBatchFunction,
-    process: Callable[[TaskSpec], Process], output_schema: T.StructType, job: str,
-    checkpoint_id: int, operator: str, parallelism: int | None, max_parallelism: int | None,
-    order_by: list[str] | None, backend: str, backend_options: object,
-    config: StatecoreConfig | None, event_time: str | None, allowed_lateness: timedelta,
-    processing_time: TtlTimeProvider | None, restore_from: str | None,
-    output_table: str | None,
-) -> KeyedRun:
-    """One run of either API: plan, check, process on the executors, commit."""
-    _check_backend_options(backend, backend_options)
-    config = config or StatecoreConfig.resolve()
-    key_type = _key_info(df, key)
-    spark = df.sparkSession
-    catalog = Catalog.connect(config.catalog_url)
-    try:
-        if restore_from is not None and not _is_complete(catalog, job, checkpoint_id):
-            restore_savepoint(config, catalog, restore_from, job=job, parallelism=parallelism)
-        check_not_locked(catalog, job)
-        coordinator = CheckpointCoordinator(config, catalog, job=job, operator=operator)
-        planned = coordinator.plan(
-            checkpoint_id, parallelism=parallelism, max_parallelism=max_parallelism,
-            default_parallelism=spark.sparkContext.defaultParallelism,
+@dataclass(frozen=True, kw_only=True)
+class KeyedJob:
+    """What one run of either API is asked to do: the arguments of :func:`keyed_process`, plus
+    how a task processes its batches (per record, or in keyed batches)."""
+
+    key: str
+    function: KeyedProcessFunction | KeyedBatchFunction
+    process: Callable[[TaskSpec], Process]
+    output_schema: T.StructType
+    job: str
+    checkpoint_id: int
+    operator: str = "main"
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    order_by: list[str] | None = None
+    backend: BackendParameters = field(default_factory=BackendParameters)
+    config: StatecoreConfig | None = None
+    event_time: str | None = None
+    allowed_lateness: timedelta = timedelta(0)
+    processing_time: TtlTimeProvider | None = None
+    restore_from: str | None = None
+    force_restore: bool = False
+    output_table: str | None = None
+    input_fingerprint: str | Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Plan:
+    """The planned checkpoint, and what the tasks are given to execute it."""
+
+    checkpoint: PlannedCheckpoint
+    spec: TaskSpec
+
+
+class _KeyedRunner:
+    """One run: :meth:`begin` (the job's lease, what a dead writer left, the checkpoint),
+    :meth:`plan` (schemas, watermark, the tasks' spec), :meth:`execute` (the Spark tasks),
+    :meth:`commit` (output table, state tables, catalog, each fenced by the lease's epoch)."""
+
+    def __init__(self, df: DataFrame, job: KeyedJob) -> None:
+        check_name("job", job.job)
+        check_name("operator", job.operator)
+        missing = [c for c in job.order_by or () if c not in df.columns]
+        if missing:
+            raise ConfigError(
+                f"job {job.job!r}, checkpoint {job.checkpoint_id}: order_by names {missing}, "
+                f"which are not in the input columns {df.columns}"
+            )
+        self.df = df
+        self.job = job
+        self.config = job.config or StatecoreConfig.resolve()
+        self.key_type = _key_info(df, job.key)
+        self.spark = df.sparkSession
+        time_zone = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+        self.arrow_output = to_arrow_schema(job.output_schema, timezone=time_zone)
+        self.sink = (
+            None
+            if job.output_table is None
+            else OutputTable(
+                job.output_table, self.arrow_output, app_id=f"statecore:{job.job}/{job.operator}"
+            )
         )
-        time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
-        arrow_output = to_arrow_schema(output_schema, timezone=time_zone)
-        sink = None if output_table is None else OutputTable(
-            output_table, arrow_output, app_id=f"statecore:{job}/{operator}")
-        if planned.replayed:
-            output = _committed_output(spark, sink, output_schema, checkpoint_id)
-            return KeyedRun(output, catalog.get_checkpoint(job, checkpoint_id), True, 0)
-        try:  # before any record is processed: the states' schemas, the watermark, the sink
-            planned = coordinator.check_compatible(
-                planned, _probe_states(function, key_type, planned, job, operator))
-            watermark = _watermark(df, event_time, allowed_lateness)
-            if sink is not None:
-                sink.check_schema()
-        except Exception as exc:
-            _fail(catalog, job, checkpoint_id, exc)
-            raise
+
+    def run(self) -> KeyedRun:
+        job = self.job
+        with contextlib.ExitStack() as stack:
+            catalog = Catalog.connect(self.config.catalog_url)
+            stack.callback(catalog.close)
+            coordinator = self.begin(catalog, stack)
+            planned = coordinator.plan(
+                job.checkpoint_id,
+                parallelism=job.parallelism,
+                max_parallelism=job.max_parallelism,
+                default_parallelism=self.spark.sparkContext.defaultParallelism,
+                input_identity=input_identity(self.df, job.input_fingerprint),
+            )
+            if planned.replayed:
+                output = self.committed_output()
+                return KeyedRun(output, catalog.get_checkpoint(job.job, job.checkpoint_id), True, 0)
+            try:  # before any record is processed
+                plan = self.plan(coordinator, planned)
+            except Exception as exc:
+                coordinator.fail(job.checkpoint_id, exc)
+                raise
+            result, metas = self.execute(coordinator, plan)
+            return self.commit(coordinator, plan, result, metas)
+        raise AssertionError("unreachable")  # pragma: no cover (mypy: ExitStack may swallow)
+
+    def begin(self, catalog: Catalog, stack: contextlib.ExitStack) -> CheckpointCoordinator:
+        """Restore a savepoint if asked, take the job's lease (held until the run ends), and
+        resolve what a writer that is gone left behind."""
+        job = self.job
+        if job.restore_from is not None and not _is_complete(catalog, job.job, job.checkpoint_id):
+            restore_savepoint(
+                self.config,
+                catalog,
+                job.restore_from,
+                job=job.job,
+                parallelism=job.parallelism,
+                force=job.force_restore,
+            )
+        if job.job not in {j.name for j in catalog.list_jobs()}:
+            p = job.parallelism or self.spark.sparkContext.defaultParallelism
+            catalog.ensure_job(
+                job.job,
+                parallelism=p,
+                max_parallelism=job.max_parallelism or compute_default_max_parallelism(p),
+            )
+        lease = stack.enter_context(
+            hold_lease(
+                catalog,
+                job.job,
+                f"{RUN_OPERATION} {job.checkpoint_id}",
+                timeout=self.config.lease_timeout,
+            )
+        )
+        coordinator = CheckpointCoordinator(
+            self.config, catalog, job=job.job, operator=job.operator, lease=lease
+        )
+        coordinator.resolve_abandoned()
+        if self.sink is not None:
+            completed = catalog.latest_checkpoint_id(job.job)
+            if self.sink.roll_back(completed=completed, fence=coordinator.fence) is not None:
+                log.warning(
+                    "job %s: rolled the output table %s back past the output of checkpoints "
+                    "after %s that never completed",
+                    job.job,
+                    self.sink.uri,
+                    completed,
+                )
+        return coordinator
+
+    def plan(self, coordinator: CheckpointCoordinator, planned: PlannedCheckpoint) -> _Plan:
+        """The states' schemas, the watermark and the sink checked; the tasks' spec."""
+        job = self.job
+        planned = coordinator.check_compatible(
+            planned, _probe_states(job.function, self.key_type, planned, job.job, job.operator)
+        )
+        watermark = _watermark(self.df, job.event_time, job.allowed_lateness)
+        if self.sink is not None:
+            self.sink.check_schema()
         spec = TaskSpec(
-            key=key, key_type=key_type, key_group_column=KEY_GROUP_COLUMN,
-            parallelism=planned.parallelism, max_parallelism=planned.max_parallelism,
-            checkpoint_id=planned.checkpoint_id, restore=planned.restore, job=job,
-            operator=operator, backend_factory=BACKENDS[backend],
-            backend_options=backend_options, home=config.home,
-            table_uris=functools.partial(state_table_uri, config.warehouse, job, operator),
-            output_schema=arrow_output, event_time=event_time, watermark=watermark,
-            processing_time=processing_time, output_table=output_table,
+            key=job.key,
+            key_type=self.key_type,
+            key_group_column=KEY_GROUP_COLUMN,
+            parallelism=planned.parallelism,
+            max_parallelism=planned.max_parallelism,
+            checkpoint_id=planned.checkpoint_id,
+            restore=planned.restore,
+            job=job.job,
+            operator=job.operator,
+            backend_parameters=job.backend,
+            home=self.config.home,
+            table_uris=functools.partial(
+                state_table_uri, self.config.warehouse, job.job, job.operator
+            ),
+            output_schema=self.arrow_output,
+            event_time=job.event_time,
+            watermark=watermark,
+            processing_time=job.processing_time,
+            output_table=job.output_table,
         )
-        aligned = align_to_key_groups(df, key, parallelism=planned.parallelism,
-                                      max_parallelism=planned.max_parallelism, order_by=order_by)
-        result_schema = T.StructType([*output_schema.fields, T.StructField(META, T.StringType())])
-        result = aligned.mapInArrow(task_function(spec, function, process(spec)),
-                                    result_schema)
-        if sink is None:  # the output stays with Spark: computed once, kept for the caller
+        return _Plan(checkpoint=planned, spec=spec)
+
+    def execute(
+        self, coordinator: CheckpointCoordinator, plan: _Plan
+    ) -> tuple[DataFrame, list[dict[str, Any]]]:
+        """Run the tasks; the result (output rows and reports) and each task's report."""
+        job, spec = self.job, plan.spec
+        try:
+            aligned = align_to_key_groups(
+                self.df,
+                job.key,
+                parallelism=spec.parallelism,
+                max_parallelism=spec.max_parallelism,
+                order_by=job.order_by,
+            )
+            result_schema = T.StructType(
+                [*job.output_schema.fields, T.StructField(META, T.StringType())]
+            )
+            result = aligned.mapInArrow(
+                task_function(spec, job.function, job.process(spec)), result_schema
+            )
+        except Exception as exc:
+            coordinator.fail(job.checkpoint_id, exc)
+            raise
+        if self.sink is None:  # the output stays with Spark: computed once, kept for the caller
             result = result.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            metas = [json.loads(r[0]) for r in result.where(F.col(META).isNotNull())
-                     .select(META).collect()]
+            metas = [
+                json.loads(r[0])
+                for r in result.where(F.col(META).isNotNull()).select(META).collect()
+            ]
         except Exception as exc:
             result.unpersist()
-            _fail(catalog, job, checkpoint_id, exc)
-            raise _task_error(exc, job, checkpoint_id) from exc
-        if sink is not None:
+            coordinator.fail(job.checkpoint_id, exc)
+            raise _task_error(exc, job.job, job.checkpoint_id) from exc
+        return result, metas
+
+    def commit(
+        self,
+        coordinator: CheckpointCoordinator,
+        plan: _Plan,
+        result: DataFrame,
+        metas: list[dict[str, Any]],
+    ) -> KeyedRun:
+        """Commit the output table, then every state table and the catalog; when the state
+        does not complete, the output commit is rolled back."""
+        job, checkpoint_id = self.job, self.job.checkpoint_id
+        output_committed = False
+        if self.sink is not None:
             files = [OutputFile(**m["output"]) for m in metas if m.get("output")]
             try:
-                if not sink.commit(files, checkpoint_id=checkpoint_id):
-                    log.warning("job %s: the output of checkpoint %s was committed by an earlier "
-                                "attempt; this attempt's output files were dropped", job,
-                                checkpoint_id)
+                output_committed = self.sink.commit(
+                    files, checkpoint_id=checkpoint_id, fence=coordinator.fence
+                )
+                if not output_committed:
+                    log.warning(
+                        "job %s: the output of checkpoint %s was committed by an earlier "
+                        "attempt; this attempt's output files were dropped",
+                        job.job,
+                        checkpoint_id,
+                    )
             except Exception as exc:
-                _fail(catalog, job, checkpoint_id, exc)
+                coordinator.fail(checkpoint_id, exc)
                 raise
         snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
-        record = coordinator.commit(planned, snapshots)
+        try:
+            record = coordinator.commit(plan.checkpoint, snapshots)
+        except Exception as exc:
+            if output_committed and not isinstance(exc, errors.ConcurrentRunError):
+                self._roll_back_output(coordinator)
+            raise
         records = sum(m["records"] for m in metas)
         restore = _sum_restore_metrics(metas)
-        log.info("job %s: checkpoint %s complete (%d records, %d rows of state)", job,
-                 checkpoint_id, records, record.total_rows)
-        if planned.restore.checkpoint_id is not None:
-            log.info("job %s: restored checkpoint %s with the %s backend: %d key groups reused "
-                     "local state, %d rows ingested", job, planned.restore.checkpoint_id,
-                     backend, restore.get("reused_key_groups", 0),
-                     restore.get("ingested_rows", 0))
-        if sink is None:
+        log.info(
+            "job %s: checkpoint %s complete (%d records, %d rows of state)",
+            job.job,
+            checkpoint_id,
+            records,
+            record.total_rows,
+        )
+        if plan.checkpoint.restore.checkpoint_id is not None:
+            log.info(
+                "job %s: restored checkpoint %s with the %s backend: %d key groups reused "
+                "local state, %d rows ingested",
+                job.job,
+                plan.checkpoint.restore.checkpoint_id,
+                job.backend.name,
+                restore.get("reused_key_groups", 0),
+                restore.get("ingested_rows", 0),
+            )
+        if self.sink is None:
             output = result.where(F.col(META).isNull()).drop(META)
         else:
-            output = _committed_output(spark, sink, output_schema, checkpoint_id)
+            output = self.committed_output()
         return KeyedRun(output, record, False, records, restore)
-    finally:
-        catalog.close()
+
+    def _roll_back_output(self, coordinator: CheckpointCoordinator) -> None:
+        assert self.sink is not None
+        try:
+            completed = coordinator.catalog.latest_checkpoint_id(self.job.job)
+            self.sink.roll_back(completed=completed, fence=coordinator.fence)
+        except errors.StateError as exc:  # the next run rolls it back first
+            log.warning("job %s: rollback of the output table failed: %s", self.job.job, exc)
+
+    def committed_output(self) -> DataFrame:
+        return _committed_output(
+            self.spark, self.sink, self.job.output_schema, self.job.checkpoint_id
+        )
 
 
-def _committed_output(spark: SparkSession, sink: OutputTable | None,
-                      output_schema: T.StructType, checkpoint_id: int) -> DataFrame:
+def _committed_output(
+    spark: SparkSession, sink: OutputTable | None, output_schema: T.StructType, checkpoint_id: int
+) -> DataFrame:
     """The rows of ``checkpoint_id`` in the output table (none without an output table)."""
     uris = [] if sink is None else sink.checkpoint_files(checkpoint_id)
     if not uris:
         return spark.createDataFrame([], output_schema)
     return spark.read.schema(output_schema).parquet(*uris)
-
-
-def _fail(catalog: Catalog, job: str, checkpoint_id: int, exc: Exception) -> None:
-    catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
 
 
 def _is_complete(catalog: Catalog, job: str, checkpoint_id: int) -> bool:

@@ -48,7 +48,11 @@ def partition_ids(parallelism: int) -> list[int]:
 
 
 def align_to_key_groups(
-    df: DataFrame, key: str, *, parallelism: int, max_parallelism: int,
+    df: DataFrame,
+    key: str,
+    *,
+    parallelism: int,
+    max_parallelism: int,
     order_by: list[str] | None = None,
 ) -> DataFrame:
     """``df`` plus its key group, in ``parallelism`` partitions aligned to key-group ranges."""

@@ -35,8 +35,14 @@ from statecore.ttl.config import StateVisibility, UpdateType
 from statecore.ttl.storage import TTL_TIMESTAMP, VALUE, TtlStorage
 from statecore.ttl.time import TtlTimeProvider
 
-__all__ = ["create_ttl_state", "TtlValueState", "TtlListState", "TtlMapState",
-           "TtlReducingState", "TtlAggregatingState"]
+__all__ = [
+    "create_ttl_state",
+    "TtlValueState",
+    "TtlListState",
+    "TtlMapState",
+    "TtlReducingState",
+    "TtlAggregatingState",
+]
 
 _MISSING: Any = object()
 
@@ -44,8 +50,13 @@ _MISSING: Any = object()
 class _TtlDecorator:
     """Flink's ``AbstractTtlDecorator``: expiry, refresh on read, and the stored form."""
 
-    def __init__(self, raw: State, storage: TtlStorage, clock: TtlTimeProvider,
-                 cleanup: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        raw: State,
+        storage: TtlStorage,
+        clock: TtlTimeProvider,
+        cleanup: Callable[[], None] | None,
+    ) -> None:
         self._raw = raw
         self._storage = storage
         self._name = storage.descriptor.name
@@ -53,7 +64,8 @@ class _TtlDecorator:
         self._clock = clock
         self._update_on_read = storage.config.update_type is UpdateType.ON_READ_AND_WRITE
         self._return_expired = (
-            storage.config.visibility is StateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)
+            storage.config.visibility is StateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
+        )
         self._pickled = storage.inner.pickled
         self._info = storage.inner
         self._access = cleanup
@@ -124,8 +136,9 @@ class _TtlSingleValue(_TtlDecorator):
             return _MISSING
         return self._unwrap(stored)
 
-    def _merge_namespaces(self, target: str, sources: Iterable[str],
-                          merge: Callable[[Any, Any], Any]) -> None:
+    def _merge_namespaces(
+        self, target: str, sources: Iterable[str], merge: Callable[[Any, Any], Any]
+    ) -> None:
         current = self._namespace
         try:
             merged = _MISSING
@@ -178,8 +191,9 @@ class TtlReducingState(_TtlSingleValue, ReducingState):
 class TtlAggregatingState(_TtlSingleValue, AggregatingState):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self._function = cast(AggregatingStateDescriptor,
-                              self._storage.descriptor).aggregate_function
+        self._function = cast(
+            AggregatingStateDescriptor, self._storage.descriptor
+        ).aggregate_function
 
     def get(self) -> Any:
         acc = self._get()
@@ -338,8 +352,12 @@ _TTL_STATES: dict[StateKind, type[_TtlDecorator]] = {
 }
 
 
-def create_ttl_state(raw: State, storage: TtlStorage, clock: TtlTimeProvider,
-                     cleanup: Callable[[], None] | None = None) -> State:
+def create_ttl_state(
+    raw: State,
+    storage: TtlStorage,
+    clock: TtlTimeProvider,
+    cleanup: Callable[[], None] | None = None,
+) -> State:
     """Wrap ``raw`` (a state of ``storage.stored``) in the TTL decorator of its kind.
 
     ``cleanup`` runs before every access (incremental cleanup), when given.

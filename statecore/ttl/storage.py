@@ -20,7 +20,8 @@ until it changes or a TTL-cleanup run rewrites the table. Reads never return the
 >>> from datetime import timedelta
 >>> from statecore.descriptors import ValueStateDescriptor
 >>> from statecore.ttl.config import StateTtlConfig
->>> storage = TtlStorage(ValueStateDescriptor("v", int, ttl=StateTtlConfig(ttl=timedelta(seconds=1))))
+>>> ttl = StateTtlConfig(ttl=timedelta(seconds=1))
+>>> storage = TtlStorage(ValueStateDescriptor("v", int, ttl=ttl))
 >>> storage.stored.value_info.arrow
 StructType(struct<value: int64, ttl_timestamp: int64 not null>)
 >>> storage.purge(now=1500)({"value": 7, "ttl_timestamp": 400}) is None
@@ -55,8 +56,9 @@ VALUE = "value"
 
 def ttl_struct(value_type: pa.DataType) -> pa.StructType:
     """The stored type of one TTL value: the user value and its last-access timestamp."""
-    return pa.struct([pa.field(VALUE, value_type),
-                      pa.field(TTL_TIMESTAMP, pa.int64(), nullable=False)])
+    return pa.struct(
+        [pa.field(VALUE, value_type), pa.field(TTL_TIMESTAMP, pa.int64(), nullable=False)]
+    )
 
 
 class TtlStorage:
@@ -90,22 +92,27 @@ class TtlStorage:
         limit = now - self.ttl_ms  # expired when ttl_timestamp <= limit
 
         if self.kind is StateKind.LIST:
+
             def purge_list(stored: Any) -> Any:
                 alive = [e for e in stored if e[TTL_TIMESTAMP] > limit]
                 if len(alive) == len(stored):
                     return stored
                 return alive or None
+
             return purge_list
         if self.kind is StateKind.MAP:
+
             def purge_map(stored: Any) -> Any:
                 alive = {k: e for k, e in stored.items() if e[TTL_TIMESTAMP] > limit}
                 if len(alive) == len(stored):
                     return stored
                 return alive or None
+
             return purge_map
 
         def purge_value(stored: Any) -> Any:
             return stored if stored[TTL_TIMESTAMP] > limit else None
+
         return purge_value
 
     # -- snapshot rows ----------------------------------------------------------------------
@@ -125,15 +132,20 @@ class TtlStorage:
             if drop_expired:
                 keep = pc.greater(stamps, pa.scalar(limit, pa.int64()))
                 parents = np.repeat(np.arange(len(lengths)), lengths)
-                lengths = np.bincount(parents[keep.to_numpy(zero_copy_only=False)],
-                                      minlength=len(lengths))
+                lengths = np.bincount(
+                    parents[keep.to_numpy(zero_copy_only=False)], minlength=len(lengths)
+                )
                 values, stamps = values.filter(keep), stamps.filter(keep)
             offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
             out = rows.drop_columns([VALUE])
-            out = out.append_column(pa.field(VALUE, pa.list_(self.inner.arrow)),
-                                    pa.ListArray.from_arrays(offsets, values))
-            out = out.append_column(pa.field(TTL_TIMESTAMP, pa.list_(pa.int64()), nullable=False),
-                                    pa.ListArray.from_arrays(offsets, stamps))
+            out = out.append_column(
+                pa.field(VALUE, pa.list_(self.inner.arrow)),
+                pa.ListArray.from_arrays(offsets, values),
+            )
+            out = out.append_column(
+                pa.field(TTL_TIMESTAMP, pa.list_(pa.int64()), nullable=False),
+                pa.ListArray.from_arrays(offsets, stamps),
+            )
             return out.filter(pa.array(lengths > 0)) if drop_expired else out
         values, stamps = column.flatten()
         out = rows.drop_columns([VALUE])
@@ -159,13 +171,18 @@ class TtlStorage:
                     stamps = pa.array(np.full(len(elements), now, np.int64))
                 if len(stamps) != len(elements):
                     raise ValueError("ttl_timestamp lists differ in length from value lists")
-                offsets = pa.array(np.concatenate(
-                    [[0], np.cumsum(lengths.to_numpy(zero_copy_only=False))]), pa.int32())
+                offsets = pa.array(
+                    np.concatenate([[0], np.cumsum(lengths.to_numpy(zero_copy_only=False))]),
+                    pa.int32(),
+                )
                 inner = pa.StructArray.from_arrays([elements, stamps], fields=list(struct))
                 stored = pa.ListArray.from_arrays(offsets, inner)
                 return out.append_column(pa.field(VALUE, pa.list_(struct)), stored)
-            stamps = rows.column(TTL_TIMESTAMP).combine_chunks() if has_stamps else \
-                pa.array(np.full(len(values), now, np.int64))
+            stamps = (
+                rows.column(TTL_TIMESTAMP).combine_chunks()
+                if has_stamps
+                else pa.array(np.full(len(values), now, np.int64))
+            )
             stored = pa.StructArray.from_arrays([values, stamps], fields=list(struct))
             return out.append_column(pa.field(VALUE, struct), stored)
         except (pa.ArrowInvalid, ValueError) as exc:

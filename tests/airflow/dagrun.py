@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from statecore.demo import airflow_environment
+from statecore.cli.demo import airflow_environment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,17 +45,31 @@ for i, (dag_id, conf) in enumerate(json.loads(sys.argv[2])):
 """
 
 
-def run_dags(home: Path, steps: list[tuple[str, dict[str, Any]]], *, timeout: float = 1500,
-             ) -> list[dict[str, Any]]:
+def run_dags(
+    home: Path,
+    steps: list[tuple[str, dict[str, Any]]],
+    *,
+    timeout: float = 1500,
+) -> list[dict[str, Any]]:
     """Run ``steps`` with STATECORE_HOME ``home``; the result of each step (the runs' output is
     kept in ``home/dag-runs.log``)."""
     env = airflow_environment(REPO, home)
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(REPO / "dags"), json.dumps(steps)],
-                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(REPO / "dags"), json.dumps(steps)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     (home / "dag-runs.log").write_text(done.stdout + done.stderr)
-    results = [json.loads(line[5:]) for line in done.stdout.splitlines()
-               if line.startswith("STEP ")]
-    failed = done.returncode != 0 or len(results) != len(steps) or \
-        any(r["state"] != "success" for r in results)
+    results = [
+        json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("STEP ")
+    ]
+    failed = (
+        done.returncode != 0
+        or len(results) != len(steps)
+        or any(r["state"] != "success" for r in results)
+    )
     assert not failed, (results, done.stdout[-4000:], done.stderr[-6000:])
     return results

@@ -18,17 +18,17 @@ import pytest
 
 from jobs import clickstream
 from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus
-from statecore.config import StatecoreConfig
-from statecore.demo import generate_clickstream
-from statecore.diff import checksums
-from statecore.keygroups import assign_to_key_group
-from statecore.query import connect, delta_scan
-from statecore.restore_point import (
+from statecore.checkpoint.points import (
     RestorePoint,
     checkpoint_point,
     load_savepoint,
     tables_by_name,
 )
+from statecore.cli.demo import generate_clickstream
+from statecore.config import StatecoreConfig
+from statecore.keygroups import assign_to_key_group
+from statecore.query import connect, delta_scan
+from statecore.query.diff import checksums
 from statecore.ttl import ManualTimeProvider
 from tests.airflow.dagrun import run_dags
 from tests.spark import ttl_job
@@ -44,23 +44,29 @@ def state_of(point: RestorePoint) -> dict[str, Any]:
     the timers (their key groups aside); of the operator state, the events processed per
     checkpoint (split list state: its elements move between instances) and the distinct rules
     (broadcast state: one copy per instance)."""
-    out: dict[str, Any] = {c.state: (c.rows, c.keys, c.checksum) for c in checksums(point)
-                           if c.table_kind != "operator"}
+    out: dict[str, Any] = {
+        c.state: (c.rows, c.keys, c.checksum)
+        for c in checksums(point)
+        if c.table_kind != "operator"
+    }
     tables = tables_by_name(point)
     con = connect()
     out["processed"] = con.execute(
         "SELECT value.checkpoint_id, sum(value.events) FROM "
-        f"{delta_scan(tables['main', 'operator', 'processed'])} GROUP BY 1 ORDER BY 1").fetchall()
+        f"{delta_scan(tables['main', 'operator', 'processed'])} GROUP BY 1 ORDER BY 1"
+    ).fetchall()
     out["rules"] = con.execute(
         f"SELECT DISTINCT user_key, value FROM {delta_scan(tables['main', 'operator', 'rules'])} "
-        "ORDER BY 1").fetchall()
+        "ORDER BY 1"
+    ).fetchall()
     return out
 
 
 def run_day(spark: Any, config: StatecoreConfig, data: Path, day: date, **options: Any) -> None:
     events = spark.read.parquet(str(data / f"date={day.isoformat()}"))
-    result = clickstream.run(spark, events, checkpoint_id=int(day.strftime("%Y%m%d")),
-                             config=config, **options)
+    result = clickstream.run(
+        spark, events, checkpoint_id=int(day.strftime("%Y%m%d")), config=config, **options
+    )
     result.output.unpersist()
 
 
@@ -79,42 +85,63 @@ def reference(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     return out
 
 
-def test_rescale_savepoint_and_maintenance_dags(spark: Any, reference: dict[str, Any],
-                                                tmp_path: Path) -> None:
+def test_rescale_savepoint_and_maintenance_dags(
+    spark: Any, reference: dict[str, Any], tmp_path: Path
+) -> None:
     home = tmp_path / "home"
-    generate_clickstream(home / "data" / "clickstream", days=len(DAYS), users=30,
-                         events_per_day=120)
+    generate_clickstream(
+        home / "data" / "clickstream", days=len(DAYS), users=30, events_per_day=120
+    )
     config = StatecoreConfig.resolve(home=str(home), env={})
     # a job with TTL state (2 hours): the early users were last seen 3 hours ago
     now = int(time.time() * 1000)
     early, late = [f"u{i}" for i in range(10)], [f"u{i}" for i in range(5, 15)]
-    ttl_job.run(spark, ttl_job.visits(spark, early, "home"), checkpoint_id=1, config=config,
-                clock=ManualTimeProvider(now - 3 * HOUR_MS))
-    ttl_job.run(spark, ttl_job.visits(spark, late, "cart"), checkpoint_id=2, config=config,
-                clock=ManualTimeProvider(now))
+    ttl_job.run(
+        spark,
+        ttl_job.visits(spark, early, "home"),
+        checkpoint_id=1,
+        config=config,
+        clock=ManualTimeProvider(now - 3 * HOUR_MS),
+    )
+    ttl_job.run(
+        spark,
+        ttl_job.visits(spark, late, "cart"),
+        checkpoint_id=2,
+        config=config,
+        clock=ManualTimeProvider(now),
+    )
 
-    steps = run_dags(home, [
-        ("stateful_pipeline", {"date": "2026-01-01", "parallelism": 2}),
-        ("rescale", {"parallelism": 3}),
-        ("stateful_pipeline", {"date": "2026-01-02"}),
-        ("rescale", {"parallelism": 1}),
-        ("stateful_pipeline", {"date": "2026-01-03"}),
-        ("rescale", {"parallelism": 2, "max_parallelism": 256}),
-        ("savepoint", {"name": "after-rescales"}),
-        ("state_maintenance", {"retain": 2, "vacuum_retention_hours": 0}),
-        ("state_maintenance", {"job": "sessions", "retain": 5, "vacuum_retention_hours": 0}),
-    ])
+    steps = run_dags(
+        home,
+        [
+            ("stateful_pipeline", {"date": "2026-01-01", "parallelism": 2}),
+            ("rescale", {"parallelism": 3}),
+            ("stateful_pipeline", {"date": "2026-01-02"}),
+            ("rescale", {"parallelism": 1}),
+            ("stateful_pipeline", {"date": "2026-01-03"}),
+            ("rescale", {"parallelism": 2, "max_parallelism": 256}),
+            ("savepoint", {"name": "after-rescales"}),
+            ("state_maintenance", {"retain": 2, "vacuum_retention_hours": 0}),
+            ("state_maintenance", {"job": "sessions", "retain": 5, "vacuum_retention_hours": 0}),
+        ],
+    )
     rescales = [s["xcom"] for s in steps if s["dag"] == "rescale"]
     assert [r["rescale"]["parallelism"] for r in rescales] == [3, 1, 2]
     assert [r["rescale"]["keyed_bytes_rewritten"] > 0 for r in rescales] == [False, False, True]
     assert all(r["verify"]["keys"] > 0 and r["validate"] for r in rescales)
 
     with Catalog.connect(config.catalog_url) as catalog:
-        days = {c.checkpoint_id: c for c in catalog.list_checkpoints("clickstream")
-                if c.kind is CheckpointKind.CHECKPOINT}
+        days = {
+            c.checkpoint_id: c
+            for c in catalog.list_checkpoints("clickstream")
+            if c.kind is CheckpointKind.CHECKPOINT
+        }
         # each day ran at the parallelism the rescale before it set
         assert {i: (c.parallelism, c.max_parallelism) for i, c in days.items()} == {
-            20260101: (2, 128), 20260102: (3, 128), 20260103: (1, 128)}
+            20260101: (2, 128),
+            20260102: (3, 128),
+            20260103: (1, 128),
+        }
         latest = checkpoint_point(catalog, "clickstream")
         assert latest.max_parallelism == 256 and catalog.get_job("clickstream").parallelism == 2
         # state equal to the run that never rescaled: 2 -> 3 -> 1, then 128 -> 256
@@ -140,8 +167,10 @@ def test_rescale_savepoint_and_maintenance_dags(spark: Any, reference: dict[str,
         assert {k["state"] for k in cleanup["key_groups"]} == {"last_page", "pages"}
         sessions = checkpoint_point(catalog, "sessions")
         assert sessions.checkpoint_id == cleanup["checkpoint_id"]
-        rows = {t.state: sorted(con.execute(f"SELECT key FROM {delta_scan(t)}").fetchall())
-                for t in sessions.tables}
+        rows = {
+            t.state: sorted(con.execute(f"SELECT key FROM {delta_scan(t)}").fetchall())
+            for t in sessions.tables
+        }
         assert rows["last_page"] == rows["pages"] == sorted((u,) for u in late)
         assert len(rows["visits"]) == 15
 

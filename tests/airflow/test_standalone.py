@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from statecore.catalog import Catalog
+from statecore.checkpoint.points import load_savepoint
+from statecore.cli.demo import airflow_environment
 from statecore.config import StatecoreConfig
-from statecore.demo import airflow_environment
-from statecore.restore_point import load_savepoint
 from tests.airflow.dagrun import REPO
 from tests.ops.statebuilder import Table, value_rows, write_checkpoint
 
@@ -50,15 +50,18 @@ class Api:
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         request = urllib.request.Request(
-            self.base + path, method=method,
+            self.base + path,
+            method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={"Content-Type": "application/json",
-                     **({"Authorization": f"Bearer {self.token}"} if self.token else {})})
+            headers={
+                "Content-Type": "application/json",
+                **({"Authorization": f"Bearer {self.token}"} if self.token else {}),
+            },
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read() or b"null")
 
-    def wait(self, what: str, check: Any, timeout: float, process: subprocess.Popen[bytes]
-             ) -> Any:
+    def wait(self, what: str, check: Any, timeout: float, process: subprocess.Popen[bytes]) -> Any:
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
@@ -85,8 +88,11 @@ def stop(process: subprocess.Popen[bytes], log: Path) -> str:
     try:
         process.wait(timeout=STOP_TIMEOUT)
     except subprocess.TimeoutExpired:
-        left = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,args", "-g", str(group)],
-                              capture_output=True, text=True).stdout
+        left = subprocess.run(
+            ["ps", "-o", "pid,ppid,stat,etime,args", "-g", str(group)],
+            capture_output=True,
+            text=True,
+        ).stdout
         with log.open("a") as out:
             out.write(f"\nstill running {STOP_TIMEOUT} s after SIGINT:\n{left}")
         how = "sigint twice"
@@ -109,32 +115,51 @@ def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
     write_checkpoint(config, "clicks", 1, {"total": Table(value_rows({"a": 1.0, "b": 2.0}))})
     port = free_port()
     env = airflow_environment(REPO, home)
-    env.update({
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__CORE__PARALLELISM": "2",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-    })
+    env.update(
+        {
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        }
+    )
     log = (tmp_path / "standalone.log").open("wb")
-    process = subprocess.Popen(["airflow", "standalone"], env=env, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        ["airflow", "standalone"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     api = Api(port)
     try:
-        api.wait("the API server", lambda: api.call("GET", "/api/v2/monitor/health"),
-                 START_TIMEOUT, process)
+        api.wait(
+            "the API server",
+            lambda: api.call("GET", "/api/v2/monitor/health"),
+            START_TIMEOUT,
+            process,
+        )
         passwords = Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
         password = json.loads(passwords.read_text())["admin"]
-        api.token = api.call("POST", "/auth/token",
-                             {"username": "admin", "password": password})["access_token"]
-        api.wait("the savepoint DAG to be parsed",
-                 lambda: api.call("GET", "/api/v2/dags/savepoint"), START_TIMEOUT, process)
+        api.token = api.call("POST", "/auth/token", {"username": "admin", "password": password})[
+            "access_token"
+        ]
+        api.wait(
+            "the savepoint DAG to be parsed",
+            lambda: api.call("GET", "/api/v2/dags/savepoint"),
+            START_TIMEOUT,
+            process,
+        )
         api.call("PATCH", "/api/v2/dags/savepoint", {"is_paused": False})
-        run = api.call("POST", "/api/v2/dags/savepoint/dagRuns", {
-            "logical_date": None, "conf": {"job": "clicks", "name": "smoke"}})
+        run = api.call(
+            "POST",
+            "/api/v2/dags/savepoint/dagRuns",
+            {"logical_date": None, "conf": {"job": "clicks", "name": "smoke"}},
+        )
         path = f"/api/v2/dags/savepoint/dagRuns/{run['dag_run_id']}"
 
         def finished() -> str | None:
@@ -145,10 +170,12 @@ def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
     finally:
         stopped = stop(process, tmp_path / "standalone.log")
         log.close()
-    tail = "".join((tmp_path / "standalone.log").read_text(errors="replace")
-                   .splitlines(keepends=True)[-60:])
-    assert stopped != "killed", f"airflow standalone did not stop on SIGINT; its log ends " \
-        f"with:\n{tail}"
+    tail = "".join(
+        (tmp_path / "standalone.log").read_text(errors="replace").splitlines(keepends=True)[-60:]
+    )
+    assert stopped != "killed", (
+        f"airflow standalone did not stop on SIGINT; its log ends with:\n{tail}"
+    )
     with Catalog.connect(config.catalog_url) as catalog:
         [saved] = catalog.list_savepoints("clicks")
     assert saved.name == "smoke" and load_savepoint(saved.path).total_rows == 2

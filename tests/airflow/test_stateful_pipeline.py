@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from statecore.catalog import Catalog, CheckpointStatus
+from statecore.cli.demo import airflow_environment, generate_clickstream
 from statecore.config import StatecoreConfig
-from statecore.demo import airflow_environment, generate_clickstream
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -29,7 +29,8 @@ assert not bag.import_errors, bag.import_errors
 dag = bag.get_dag("stateful_pipeline")
 run = dag.test(logical_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
                run_conf={"parallelism": 2, "backend": "heap"})
-print(json.dumps({"state": str(run.state), "tasks": sorted(bag.dags["stateful_pipeline"].task_ids)}))
+tasks = sorted(bag.dags["stateful_pipeline"].task_ids)
+print(json.dumps({"state": str(run.state), "tasks": tasks}))
 """
 
 
@@ -37,8 +38,14 @@ def test_dag_test_completes_a_checkpoint(tmp_path: Path) -> None:
     home = tmp_path / "home"
     generate_clickstream(home / "data" / "clickstream", days=1, users=20, events_per_day=100)
     env = airflow_environment(REPO, home)
-    done = subprocess.run([sys.executable, "-c", DAG_TEST, str(REPO / "dags")], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", DAG_TEST, str(REPO / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"state": "success", "tasks": ["clickstream"]}

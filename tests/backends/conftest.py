@@ -1,36 +1,30 @@
-"""The backends the contract suite runs over, listed once.
+"""The backends the contract suite runs over: every backend of the registry
+(:mod:`statecore.backends.registry`), built by ``create_backend`` as the Spark runtime builds them.
 
-A factory is called with keyword arguments only::
-
-    factory(key_type=TypeInfo, key_group_range=KeyGroupRange, max_parallelism=int,
-            restore_source=RestoreSource | None, ttl_time_provider=TtlTimeProvider)
-        -> KeyedStateBackend
-
-Adding a backend is one line in ``BACKENDS``; every test in ``test_contract.py`` then runs on it,
-and snapshot tests also restore across every pair of backends.
+Registering a backend is all it takes; every test in ``test_contract*.py`` then runs on it, and
+snapshot tests also restore across every pair of backends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from statecore.backends import HeapKeyedStateBackend, KeyedStateBackend
+from statecore.backends import (
+    BackendParameters,
+    KeyedStateBackend,
+    backend_names,
+    create_backend,
+)
 from statecore.backends.base import RestoreSource
-from statecore.backends.rocksdb import RocksDBKeyedStateBackend
 from statecore.keygroups import KeyGroupRange
 from statecore.ttl import ManualTimeProvider
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
-BackendFactory = Callable[..., KeyedStateBackend]
-
-BACKENDS: dict[str, BackendFactory] = {
-    "heap": HeapKeyedStateBackend,
-    "rocksdb": RocksDBKeyedStateBackend,
-}
+BACKENDS = backend_names()
 
 START_MS = 1_700_000_000_000
 
@@ -53,7 +47,8 @@ class MakeBackend:
         ttl_time_provider: TtlTimeProvider | None = None,
         backend: str | None = None,
     ) -> KeyedStateBackend:
-        made = BACKENDS[backend or self.name](
+        made = create_backend(
+            BackendParameters.of(backend or self.name),
             key_type=key_type or TypeInfo.of(str),
             key_group_range=key_group_range,
             max_parallelism=max_parallelism,

@@ -80,8 +80,9 @@ def read(state: Any, kind: str) -> Any:
     return state.get()
 
 
-def key_in_range(key_group_range: KeyGroupRange, max_parallelism: int = 128,
-                 prefix: str = "k") -> Iterator[str]:
+def key_in_range(
+    key_group_range: KeyGroupRange, max_parallelism: int = 128, prefix: str = "k"
+) -> Iterator[str]:
     """String keys whose key group is in ``key_group_range``."""
     i = 0
     while True:
@@ -101,13 +102,17 @@ def snapshot_all(backend: KeyedStateBackend, name: str) -> dict[int, pa.Table]:
     return out
 
 
-def restore_source(snapshots: dict[str, dict[int, pa.Table]],
-                   key_groups: KeyGroupRange | None = None) -> RestoreSource:
+def restore_source(
+    snapshots: dict[str, dict[int, pa.Table]], key_groups: KeyGroupRange | None = None
+) -> RestoreSource:
     """A restore source over ``{state: {key_group: rows}}``, limited to ``key_groups``."""
 
     def source(descriptor: StateDescriptor) -> Iterable[tuple[int, pa.Table]]:
-        return [(kg, rows) for kg, rows in sorted(snapshots.get(descriptor.name, {}).items())
-                if key_groups is None or kg in key_groups]
+        return [
+            (kg, rows)
+            for kg, rows in sorted(snapshots.get(descriptor.name, {}).items())
+            if key_groups is None or kg in key_groups
+        ]
 
     return source
 

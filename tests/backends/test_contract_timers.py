@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from statecore.backends import KeyedStateBackend
+from statecore.backends.timers import MIN_WATERMARK, TimeDomain, Timer, timers_schema
 from statecore.errors import StateAccessError
 from statecore.keygroups import KeyGroupRange, assign_to_key_group
-from statecore.timers import MIN_WATERMARK, TimeDomain, Timer, timers_schema
 from statecore.ttl import ManualTimeProvider
 
 from .conftest import START_MS, MakeBackend
@@ -17,8 +17,13 @@ EVENT = TimeDomain.EVENT_TIME
 PROCESSING = TimeDomain.PROCESSING_TIME
 
 
-def register(backend: KeyedStateBackend, key: str, timestamp: int, namespace: str = "",
-             domain: TimeDomain = EVENT) -> None:
+def register(
+    backend: KeyedStateBackend,
+    key: str,
+    timestamp: int,
+    namespace: str = "",
+    domain: TimeDomain = EVENT,
+) -> None:
     backend.set_current_key(key)
     if domain is EVENT:
         backend.timer_service.register_event_time_timer(timestamp, namespace)
@@ -65,7 +70,10 @@ class TestEventTimeTimers:
         register(backend, "b", 20)
         fired = list(backend.timer_service.advance_watermark(100))
         assert sorted((t.timestamp, t.key, t.namespace) for t in fired) == [
-            (10, "a", ""), (20, "a", "w"), (20, "b", "")]
+            (10, "a", ""),
+            (20, "a", "w"),
+            (20, "b", ""),
+        ]
 
     def test_delete_then_register_again_fires_once(self, backend: KeyedStateBackend) -> None:
         register(backend, "a", 10)
@@ -92,8 +100,7 @@ class TestEventTimeTimers:
 
 
 class TestProcessingTimeTimers:
-    def test_fire_by_the_clock(self, backend: KeyedStateBackend,
-                               clock: ManualTimeProvider) -> None:
+    def test_fire_by_the_clock(self, backend: KeyedStateBackend, clock: ManualTimeProvider) -> None:
         timers = backend.timer_service
         assert timers.current_processing_time() == START_MS
         register(backend, "a", START_MS + 100, domain=PROCESSING)
@@ -102,8 +109,10 @@ class TestProcessingTimeTimers:
         assert list(timers.advance_processing_time()) == []
         clock.advance(100)
         fired = list(timers.advance_processing_time())
-        assert fired == [Timer(START_MS + 50, "b", "", PROCESSING),
-                         Timer(START_MS + 100, "a", "", PROCESSING)]
+        assert fired == [
+            Timer(START_MS + 50, "b", "", PROCESSING),
+            Timer(START_MS + 100, "a", "", PROCESSING),
+        ]
         assert [t.key for t in timers.timers(EVENT)] == ["c"]
 
 
@@ -119,9 +128,9 @@ class TestTimerSnapshots:
         list(timers.advance_watermark(10))  # firing removes a timer: a change
         assert timers.changed_key_groups() == {assign_to_key_group("a", 128)}
 
-    def test_round_trip_split_by_key_group(self, backend: KeyedStateBackend,
-                                           make_backend: MakeBackend,
-                                           target_backend: str) -> None:
+    def test_round_trip_split_by_key_group(
+        self, backend: KeyedStateBackend, make_backend: MakeBackend, target_backend: str
+    ) -> None:
         keys = [f"user-{i}" for i in range(30)]
         for i, key in enumerate(keys):
             register(backend, key, 1000 + i)
@@ -133,8 +142,11 @@ class TestTimerSnapshots:
             if rows.num_rows:
                 tables[kg] = rows
         assert sum(t.num_rows for t in tables.values()) == 60
-        everything = {(t.key, t.timestamp, t.namespace, t.time_domain)
-                      for d in TimeDomain for t in backend.timer_service.timers(d)}
+        everything = {
+            (t.key, t.timestamp, t.namespace, t.time_domain)
+            for d in TimeDomain
+            for t in backend.timer_service.timers(d)
+        }
         restored = set()
         for half in (KeyGroupRange(0, 63), KeyGroupRange(64, 127)):
             part = make_backend(key_group_range=half, backend=target_backend)
@@ -142,8 +154,9 @@ class TestTimerSnapshots:
                 if kg in half:
                     part.timer_service.restore_key_group(kg, rows)
             assert part.timer_service.changed_key_groups() == set()
-            fired = list(part.timer_service.advance_watermark(10_000)) + \
-                list(part.timer_service.advance_processing_time(10_000))
+            fired = list(part.timer_service.advance_watermark(10_000)) + list(
+                part.timer_service.advance_processing_time(10_000)
+            )
             assert all(assign_to_key_group(t.key, 128) in half for t in fired)
             restored |= {(t.key, t.timestamp, t.namespace, t.time_domain) for t in fired}
         assert restored == everything

@@ -39,23 +39,32 @@ from .contract import (
 )
 
 KINDS = ["value", "list", "map", "reducing", "aggregating"]
-EMPTY: dict[str, Any] = {"value": None, "list": [], "map": {}, "reducing": None,
-                         "aggregating": None}
+EMPTY: dict[str, Any] = {
+    "value": None,
+    "list": [],
+    "map": {},
+    "reducing": None,
+    "aggregating": None,
+}
 
 NEVER = StateVisibility.NEVER_RETURN_EXPIRED
 RETURN = StateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
 
 
-def ttl(update: UpdateType = UpdateType.ON_CREATE_AND_WRITE, visibility: StateVisibility = NEVER,
-        cleanup: CleanupStrategy = CleanupStrategy.ON_READ, **kw: Any) -> StateTtlConfig:
-    return StateTtlConfig(ttl=TTL, update_type=update, visibility=visibility, cleanup=cleanup,
-                          **kw)
+def ttl(
+    update: UpdateType = UpdateType.ON_CREATE_AND_WRITE,
+    visibility: StateVisibility = NEVER,
+    cleanup: CleanupStrategy = CleanupStrategy.ON_READ,
+    **kw: Any,
+) -> StateTtlConfig:
+    return StateTtlConfig(ttl=TTL, update_type=update, visibility=visibility, cleanup=cleanup, **kw)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 class TestExpiry:
-    def test_visible_until_ttl_then_gone(self, backend: KeyedStateBackend,
-                                         clock: ManualTimeProvider, kind: str) -> None:
+    def test_visible_until_ttl_then_gone(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider, kind: str
+    ) -> None:
         state = backend.get_partitioned_state(descriptors(ttl())[kind])
         backend.set_current_key("a")
         write_sample(state, kind, 1)
@@ -67,8 +76,9 @@ class TestExpiry:
         assert list(backend.keys(kind)) == []  # cleaned up on read
         assert backend.snapshot_key_group(kind, backend.current_key_group).num_rows == 0
 
-    def test_return_expired_if_not_cleaned_up(self, backend: KeyedStateBackend,
-                                              clock: ManualTimeProvider, kind: str) -> None:
+    def test_return_expired_if_not_cleaned_up(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider, kind: str
+    ) -> None:
         state = backend.get_partitioned_state(descriptors(ttl(visibility=RETURN))[kind])
         backend.set_current_key("a")
         write_sample(state, kind, 1)
@@ -78,8 +88,9 @@ class TestExpiry:
         assert read(state, kind) == EMPTY[kind]
 
     @pytest.mark.parametrize("update", list(UpdateType))
-    def test_update_type(self, backend: KeyedStateBackend, clock: ManualTimeProvider,
-                         kind: str, update: UpdateType) -> None:
+    def test_update_type(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider, kind: str, update: UpdateType
+    ) -> None:
         state = backend.get_partitioned_state(descriptors(ttl(update))[kind])
         backend.set_current_key("a")
         write_sample(state, kind, 1)
@@ -90,8 +101,9 @@ class TestExpiry:
         expected = written if update is UpdateType.ON_READ_AND_WRITE else EMPTY[kind]
         assert read(state, kind) == expected
 
-    def test_writes_refresh(self, backend: KeyedStateBackend, clock: ManualTimeProvider,
-                            kind: str) -> None:
+    def test_writes_refresh(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider, kind: str
+    ) -> None:
         state = backend.get_partitioned_state(descriptors(ttl())[kind])
         backend.set_current_key("a")
         write_sample(state, kind, 1)
@@ -100,8 +112,9 @@ class TestExpiry:
         clock.advance(TTL_MS - 1)
         assert read(state, kind) != EMPTY[kind]
 
-    def test_snapshot_has_the_ttl_timestamp(self, backend: KeyedStateBackend,
-                                            clock: ManualTimeProvider, kind: str) -> None:
+    def test_snapshot_has_the_ttl_timestamp(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider, kind: str
+    ) -> None:
         descriptor = descriptors(ttl())[kind]
         state = backend.get_partitioned_state(descriptor)
         backend.set_current_key("a")
@@ -115,9 +128,14 @@ class TestExpiry:
         else:
             assert set(stamps) == {START_MS}
 
-    def test_restore_keeps_the_timestamps(self, backend: KeyedStateBackend,
-                                          make_backend: MakeBackend, clock: ManualTimeProvider,
-                                          kind: str, target_backend: str) -> None:
+    def test_restore_keeps_the_timestamps(
+        self,
+        backend: KeyedStateBackend,
+        make_backend: MakeBackend,
+        clock: ManualTimeProvider,
+        kind: str,
+        target_backend: str,
+    ) -> None:
         descriptor = descriptors(ttl())[kind]
         state = backend.get_partitioned_state(descriptor)
         backend.set_current_key("a")
@@ -134,8 +152,9 @@ class TestExpiry:
 
 
 class TestPerElementAndPerEntry:
-    def test_list_elements_expire_one_by_one(self, backend: KeyedStateBackend,
-                                             clock: ManualTimeProvider) -> None:
+    def test_list_elements_expire_one_by_one(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
         state = backend.get_partitioned_state(ListStateDescriptor("l", int, ttl=ttl()))
         backend.set_current_key("a")
         state.add(1)
@@ -153,8 +172,9 @@ class TestPerElementAndPerEntry:
         with pytest.raises(StateAccessError):
             state.add(None)
 
-    def test_map_entries_expire_one_by_one(self, backend: KeyedStateBackend,
-                                           clock: ManualTimeProvider) -> None:
+    def test_map_entries_expire_one_by_one(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
         state = backend.get_partitioned_state(MapStateDescriptor("m", str, int, ttl=ttl()))
         backend.set_current_key("a")
         state.put("old", 1)
@@ -172,10 +192,12 @@ class TestPerElementAndPerEntry:
         with pytest.raises(KeyError):
             _ = state["new"]
 
-    def test_map_read_refreshes_only_the_entry_read(self, backend: KeyedStateBackend,
-                                                     clock: ManualTimeProvider) -> None:
+    def test_map_read_refreshes_only_the_entry_read(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
         state = backend.get_partitioned_state(
-            MapStateDescriptor("m", str, int, ttl=ttl(UpdateType.ON_READ_AND_WRITE)))
+            MapStateDescriptor("m", str, int, ttl=ttl(UpdateType.ON_READ_AND_WRITE))
+        )
         backend.set_current_key("a")
         state.put_all({"x": 1, "y": 2})
         clock.advance(TTL_MS - 1)
@@ -183,8 +205,9 @@ class TestPerElementAndPerEntry:
         clock.advance(TTL_MS - 1)
         assert dict(state.items()) == {"x": 1}
 
-    def test_expired_accumulator_starts_over(self, backend: KeyedStateBackend,
-                                             clock: ManualTimeProvider) -> None:
+    def test_expired_accumulator_starts_over(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
         reducing = backend.get_partitioned_state(ReducingStateDescriptor("r", add, int, ttl=ttl()))
         aggregating = backend.get_partitioned_state(descriptors(ttl())["aggregating"])
         backend.set_current_key("a")
@@ -195,10 +218,10 @@ class TestPerElementAndPerEntry:
         aggregating.add(2.0)
         assert reducing.get() == 1 and aggregating.get() == 2.0
 
-    def test_value_default_and_none(self, backend: KeyedStateBackend,
-                                    clock: ManualTimeProvider) -> None:
-        state = backend.get_partitioned_state(ValueStateDescriptor("v", int, default=7,
-                                                                   ttl=ttl()))
+    def test_value_default_and_none(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
+        state = backend.get_partitioned_state(ValueStateDescriptor("v", int, default=7, ttl=ttl()))
         backend.set_current_key("a")
         assert state.value() == 7
         state.update(1)
@@ -210,8 +233,9 @@ class TestPerElementAndPerEntry:
         with pytest.raises(StateAccessError):
             state.update("x")
 
-    def test_pickled_values_with_ttl(self, backend: KeyedStateBackend,
-                                     make_backend: MakeBackend) -> None:
+    def test_pickled_values_with_ttl(
+        self, backend: KeyedStateBackend, make_backend: MakeBackend
+    ) -> None:
         descriptor = ValueStateDescriptor("o", PICKLED, ttl=ttl())
         state = backend.get_partitioned_state(descriptor)
         backend.set_current_key("a")
@@ -224,8 +248,9 @@ class TestPerElementAndPerEntry:
         restored.set_current_key("a")
         assert handle.value() == {"set": {1, 2}}
 
-    def test_merge_namespaces_drops_expired(self, backend: KeyedStateBackend,
-                                            clock: ManualTimeProvider) -> None:
+    def test_merge_namespaces_drops_expired(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
         state = backend.get_partitioned_state(ReducingStateDescriptor("r", add, int, ttl=ttl()))
         backend.set_current_key("a")
         state.set_current_namespace("old")
@@ -240,36 +265,45 @@ class TestPerElementAndPerEntry:
 
 class TestCleanup:
     @pytest.mark.parametrize("kind", KINDS)
-    def test_full_snapshot_leaves_expired_out(self, backend: KeyedStateBackend,
-                                              clock: ManualTimeProvider, kind: str) -> None:
+    def test_full_snapshot_leaves_expired_out(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider, kind: str
+    ) -> None:
         state = backend.get_partitioned_state(
-            descriptors(ttl(cleanup=CleanupStrategy.FULL_SNAPSHOT))[kind])
+            descriptors(ttl(cleanup=CleanupStrategy.FULL_SNAPSHOT))[kind]
+        )
         backend.set_current_key("old")
         write_sample(state, kind, 1)
         clock.advance(TTL_MS // 2)
         backend.set_current_key("new")
         write_sample(state, kind, 2)
         clock.advance(TTL_MS // 2)
-        rows = [r for kg in backend.key_group_range
-                for r in backend.snapshot_key_group(kind, kg).to_pylist()]
+        rows = [
+            r
+            for kg in backend.key_group_range
+            for r in backend.snapshot_key_group(kind, kg).to_pylist()
+        ]
         assert {r["key"] for r in rows} == {"new"}
         assert sorted(backend.keys(kind)) == ["new", "old"]  # a snapshot does not delete
 
-    def test_full_snapshot_filters_list_elements(self, backend: KeyedStateBackend,
-                                                 clock: ManualTimeProvider) -> None:
+    def test_full_snapshot_filters_list_elements(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
         state = backend.get_partitioned_state(
-            ListStateDescriptor("l", int, ttl=ttl(cleanup=CleanupStrategy.FULL_SNAPSHOT)))
+            ListStateDescriptor("l", int, ttl=ttl(cleanup=CleanupStrategy.FULL_SNAPSHOT))
+        )
         backend.set_current_key("a")
         state.add_all([1, 2])
         clock.advance(TTL_MS // 2)
         state.add(3)
         clock.advance(TTL_MS // 2)
         rows = backend.snapshot_key_group("l", backend.current_key_group).to_pylist()
-        assert rows == [{"key": "a", "namespace": "", "value": [3],
-                         "ttl_timestamp": [START_MS + TTL_MS // 2]}]
+        assert rows == [
+            {"key": "a", "namespace": "", "value": [3], "ttl_timestamp": [START_MS + TTL_MS // 2]}
+        ]
 
-    def test_on_read_keeps_unread_expired_entries(self, backend: KeyedStateBackend,
-                                                  clock: ManualTimeProvider) -> None:
+    def test_on_read_keeps_unread_expired_entries(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
         state = backend.get_partitioned_state(ValueStateDescriptor("v", int, ttl=ttl()))
         backend.set_current_key("a")
         state.update(1)
@@ -279,8 +313,9 @@ class TestCleanup:
         assert backend.changed_key_groups("v") == {backend.current_key_group}
 
     @pytest.mark.parametrize("kind", KINDS)
-    def test_incremental_cleanup_on_access(self, backend: KeyedStateBackend,
-                                           clock: ManualTimeProvider, kind: str) -> None:
+    def test_incremental_cleanup_on_access(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider, kind: str
+    ) -> None:
         if not backend.incremental_ttl_cleanup:
             pytest.skip("this backend cleans up on read and in snapshots only")
         config = ttl(cleanup=CleanupStrategy.INCREMENTAL, cleanup_size=3)
@@ -299,12 +334,14 @@ class TestCleanup:
         assert set(backend.keys(kind)) == {"fresh"}
         assert {assign_to_key_group(k, 128) for k in stale} <= backend.changed_key_groups(kind)
 
-    def test_incremental_cleanup_for_every_record(self, backend: KeyedStateBackend,
-                                                  clock: ManualTimeProvider) -> None:
+    def test_incremental_cleanup_for_every_record(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
         if not backend.incremental_ttl_cleanup:
             pytest.skip("this backend cleans up on read and in snapshots only")
-        config = ttl(cleanup=CleanupStrategy.INCREMENTAL, cleanup_size=2,
-                     run_cleanup_for_every_record=True)
+        config = ttl(
+            cleanup=CleanupStrategy.INCREMENTAL, cleanup_size=2, run_cleanup_for_every_record=True
+        )
         state = backend.get_partitioned_state(ValueStateDescriptor("v", int, ttl=config))
         for i in range(6):
             backend.set_current_key(f"k{i}")
@@ -314,8 +351,9 @@ class TestCleanup:
             backend.set_current_key(f"other-{i}")
         assert list(backend.keys("v")) == []
 
-    def test_incremental_cleanup_is_accepted_everywhere(self, backend: KeyedStateBackend,
-                                                        clock: ManualTimeProvider) -> None:
+    def test_incremental_cleanup_is_accepted_everywhere(
+        self, backend: KeyedStateBackend, clock: ManualTimeProvider
+    ) -> None:
         config = ttl(cleanup=CleanupStrategy.INCREMENTAL, run_cleanup_for_every_record=True)
         state = backend.get_partitioned_state(ValueStateDescriptor("v", int, ttl=config))
         backend.set_current_key("a")
@@ -326,8 +364,8 @@ class TestCleanup:
 
 class TestTtlMigration:
     def test_ttl_turned_on_starts_the_clock_at_restore(
-            self, backend: KeyedStateBackend, make_backend: MakeBackend,
-            clock: ManualTimeProvider) -> None:
+        self, backend: KeyedStateBackend, make_backend: MakeBackend, clock: ManualTimeProvider
+    ) -> None:
         plain = backend.get_partitioned_state(ListStateDescriptor("l", int))
         backend.set_current_key("a")
         plain.add_all([1, 2])
@@ -340,9 +378,9 @@ class TestTtlMigration:
         clock.advance(TTL_MS)
         assert state.get() == []
 
-    def test_ttl_turned_off_keeps_the_values(self, backend: KeyedStateBackend,
-                                             make_backend: MakeBackend,
-                                             clock: ManualTimeProvider) -> None:
+    def test_ttl_turned_off_keeps_the_values(
+        self, backend: KeyedStateBackend, make_backend: MakeBackend, clock: ManualTimeProvider
+    ) -> None:
         state = backend.get_partitioned_state(MapStateDescriptor("m", str, int, ttl=ttl()))
         backend.set_current_key("a")
         state.put("x", 1)

@@ -34,8 +34,15 @@ class TestRepartition:
         assert [p["s"] for p in at2] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
 
     def test_next_split_state_starts_after_the_remainder(self) -> None:
-        parts = repartition({"a": (SPLIT, [list(range(10))]), "b": (SPLIT, [list(range(7))]),
-                             "c": (SPLIT, [list(range(5))])}, 1, 3)
+        parts = repartition(
+            {
+                "a": (SPLIT, [list(range(10))]),
+                "b": (SPLIT, [list(range(7))]),
+                "c": (SPLIT, [list(range(5))]),
+            },
+            1,
+            3,
+        )
         assert counts(parts, "a") == [4, 3, 3]
         assert counts(parts, "b") == [2, 3, 2]  # starts at subtask 1, which takes the extra
         assert counts(parts, "c") == [2, 1, 2]  # starts at subtask 2, two extras: 2, then 0
@@ -46,9 +53,15 @@ class TestRepartition:
         assert counts(repartition({"s": (SPLIT, [[], []])}, 2, 3), "s") == [0, 0, 0]
 
     def test_same_parallelism_keeps_split_and_broadcast_in_place(self) -> None:
-        parts = repartition({"s": (SPLIT, [[1, 2, 3], [], [4]]),
-                             "b": (BROADCAST, [[("k", 1)], [("k", 2)], []]),
-                             "u": (UNION, [["x"], ["y"], []])}, 3, 3)
+        parts = repartition(
+            {
+                "s": (SPLIT, [[1, 2, 3], [], [4]]),
+                "b": (BROADCAST, [[("k", 1)], [("k", 2)], []]),
+                "u": (UNION, [["x"], ["y"], []]),
+            },
+            3,
+            3,
+        )
         assert [p["s"] for p in parts] == [[1, 2, 3], [], [4]]
         assert [p["b"] for p in parts] == [[("k", 1)], [("k", 2)], []]
         assert [p["u"] for p in parts] == [["x", "y"]] * 3
@@ -80,10 +93,12 @@ class TestStore:
         assert store.state_names == ["everyone", "offsets", "rules"]
         assert store.mode("everyone") is UNION
         assert store.snapshot("offsets").to_pylist() == [
-            {"mode": "split_distribute", "value": v} for v in (1, 2, 3)]
+            {"mode": "split_distribute", "value": v} for v in (1, 2, 3)
+        ]
         assert sorted(store.snapshot("rules").to_pylist(), key=lambda r: r["user_key"]) == [
             {"mode": "broadcast", "user_key": "floor", "value": 0.5},
-            {"mode": "broadcast", "user_key": "limit", "value": 2.5}]
+            {"mode": "broadcast", "user_key": "limit", "value": 2.5},
+        ]
         offsets.clear()
         assert offsets.get() == [] and store.snapshot("offsets").num_rows == 0
 
@@ -98,8 +113,11 @@ class TestStore:
         with pytest.raises(ConfigError):
             store.get_list_state(ValueStateDescriptor("v", int))  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match="TTL"):
-            store.get_list_state(ListStateDescriptor(
-                "t", int, ttl=StateTtlConfig(ttl=__import__("datetime").timedelta(1))))
+            store.get_list_state(
+                ListStateDescriptor(
+                    "t", int, ttl=StateTtlConfig(ttl=__import__("datetime").timedelta(1))
+                )
+            )
 
     def test_bad_values(self) -> None:
         store = OperatorStateStore()

@@ -16,9 +16,10 @@ import pytest
 import sqlalchemy as sa
 
 from statecore.catalog import Catalog
+from tests.postgres import POSTGRES_ENV, run_admin
 
-POSTGRES_ENV = "STATECORE_TEST_POSTGRES_URL"
-POSTGRES_SCHEMA = "statecore_catalog_tests"
+# One schema per test process, so test runs sharing the database never see each other's tables.
+POSTGRES_SCHEMA = f"statecore_catalog_tests_{os.getpid()}"
 
 _no_postgres = pytest.mark.skipif(
     not os.environ.get(POSTGRES_ENV),
@@ -27,20 +28,18 @@ _no_postgres = pytest.mark.skipif(
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=_no_postgres)])
-def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty catalog database: a SQLite file that does not exist yet, or a fresh schema."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'home' / 'catalog.db'}"
+        yield f"sqlite:///{tmp_path / 'home' / 'catalog.db'}"
+        return
     base = sa.make_url(os.environ[POSTGRES_ENV])
-    admin = sa.create_engine(base)
-    try:
-        with admin.begin() as connection:
-            connection.exec_driver_sql(f"DROP SCHEMA IF EXISTS {POSTGRES_SCHEMA} CASCADE")
-            connection.exec_driver_sql(f"CREATE SCHEMA {POSTGRES_SCHEMA}")
-    finally:
-        admin.dispose()
+    run_admin(
+        base, f"DROP SCHEMA IF EXISTS {POSTGRES_SCHEMA} CASCADE", f"CREATE SCHEMA {POSTGRES_SCHEMA}"
+    )
     url = base.update_query_dict({"options": f"-csearch_path={POSTGRES_SCHEMA}"})
-    return url.render_as_string(hide_password=False)
+    yield url.render_as_string(hide_password=False)
+    run_admin(base, f"DROP SCHEMA IF EXISTS {POSTGRES_SCHEMA} CASCADE")
 
 
 @pytest.fixture

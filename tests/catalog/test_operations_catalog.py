@@ -31,16 +31,34 @@ def job_catalog(catalog: Catalog) -> Catalog:
 
 
 def _savepoint(name: str, *, job: str = JOB) -> SavepointRecord:
-    return SavepointRecord(job=job, name=name, path=f"/sp/{name}", reason="manual",
-                           source_checkpoint=3, parallelism=2, max_parallelism=128, rows=10,
-                           bytes=1000, created_at=datetime.now(UTC))
+    return SavepointRecord(
+        job=job,
+        name=name,
+        path=f"/sp/{name}",
+        reason="manual",
+        source_checkpoint=3,
+        parallelism=2,
+        max_parallelism=128,
+        rows=10,
+        bytes=1000,
+        created_at=datetime.now(UTC),
+    )
 
 
 def _complete(catalog: Catalog, checkpoint_id: int) -> None:
-    catalog.begin_checkpoint(JOB, checkpoint_id, kind=CheckpointKind.CHECKPOINT, parallelism=2,
-                             max_parallelism=128)
-    table = TableVersion(operator="main", state="total", table_kind="keyed", path="/wh/t",
-                         version=checkpoint_id, rows=1, bytes=10, key_groups={1: (1, 10)})
+    catalog.begin_checkpoint(
+        JOB, checkpoint_id, kind=CheckpointKind.CHECKPOINT, parallelism=2, max_parallelism=128
+    )
+    table = TableVersion(
+        operator="main",
+        state="total",
+        table_kind="keyed",
+        path="/wh/t",
+        version=checkpoint_id,
+        rows=1,
+        bytes=10,
+        key_groups={1: (1, 10)},
+    )
     catalog.complete_checkpoint(JOB, checkpoint_id, tables=[table])
 
 
@@ -53,7 +71,10 @@ def test_savepoints_are_recorded_listed_and_named_uniquely(job_catalog: Catalog)
     assert catalog.get_savepoint(JOB, "a") == first
     assert [s.name for s in catalog.list_savepoints(JOB)] == ["a", "b"]
     assert [(s.job, s.name) for s in catalog.list_savepoints()] == [
-        (JOB, "a"), (JOB, "b"), ("other", "a")]
+        (JOB, "a"),
+        (JOB, "b"),
+        ("other", "a"),
+    ]
     with pytest.raises(ConfigError, match="already has a savepoint named 'a'"):
         catalog.add_savepoint(_savepoint("a"))
     with pytest.raises(CheckpointNotFoundError, match="no savepoint named 'zz'.*a, b"):
@@ -79,10 +100,12 @@ def test_a_stale_lock_is_taken_over(job_catalog: Catalog) -> None:
     catalog = job_catalog
     catalog.acquire_maintenance_lock(JOB, operation="savepoint", owner="dead")
     with pytest.raises(MaintenanceLockedError):
-        catalog.acquire_maintenance_lock(JOB, operation="x", owner="me",
-                                         stale_after=timedelta(hours=1))
-    taken = catalog.acquire_maintenance_lock(JOB, operation="x", owner="me",
-                                             stale_after=timedelta(0))
+        catalog.acquire_maintenance_lock(
+            JOB, operation="x", owner="me", stale_after=timedelta(hours=1)
+        )
+    taken = catalog.acquire_maintenance_lock(
+        JOB, operation="x", owner="me", stale_after=timedelta(0)
+    )
     assert catalog.maintenance_lock(JOB) == taken
 
 
@@ -112,8 +135,9 @@ def test_expired_checkpoints_keep_their_id_and_replay(job_catalog: Catalog) -> N
     [expired] = catalog.expire_checkpoints(JOB, [1])
     assert expired.status is CheckpointStatus.EXPIRED and expired.tables == ()
     assert catalog.get_checkpoint(JOB, 1).status is CheckpointStatus.EXPIRED
-    again = catalog.begin_checkpoint(JOB, 1, kind=CheckpointKind.CHECKPOINT, parallelism=2,
-                                     max_parallelism=128)
+    again = catalog.begin_checkpoint(
+        JOB, 1, kind=CheckpointKind.CHECKPOINT, parallelism=2, max_parallelism=128
+    )
     assert again.status is CheckpointStatus.EXPIRED  # a replay: nothing to do
     with pytest.raises(ConfigError, match="latest completed"):
         catalog.expire_checkpoints(JOB, [3])

@@ -1,10 +1,13 @@
-"""The Dockerfile cannot be built here; check that it agrees with the lock and with the chart."""
+"""The Dockerfile cannot be built here; check that it agrees with the lock and with the chart, and
+run its scripts (scripts/resolve_spark_jars.py, scripts/statecore-entrypoint.sh) as far as they
+run without Docker."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -15,6 +18,10 @@ from helm_chart import CHART, REPO
 pytestmark = pytest.mark.helm
 
 DOCKERFILE = (REPO / "Dockerfile").read_text()
+JARS_SCRIPT = REPO / "scripts" / "resolve_spark_jars.py"
+ENTRYPOINT = REPO / "scripts" / "statecore-entrypoint.sh"
+# what the dev lock adds to the runtime lock: none of it goes into the image
+DEV_ONLY = ("pytest", "pytest-timeout", "mypy", "ruff", "import-linter", "kubernetes-validate")
 
 
 def locked(package: str) -> str:
@@ -29,10 +36,14 @@ def arg(name: str) -> str:
     return match.group(1)
 
 
-def heredoc(delimiter: str) -> str:
-    match = re.search(rf"<<'{delimiter}'[^\n]*\n(.*?)\n{delimiter}\n", DOCKERFILE, re.DOTALL)
-    assert match, f"no <<'{delimiter}' heredoc in the Dockerfile"
-    return match.group(1)
+def lock_packages(lock: str) -> set[str]:
+    text = (REPO / lock).read_text()
+    return {m.lower() for m in re.findall(r"^([A-Za-z0-9._-]+)==", text, re.MULTILINE)}
+
+
+def dockerignore() -> list[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
 def test_python_and_java_versions_match_the_project() -> None:
@@ -45,16 +56,67 @@ def test_python_and_java_versions_match_the_project() -> None:
 def test_installs_exactly_the_lock_then_the_project_without_dependencies() -> None:
     assert "pip install --no-deps -r requirements.lock" in DOCKERFILE
     assert "pip install --no-deps ." in DOCKERFILE
+    instructions = "\n".join(line for line in DOCKERFILE.splitlines() if not line.startswith("#"))
+    installs = re.findall(r"pip install [^\n\\&;]*", instructions)
+    assert [i.strip() for i in installs] == [
+        "pip install --no-deps -r requirements.lock",
+        "pip install --no-deps .",
+    ]
+
+
+def test_the_image_carries_the_runtime_lock_only() -> None:
+    runtime, dev = lock_packages("requirements.lock"), lock_packages("requirements-dev.lock")
+    assert set(DEV_ONLY) <= dev
+    assert not set(DEV_ONLY) & runtime
+    assert runtime < dev
+    assert "requirements-dev.lock" not in DOCKERFILE
+    # not even in the build context, so no later step can install it by accident
+    assert "requirements-dev.lock" in dockerignore()
+
+
+def test_the_charts_postgres_urls_are_served_by_psycopg2_from_the_runtime_lock() -> None:
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("psycopg2-binary") for d in extras["postgres"])
+    assert "--extra postgres" in (REPO / "requirements.lock").read_text().splitlines()[1]
+    assert "psycopg2-binary" in lock_packages("requirements.lock")
+    secrets = (CHART / "templates" / "postgresql-secrets.yaml").read_text()
+    urls = re.findall(r'"(postgresql[^:]*)://', secrets)
+    assert urls and set(urls) == {"postgresql+psycopg2"}
 
 
 def test_delta_jars_target_the_locked_spark() -> None:
     spark_minor = ".".join(locked("pyspark").split(".")[:2])
     assert arg("DELTA_SPARK_ARTIFACT") == f"delta-spark_{spark_minor}_2.13"
     assert re.fullmatch(r"4\.\d+\.\d+", arg("DELTA_VERSION"))
-    script = heredoc("PY")
-    compile(script, "Dockerfile:PY", "exec")
+    script = JARS_SCRIPT.read_text()
+    compile(script, str(JARS_SCRIPT), "exec")
     for package in ("io.delta:{artifact}:{delta}", "io.delta:delta-storage:{delta}", "org.apache.hadoop:hadoop-aws:{hadoop}"):
         assert package in script
+
+
+def test_the_build_runs_the_scripts_it_copies() -> None:
+    assert "<<" not in DOCKERFILE  # no embedded scripts
+    assert "COPY scripts/resolve_spark_jars.py scripts/\nRUN python scripts/resolve_spark_jars.py" in DOCKERFILE
+    assert re.search(
+        r"^COPY --chmod=0755 scripts/statecore-entrypoint.sh /usr/local/bin/statecore-entrypoint$",
+        DOCKERFILE,
+        re.MULTILINE,
+    )
+    assert '"/usr/local/bin/statecore-entrypoint"]' in DOCKERFILE
+    ignored = dockerignore()
+    assert "scripts/*" in ignored
+    for script in (JARS_SCRIPT, ENTRYPOINT):
+        assert f"!scripts/{script.name}" in ignored
+        assert ignored.index(f"!scripts/{script.name}") > ignored.index("scripts/*")
+
+
+def test_jar_resolution_refuses_a_delta_build_for_another_spark() -> None:
+    env = {**os.environ, "DELTA_SPARK_ARTIFACT": "delta-spark_3.5_2.13", "DELTA_VERSION": "4.4.1"}
+    out = subprocess.run([sys.executable, str(JARS_SCRIPT)], capture_output=True, text=True, env=env)
+    spark_minor = ".".join(locked("pyspark").split(".")[:2])
+    assert out.returncode == 1
+    assert f"delta-spark_3.5_2.13 does not match pyspark {locked('pyspark')}" in out.stderr
+    assert f"(want delta-spark_{spark_minor}_2.13)" in out.stderr
 
 
 def test_image_layout_matches_the_chart() -> None:
@@ -70,16 +132,15 @@ def test_image_layout_matches_the_chart() -> None:
 
 
 def test_entrypoint_passes_airflow_commands_through(tmp_path: Path) -> None:
-    entrypoint = tmp_path / "entrypoint"
-    entrypoint.write_text(heredoc("SH"))
+    entrypoint = ENTRYPOINT
+    assert entrypoint.read_text().startswith("#!/bin/bash\n")
     subprocess.run(["bash", "-n", str(entrypoint)], check=True)
     out = subprocess.run(["bash", str(entrypoint), "echo", "airflow", "scheduler"], capture_output=True, text=True)
     assert out.stdout == "airflow scheduler\n"
 
 
 def test_entrypoint_starts_spark_executors_like_spark_does(tmp_path: Path) -> None:
-    entrypoint = tmp_path / "entrypoint"
-    entrypoint.write_text(heredoc("SH"))
+    entrypoint = ENTRYPOINT
     java = tmp_path / "jdk" / "bin" / "java"
     java.parent.mkdir(parents=True)
     java.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from statecore.catalog import Catalog
+from statecore.checkpoint.points import RestorePoint, checkpoint_point
 from statecore.config import StatecoreConfig
-from statecore.restore_point import RestorePoint, checkpoint_point
 from tests.ops.statebuilder import (
     Table,
     list_rows,
@@ -24,16 +24,24 @@ TTL_MS = 1_000
 def tables(values: dict[str, float], stamp: int) -> dict[str, Table]:
     """A value state and a list state with TTL, timers, and an operator list state."""
     return {
-        "total": Table(value_rows(values, {k: stamp + i for i, k in enumerate(values)}),
-                       ttl_ms=TTL_MS),
-        "seen": Table(list_rows({k: ["view", "click"] for k in values},
-                                {k: [stamp - 5_000, stamp + i] for i, k in enumerate(values)}),
-                      kind="list", ttl_ms=TTL_MS),
+        "total": Table(
+            value_rows(values, {k: stamp + i for i, k in enumerate(values)}), ttl_ms=TTL_MS
+        ),
+        "seen": Table(
+            list_rows(
+                {k: ["view", "click"] for k in values},
+                {k: [stamp - 5_000, stamp + i] for i, k in enumerate(values)},
+            ),
+            kind="list",
+            ttl_ms=TTL_MS,
+        ),
         "plain": Table(value_rows(values)),
-        "timers": Table(timer_rows({k: 60_000 for k in list(values)[:10]}), kind="timers",
-                        table_kind="timers"),
-        "offsets": Table(operator_rows({0: ["a"], 1: ["b", "c"]}), kind="operator_list",
-                         table_kind="operator"),
+        "timers": Table(
+            timer_rows({k: 60_000 for k in list(values)[:10]}), kind="timers", table_kind="timers"
+        ),
+        "offsets": Table(
+            operator_rows({0: ["a"], 1: ["b", "c"]}), kind="operator_list", table_kind="operator"
+        ),
     }
 
 

@@ -31,8 +31,9 @@ class Deployed(KeyedProcessFunction):
         return None
 
 
-def run(config: StatecoreConfig, capsys: pytest.CaptureFixture[str], *args: str
-        ) -> tuple[int, str, str]:
+def run(
+    config: StatecoreConfig, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
     code = main(["--home", config.home, *args])
     out = capsys.readouterr()
     return code, out.out, out.err
@@ -43,8 +44,9 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 
 def test_sizes_per_state_and_key_group(job: StatecoreConfig, capsys: Any) -> None:
-    code, out, _ = run(job, capsys, "checkpoints", "show", JOB, "2", "--key-groups",
-                       "--format", "json")
+    code, out, _ = run(
+        job, capsys, "checkpoints", "show", JOB, "2", "--key-groups", "--format", "json"
+    )
     rows = json_lines(out)
     assert code == 0 and rows[0]["checkpoint"] == 2
     per_group = rows[1:]
@@ -61,11 +63,22 @@ def test_savepoint_list_show_and_sql_over_it(job: StatecoreConfig, capsys: Any) 
     assert code == 0 and "sp1" in out and "manual" in out
     code, out, _ = run(job, capsys, "savepoints", "show", "sp1", "--job", JOB)
     assert code == 0 and "offsets" in out and "timers" in out
-    code, out, _ = run(job, capsys, "sql", "--job", JOB, "--savepoint", "sp1", "--format",
-                       "json", "SELECT count(*) AS n FROM clicks.plain")
+    code, out, _ = run(
+        job,
+        capsys,
+        "sql",
+        "--job",
+        JOB,
+        "--savepoint",
+        "sp1",
+        "--format",
+        "json",
+        "SELECT count(*) AS n FROM clicks.plain",
+    )
     assert code == 0 and json_lines(out) == [{"n": 41}]
-    code, out, _ = run(job, capsys, "sql", "--format", "json",
-                       "SELECT name, reason FROM statecore.savepoints")
+    code, out, _ = run(
+        job, capsys, "sql", "--format", "json", "SELECT name, reason FROM statecore.savepoints"
+    )
     assert json_lines(out) == [{"name": "sp1", "reason": "manual"}]
 
 
@@ -73,8 +86,11 @@ def test_diff_between_checkpoints(job: StatecoreConfig, capsys: Any) -> None:
     code, out, _ = run(job, capsys, "diff", JOB, "1", "2", "--format", "json")
     diffs = {d["state"]: d for d in json_lines(out)}
     assert code == 0
-    assert (diffs["plain"]["added"], diffs["plain"]["removed"], diffs["plain"]["changed"]) == \
-        (1, 0, 1)
+    assert (diffs["plain"]["added"], diffs["plain"]["removed"], diffs["plain"]["changed"]) == (
+        1,
+        0,
+        1,
+    )
     assert diffs["plain"]["examples"] == ["changed user-0", "added user-new"]  # by key
     assert (diffs["offsets"]["added"], diffs["offsets"]["changed"]) == (0, 0)
 
@@ -84,12 +100,27 @@ def test_check_a_deploy_against_a_savepoint(job: StatecoreConfig, capsys: Any) -
     code, out, err = run(job, capsys, "check", JOB, "--against", "sp", "--format", "json")
     assert code == 0 and "can restore" in out  # the registered states: all compatible
     assert {c["verdict"] for c in json_lines(out)} == {"compatible"}
-    code, out, err = run(job, capsys, "check", JOB, "--against", "sp", "--format", "json",
-                         "--function", "tests.ops.test_cli_ops:Deployed")
+    code, out, err = run(
+        job,
+        capsys,
+        "check",
+        JOB,
+        "--against",
+        "sp",
+        "--format",
+        "json",
+        "--function",
+        "tests.ops.test_cli_ops:Deployed",
+    )
     verdicts = {c["state"]: c["verdict"] for c in json_lines(out)}
     assert code == 2 and verdicts == {
-        "plain": "compatible", "total": "compatible after migration", "seen": "incompatible",
-        "fresh": "new", "timers": "compatible", "offsets": "not restored"}
+        "plain": "compatible",
+        "total": "compatible after migration",
+        "seen": "incompatible",
+        "fresh": "new",
+        "timers": "compatible",
+        "offsets": "not restored",
+    }
     assert "main/seen: incompatible (the kind changed from list to value)" in err
     assert "main/offsets: not restored" in err and "total" not in err
 
@@ -100,8 +131,7 @@ def test_errors_exit_2_and_change_nothing(job: StatecoreConfig, capsys: Any) -> 
         (["savepoint", "nope"], "job 'nope' is not in the checkpoint catalog"),
         (["rescale", JOB, "--parallelism", "0"], "must be at least 1"),
         (["rescale", JOB, "--parallelism", "500"], "pass a larger --max-parallelism"),
-        (["state", "apply", JOB, "--sql", "UPDATE clicks.total SET key = 'x'"],
-         "cannot change"),
+        (["state", "apply", JOB, "--sql", "UPDATE clicks.total SET key = 'x'"], "cannot change"),
         (["sql", "DROP VIEW clicks.total"], "read-only"),
         (["diff", JOB, "1", "77"], "checkpoint 77"),
     ]:
@@ -117,12 +147,23 @@ def test_errors_exit_2_and_change_nothing(job: StatecoreConfig, capsys: Any) -> 
 
 
 def test_cleanup_retention_and_repair_commands(job: StatecoreConfig, capsys: Any) -> None:
-    code, out, _ = run(job, capsys, "ttl-cleanup", JOB, "--now-ms", "21020", "--no-vacuum",
-                       "--format", "json")
+    code, out, _ = run(
+        job, capsys, "ttl-cleanup", JOB, "--now-ms", "21020", "--no-vacuum", "--format", "json"
+    )
     rows = json_lines(out)
     assert code == 0 and rows[-1]["expired"] == 21 + 62 and rows[-1]["checkpoint_id"]
-    code, out, _ = run(job, capsys, "retention", JOB, "--retain", "1",
-                       "--vacuum-retention-hours", "0", "--format", "json")
+    code, out, _ = run(
+        job,
+        capsys,
+        "retention",
+        JOB,
+        "--retain",
+        "1",
+        "--vacuum-retention-hours",
+        "0",
+        "--format",
+        "json",
+    )
     assert code == 0 and json_lines(out)[0]["expired"] == [1, 2]
     code, out, _ = run(job, capsys, "state", "delete", JOB, "--key", "user-7")
     assert code == 0 and "savepoint: " in out and "timers" in out

@@ -6,15 +6,21 @@ from __future__ import annotations
 import pytest
 
 from statecore.catalog import Catalog
+from statecore.checkpoint.points import RestorePoint
 from statecore.config import StatecoreConfig
-from statecore.diff import checksums
-from statecore.errors import ConfigError, MaintenanceLockedError
+from statecore.errors import ConfigError, MaintenanceLockedError, StateMismatchError
 from statecore.keygroups import assign_to_key_group
+from statecore.ops.rescale import rescale, verify_rescale
 from statecore.query import connect, delta_scan
-from statecore.rescale import rescale
-from statecore.restore_point import RestorePoint
-from tests.ops.conftest import JOB, latest
-from tests.ops.statebuilder import catalog_snapshot, files_under
+from statecore.query.diff import checksums
+from tests.ops.conftest import JOB, USERS, latest, tables
+from tests.ops.statebuilder import (
+    Table,
+    catalog_snapshot,
+    files_under,
+    value_rows,
+    write_checkpoint,
+)
 
 
 def sums(point: RestorePoint) -> list[tuple[str, str, int, int | None, str]]:
@@ -28,8 +34,11 @@ def test_within_max_parallelism_nothing_is_rewritten(job: StatecoreConfig) -> No
         result = rescale(job, catalog, JOB, parallelism=3)
         assert catalog.get_job(JOB).parallelism == 3
         [savepoint] = catalog.list_savepoints(JOB)
-    assert (result.parallelism_before, result.parallelism, result.keyed_bytes_rewritten) == \
-        (2, 3, 0)
+    assert (result.parallelism_before, result.parallelism, result.keyed_bytes_rewritten) == (
+        2,
+        3,
+        0,
+    )
     assert result.savepoint == savepoint.path and savepoint.reason == "rescale"
     assert latest(job) == before  # same checkpoint, same table versions
     assert files_under(f"{job.warehouse}/{JOB}") == files
@@ -71,15 +80,23 @@ def test_back_below_the_old_max_parallelism(job: StatecoreConfig) -> None:
     assert after.tables[0].key_groups != before.tables[0].key_groups
 
 
-@pytest.mark.parametrize("parallelism, max_parallelism, message", [
-    (0, None, "parallelism 0 must be at least 1"),
-    (129, None, "parallelism 129 is above the max parallelism 128; to go past it, pass a "
-                "larger --max-parallelism"),
-    (300, 256, "parallelism 300 is above the max parallelism 256$"),
-    (2, 40000, "max parallelism 40000 must be in 1..32768"),
-])
-def test_bad_rescales_change_nothing(job: StatecoreConfig, parallelism: int,
-                                     max_parallelism: int | None, message: str) -> None:
+@pytest.mark.parametrize(
+    "parallelism, max_parallelism, message",
+    [
+        (0, None, "parallelism 0 must be at least 1"),
+        (
+            129,
+            None,
+            "parallelism 129 is above the max parallelism 128; to go past it, pass a "
+            "larger --max-parallelism",
+        ),
+        (300, 256, "parallelism 300 is above the max parallelism 256$"),
+        (2, 40000, "max parallelism 40000 must be in 1..32768"),
+    ],
+)
+def test_bad_rescales_change_nothing(
+    job: StatecoreConfig, parallelism: int, max_parallelism: int | None, message: str
+) -> None:
     before, files = catalog_snapshot(job), files_under(job.warehouse)
     with Catalog.connect(job.catalog_url) as catalog:
         with pytest.raises(ConfigError, match=message):
@@ -97,7 +114,8 @@ def test_rescale_while_another_operation_holds_the_job(job: StatecoreConfig) -> 
 
 
 def test_a_job_without_checkpoints_only_changes_its_parallelism(
-        statecore_home: StatecoreConfig) -> None:
+    statecore_home: StatecoreConfig,
+) -> None:
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         catalog.ensure_job("empty", parallelism=2, max_parallelism=128)
         result = rescale(statecore_home, catalog, "empty", parallelism=4, max_parallelism=512)
@@ -105,3 +123,63 @@ def test_a_job_without_checkpoints_only_changes_its_parallelism(
         record = catalog.get_job("empty")
         assert (record.parallelism, record.max_parallelism) == (4, 512)
         assert catalog.list_checkpoints("empty") == []
+
+
+def test_verify_rescale_within_and_past_the_max_parallelism(job: StatecoreConfig) -> None:
+    with Catalog.connect(job.catalog_url) as catalog:
+        within = rescale(job, catalog, JOB, parallelism=3)
+        assert within.savepoint is not None
+        check = verify_rescale(
+            catalog, JOB, savepoint=within.savepoint, parallelism=3, max_parallelism=128
+        )
+        past = rescale(job, catalog, JOB, parallelism=2, max_parallelism=256)
+        assert past.savepoint is not None
+        again = verify_rescale(
+            catalog, JOB, savepoint=past.savepoint, parallelism=2, max_parallelism=256
+        )
+    # 41 users in total, seen and plain, 10 timers, 3 operator-state elements
+    assert (check.states, check.keys, check.rows) == (5, 3 * 41 + 10, 3 * 41 + 10 + 3)
+    assert check.checkpoint_id == 2 and again.checkpoint_id == past.checkpoint_id
+    assert (again.states, again.keys, again.rows) == (check.states, check.keys, check.rows)
+    assert again.to_dict()["max_parallelism"] == 256
+
+
+def test_verify_rescale_names_the_states_that_differ(job: StatecoreConfig) -> None:
+    with Catalog.connect(job.catalog_url) as catalog:
+        result = rescale(job, catalog, JOB, parallelism=3)
+    assert result.savepoint is not None
+    changed = dict(USERS, **{"user-0": 100.0, "user-new": 5.0, "user-7": -1.0})
+    write_checkpoint(job, JOB, 3, tables(changed, 20_000), parallelism=3)
+    with Catalog.connect(job.catalog_url) as catalog:
+        with pytest.raises(StateMismatchError) as raised:
+            verify_rescale(
+                catalog, JOB, savepoint=result.savepoint, parallelism=3, max_parallelism=128
+            )
+    message = str(raised.value)
+    assert f"job {JOB!r}: the state of checkpoint 3 differs from savepoint" in message
+    assert "main/keyed/plain: before 41 rows, 41 keys, checksum" in message
+    assert "main/keyed/total" in message
+    assert "main/keyed/seen" not in message and "main/operator/offsets" not in message
+
+
+def test_verify_rescale_checks_the_parallelism_and_the_savepoint(job: StatecoreConfig) -> None:
+    write_checkpoint(job, "other", 1, {"plain": Table(value_rows({"a": 1.0}))})
+    with Catalog.connect(job.catalog_url) as catalog:
+        result = rescale(job, catalog, JOB, parallelism=3)
+        other = rescale(job, catalog, "other", parallelism=1)
+        assert result.savepoint is not None and other.savepoint is not None
+        with pytest.raises(
+            StateMismatchError,
+            match="parallelism 3 and max parallelism 128 .*not at 4 and 128 as rescaled",
+        ):
+            verify_rescale(
+                catalog, JOB, savepoint=result.savepoint, parallelism=4, max_parallelism=128
+            )
+        with pytest.raises(StateMismatchError, match="its checkpoint 2: 128.*not at 3 and 256"):
+            verify_rescale(
+                catalog, JOB, savepoint=result.savepoint, parallelism=3, max_parallelism=256
+            )
+        with pytest.raises(ConfigError, match="savepoint .* is of job 'other'"):
+            verify_rescale(
+                catalog, JOB, savepoint=other.savepoint, parallelism=3, max_parallelism=128
+            )

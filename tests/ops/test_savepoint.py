@@ -7,21 +7,24 @@ import json
 import shutil
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from statecore.catalog import Catalog, CheckpointKind
+from statecore.checkpoint.points import METADATA_FILE, RestorePoint, load_savepoint
 from statecore.config import StatecoreConfig
-from statecore.diff import checksums
 from statecore.errors import (
     CheckpointNotFoundError,
     ConfigError,
+    CorruptSnapshotError,
     JobNotFoundError,
     MaintenanceLockedError,
 )
-from statecore.restore_point import METADATA_FILE, RestorePoint, load_savepoint
-from statecore.retention import apply_retention
-from statecore.savepoint import restore_savepoint, take_savepoint
+from statecore.ops.retention import apply_retention
+from statecore.ops.savepoint import restore_savepoint, take_savepoint
+from statecore.query.diff import checksums
+from statecore.snapshot.rewrite import table_files
 from tests.ops.conftest import JOB, latest
 from tests.ops.statebuilder import catalog_snapshot, files_under
 
@@ -42,17 +45,24 @@ def test_a_savepoint_copies_every_table_and_describes_the_job(job: StatecoreConf
     assert all(t.path.startswith(str(folder)) for t in saved.tables)
     assert sums(saved) == sums(source)
     metadata = json.loads((folder / METADATA_FILE).read_text())
-    assert {k: metadata[k] for k in ("job", "parallelism", "max_parallelism",
-                                     "source_checkpoint", "operators")} == {
-        "job": JOB, "parallelism": 2, "max_parallelism": 128, "source_checkpoint": 2,
-        "operators": ["main"]}
+    assert {
+        k: metadata[k]
+        for k in ("job", "parallelism", "max_parallelism", "source_checkpoint", "operators")
+    } == {
+        "job": JOB,
+        "parallelism": 2,
+        "max_parallelism": 128,
+        "source_checkpoint": 2,
+        "operators": ["main"],
+    }
     assert {s["name"] for s in metadata["states"]} == {t.state for t in source.tables}
     assert all(s["schema"] and s["kind"] for s in metadata["states"])
     assert all(not t["path"].startswith("/") for t in metadata["tables"])  # relocatable
 
 
-def test_a_moved_savepoint_restores_with_an_empty_catalog(job: StatecoreConfig,
-                                                          tmp_path: Path) -> None:
+def test_a_moved_savepoint_restores_with_an_empty_catalog(
+    job: StatecoreConfig, tmp_path: Path
+) -> None:
     source = latest(job)
     with Catalog.connect(job.catalog_url) as catalog:
         saved = take_savepoint(job, catalog, JOB, name="sp")
@@ -63,8 +73,7 @@ def test_a_moved_savepoint_restores_with_an_empty_catalog(job: StatecoreConfig,
         record = restore_savepoint(fresh, catalog, str(moved), job="clicks2")
         assert record.kind is CheckpointKind.MAINTENANCE
         assert catalog.get_job("clicks2").max_parallelism == 128
-        assert {s.name for s in catalog.list_states("clicks2")} == \
-            {t.state for t in source.tables}
+        assert {s.name for s in catalog.list_states("clicks2")} == {t.state for t in source.tables}
     restored = latest(fresh, "clicks2")
     assert all(t.path.startswith(f"{fresh.warehouse}/clicks2/") for t in restored.tables)
     assert sums(restored) == sums(source)
@@ -108,10 +117,38 @@ def test_a_savepoint_waits_for_no_one(job: StatecoreConfig) -> None:
         assert catalog.list_savepoints(JOB) == []
 
 
-def test_a_savepoint_name_is_unique_per_job_whatever_the_folder(job: StatecoreConfig,
-                                                                tmp_path: Path) -> None:
+def test_a_savepoint_name_is_unique_per_job_whatever_the_folder(
+    job: StatecoreConfig, tmp_path: Path
+) -> None:
     with Catalog.connect(job.catalog_url) as catalog:
         take_savepoint(job, catalog, JOB, name="sp")
         with pytest.raises(ConfigError, match="already has a savepoint named 'sp'"):
             take_savepoint(job, catalog, JOB, name="sp", target=str(tmp_path / "other"))
     assert not (tmp_path / "other").exists()
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _break_footer(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:-8] + b"\0" * 8)  # same size, no footer length nor magic
+
+
+@pytest.mark.parametrize("corrupt", [_truncate, _break_footer], ids=["truncated", "footer"])
+def test_bad_input_a_corrupt_source_file_refuses_the_savepoint(
+    job: StatecoreConfig, corrupt: Any
+) -> None:
+    table = next(t for t in latest(job).tables if t.state == "total")
+    victim = table_files(table.path, table.version)[3]
+    corrupt(Path(table.path) / victim.path)
+    before, files = catalog_snapshot(job), files_under(job.warehouse)
+    with Catalog.connect(job.catalog_url) as catalog:
+        with pytest.raises(CorruptSnapshotError) as refused:
+            take_savepoint(job, catalog, JOB, name="sp")
+    message = str(refused.value)
+    assert f"{table.path} version {table.version}: file {victim.path}" in message
+    assert not Path(f"{job.warehouse}/_savepoints/{JOB}/sp").exists()  # nothing partial
+    assert catalog_snapshot(job) == before and files_under(job.warehouse) == files

@@ -9,11 +9,12 @@ import pytest
 
 from jobs import clickstream
 from statecore.catalog import Catalog, CheckpointStatus
+from statecore.cli.demo import generate_clickstream
 from statecore.config import StatecoreConfig
-from statecore.demo import generate_clickstream
 from statecore.descriptors import ValueStateDescriptor
 from statecore.errors import (
     CheckpointCommitError,
+    ConfigError,
     KeyTypeError,
     MaxParallelismMismatchError,
     StateAccessError,
@@ -29,8 +30,9 @@ STATES = ("total_amount", "last_events", "event_counts", "max_amount", "avg_amou
 
 @pytest.fixture(scope="module")
 def days(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return generate_clickstream(tmp_path_factory.mktemp("clicks"), days=3, users=60,
-                                events_per_day=300)
+    return generate_clickstream(
+        tmp_path_factory.mktemp("clicks"), days=3, users=60, events_per_day=300
+    )
 
 
 def final_state(config: StatecoreConfig, job: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -53,13 +55,13 @@ def outputs(run: Any) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("parallelisms", [(2, 2, 2), (2, 2, 3)], ids=["p2", "rescale-2-to-3"])
 def test_day_by_day_equals_one_run(spark, days, statecore_home, parallelisms) -> None:  # type: ignore[no-untyped-def]
     all_days = spark.read.parquet(*[str(d) for d in days])
-    reference = clickstream.run(spark, all_days, checkpoint_id=1, job="all_at_once",
-                                parallelism=2)
+    reference = clickstream.run(spark, all_days, checkpoint_id=1, job="all_at_once", parallelism=2)
     expected_out = outputs(reference)
     daily_out: list[tuple[Any, ...]] = []
     for i, (day, p) in enumerate(zip(days, parallelisms)):
-        run = clickstream.run(spark, spark.read.parquet(str(day)), checkpoint_id=i + 1,
-                              job="daily", parallelism=p)
+        run = clickstream.run(
+            spark, spark.read.parquet(str(day)), checkpoint_id=i + 1, job="daily", parallelism=p
+        )
         assert run.checkpoint.status is CheckpointStatus.COMPLETED
         assert run.checkpoint.parallelism == p and run.records == 300
         daily_out += outputs(run)
@@ -75,19 +77,22 @@ def test_partition_i_holds_exactly_key_group_range_i(spark, p, max_p) -> None:  
     aligned = align_to_key_groups(df, "user_id", parallelism=p, max_parallelism=max_p)
     assert aligned.rdd.getNumPartitions() == p
     seen = aligned.rdd.mapPartitionsWithIndex(
-        lambda i, rows: [(i, r[KEY_GROUP_COLUMN]) for r in rows]).collect()
+        lambda i, rows: [(i, r[KEY_GROUP_COLUMN]) for r in rows]
+    ).collect()
     assert len(seen) == 2000
     for index, kg in seen:
         assert kg in compute_key_group_range_for_operator_index(max_p, p, index)
 
 
 def test_replayed_checkpoint_is_a_no_op(spark, days, statecore_home) -> None:  # type: ignore[no-untyped-def]
-    first = clickstream.run(spark, spark.read.parquet(str(days[0])), checkpoint_id=7,
-                            job="replay", parallelism=2)
+    first = clickstream.run(
+        spark, spark.read.parquet(str(days[0])), checkpoint_id=7, job="replay", parallelism=2
+    )
     before = final_state(statecore_home, "replay")
     outputs(first)
-    again = clickstream.run(spark, spark.read.parquet(str(days[0])), checkpoint_id=7,
-                            job="replay", parallelism=2)
+    again = clickstream.run(
+        spark, spark.read.parquet(str(days[0])), checkpoint_id=7, job="replay", parallelism=2
+    )
     assert again.replayed and again.output.count() == 0
     assert final_state(statecore_home, "replay") == before
 
@@ -96,8 +101,11 @@ def test_failed_checkpoint_leaves_nothing_behind(spark, days, statecore_home, mo
     from statecore.snapshot import SnapshotTable
 
     def run(job: str, day: int, cp: int) -> None:
-        outputs(clickstream.run(spark, spark.read.parquet(str(days[day])), checkpoint_id=cp,
-                                job=job, parallelism=2))
+        outputs(
+            clickstream.run(
+                spark, spark.read.parquet(str(days[day])), checkpoint_id=cp, job=job, parallelism=2
+            )
+        )
 
     run("clean", 0, 1)
     run("clean", 1, 2)
@@ -137,20 +145,54 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(spark, statecore_home) ->
     out = T.StructType([T.StructField("k", T.StringType())])
     doubles = spark.createDataFrame([(1.5,)], "k double")
     with pytest.raises(KeyTypeError, match="key column 'k' has type double"):
-        keyed_process(doubles, key="k", function=WritesText(), output_schema=out, job="bad",
-                      checkpoint_id=1)
+        keyed_process(
+            doubles, key="k", function=WritesText(), output_schema=out, job="bad", checkpoint_id=1
+        )
     assert not Path(statecore_home.warehouse).exists()
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         assert catalog.list_jobs() == []
 
     strings = spark.createDataFrame([("a",), ("b",)], "k string")
     with pytest.raises(StateAccessError, match="does not match the declared type int64"):
-        keyed_process(strings, key="k", function=WritesText(), output_schema=out, job="bad",
-                      checkpoint_id=1, parallelism=2)
+        keyed_process(
+            strings,
+            key="k",
+            function=WritesText(),
+            output_schema=out,
+            job="bad",
+            checkpoint_id=1,
+            parallelism=2,
+        )
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         assert catalog.get_checkpoint("bad", 1).status is CheckpointStatus.FAILED
         assert catalog.latest_checkpoint("bad") is None
     with pytest.raises(MaxParallelismMismatchError, match="max parallelism"):
-        keyed_process(strings, key="k", function=WritesText(), output_schema=out, job="bad",
-                      checkpoint_id=2, parallelism=2, max_parallelism=256)
+        keyed_process(
+            strings,
+            key="k",
+            function=WritesText(),
+            output_schema=out,
+            job="bad",
+            checkpoint_id=2,
+            parallelism=2,
+            max_parallelism=256,
+        )
     assert isinstance(CheckpointCommitError("x"), Exception)
+
+
+@pytest.mark.parametrize("names", [{"job": "../../escaped"}, {"job": "ok", "operator": "a/b"}])
+def test_traversal_names_are_refused_before_anything_runs(
+    spark: Any, days: list[Path], statecore_home: StatecoreConfig, names: dict[str, str]
+) -> None:
+    bad = names.get("operator", names["job"])
+    with pytest.raises(ConfigError, match=f"name '{bad}'"):
+        clickstream.keyed_process(
+            spark.read.parquet(str(days[0])),
+            key="user_id",
+            function=clickstream.UserActivity(),
+            output_schema=clickstream.OUTPUT_SCHEMA,
+            checkpoint_id=1,
+            config=statecore_home,
+            **names,
+        )
+    assert not Path(statecore_home.home).exists() or not any(Path(statecore_home.home).rglob("*"))

@@ -12,11 +12,12 @@ from typing import Any
 import duckdb
 import pandas as pd
 import pytest
+from deltalake import DeltaTable
 from duckdb_extensions import import_extension
 from pyspark.sql import types as T
 
 from statecore.catalog import Catalog, CheckpointStatus
-from statecore.checkpoint import CheckpointCoordinator
+from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.errors import CheckpointCommitError, ConfigError
 from statecore.spark import keyed_process, keyed_process_batches
 from statecore.vectorized import RunningAggregate
@@ -35,10 +36,17 @@ def table_rows(path: Path) -> list[tuple[Any, ...]]:
 
 
 def run_per_record(spark: Any, frame: pd.DataFrame, checkpoint_id: int, out: Path) -> Any:
-    return keyed_process(spark.createDataFrame(frame, INPUT), key="user",
-                         function=PerRecordSum(), output_schema=OUTPUT, job="sink",
-                         checkpoint_id=checkpoint_id, parallelism=2, order_by=["seq"],
-                         output_table=str(out))
+    return keyed_process(
+        spark.createDataFrame(frame, INPUT),
+        key="user",
+        function=PerRecordSum(),
+        output_schema=OUTPUT,
+        job="sink",
+        checkpoint_id=checkpoint_id,
+        parallelism=2,
+        order_by=["seq"],
+        output_table=str(out),
+    )
 
 
 def test_each_checkpoint_appends_its_rows_once(spark, statecore_home, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -47,9 +55,16 @@ def test_each_checkpoint_appends_its_rows_once(spark, statecore_home, tmp_path) 
     run1 = run_per_record(spark, first, 1, out)
     assert sorted(map(tuple, run1.output.collect())) == expected_running(first.iloc[:0], first)
     run2 = keyed_process_batches(
-        spark.createDataFrame(second, INPUT), key="user",
-        function=RunningAggregate("amount", TOTAL, output="running"), output_schema=OUTPUT,
-        job="sink", checkpoint_id=2, parallelism=2, order_by=["seq"], output_table=str(out))
+        spark.createDataFrame(second, INPUT),
+        key="user",
+        function=RunningAggregate("amount", TOTAL, output="running"),
+        output_schema=OUTPUT,
+        job="sink",
+        checkpoint_id=2,
+        parallelism=2,
+        order_by=["seq"],
+        output_table=str(out),
+    )
     assert sorted(map(tuple, run2.output.collect())) == expected_running(first, second)
     everything = expected_running(first.iloc[:0], pd.concat([first, second]))
     assert table_rows(out) == everything
@@ -61,7 +76,8 @@ def test_each_checkpoint_appends_its_rows_once(spark, statecore_home, tmp_path) 
 
 
 def test_a_failure_after_the_output_commit_is_retried_without_duplicates(
-        spark, statecore_home, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    spark, statecore_home, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
     first, second = events(0, 300), events(300, 200)
     run_per_record(spark, first, 1, out)
@@ -71,6 +87,7 @@ def test_a_failure_after_the_output_commit_is_retried_without_duplicates(
         raise CheckpointCommitError("the driver died before completing the checkpoint")
 
     monkeypatch.setattr(CheckpointCoordinator, "commit", crash)
+    before_failure = sorted(p.name for p in out.glob("*.parquet"))
     with pytest.raises(CheckpointCommitError, match="driver died"):
         run_per_record(spark, second, 2, out)
     monkeypatch.setattr(CheckpointCoordinator, "commit", real_commit)
@@ -80,20 +97,34 @@ def test_a_failure_after_the_output_commit_is_retried_without_duplicates(
     assert retry.checkpoint.status is CheckpointStatus.COMPLETED
     assert sorted(map(tuple, retry.output.collect())) == expected_running(first, second)
     assert table_rows(out) == expected_running(first.iloc[:0], pd.concat([first, second]))
-    assert sorted(p.name for p in out.glob("*.parquet")) == files_before  # retry's files gone
+    # the abandoned attempt's output commit was rolled back: its files are no longer in the table
+    committed = {Path(uri).name for uri in DeltaTable(str(out)).file_uris()}
+    failed_attempt = set(files_before) - set(before_failure)
+    assert failed_attempt and not committed & failed_attempt
 
 
 def test_an_output_table_with_another_schema_is_refused(spark, statecore_home, tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
     run_per_record(spark, events(0, 100), 1, out)
-    other = T.StructType([T.StructField("user", T.StringType()),
-                          T.StructField("amount", T.DoubleType()),
-                          T.StructField("running", T.LongType())])
+    other = T.StructType(
+        [
+            T.StructField("user", T.StringType()),
+            T.StructField("amount", T.DoubleType()),
+            T.StructField("running", T.LongType()),
+        ]
+    )
     before = table_rows(out)
     with pytest.raises(ConfigError, match="has the schema"):
-        keyed_process(spark.createDataFrame(events(100, 50), INPUT), key="user",
-                      function=PerRecordSum(), output_schema=other, job="sink",
-                      checkpoint_id=2, parallelism=2, output_table=str(out))
+        keyed_process(
+            spark.createDataFrame(events(100, 50), INPUT),
+            key="user",
+            function=PerRecordSum(),
+            output_schema=other,
+            job="sink",
+            checkpoint_id=2,
+            parallelism=2,
+            output_table=str(out),
+        )
     assert table_rows(out) == before
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         assert catalog.get_checkpoint("sink", 2).status is CheckpointStatus.FAILED

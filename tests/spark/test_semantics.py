@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -33,15 +33,17 @@ pytestmark = pytest.mark.spark
 MINUTE = 60_000
 TTL = StateTtlConfig(ttl=timedelta(minutes=30), visibility=StateVisibility.NEVER_RETURN_EXPIRED)
 T0 = 1_800_000_000_000  # the processing-time clock of the first run
-DAY = datetime(2026, 1, 1, tzinfo=timezone.utc)
+DAY = datetime(2026, 1, 1, tzinfo=UTC)
 
-REMINDER_OUT = T.StructType([
-    T.StructField("user_id", T.StringType()),
-    T.StructField("what", T.StringType()),
-    T.StructField("at", T.LongType()),
-    T.StructField("count", T.LongType()),
-    T.StructField("amounts", T.LongType()),
-])
+REMINDER_OUT = T.StructType(
+    [
+        T.StructField("user_id", T.StringType()),
+        T.StructField("what", T.StringType()),
+        T.StructField("at", T.LongType()),
+        T.StructField("count", T.LongType()),
+        T.StructField("amounts", T.LongType()),
+    ]
+)
 
 
 class Reminders(KeyedProcessFunction):
@@ -66,8 +68,11 @@ class Reminders(KeyedProcessFunction):
 
 
 def events(spark: Any, users: range, start_minute: int, per_user: int) -> Any:
-    rows = [(f"u{u}", DAY + timedelta(minutes=start_minute + u + 7 * i), float(u + i))
-            for u in users for i in range(per_user)]
+    rows = [
+        (f"u{u}", DAY + timedelta(minutes=start_minute + u + 7 * i), float(u + i))
+        for u in users
+        for i in range(per_user)
+    ]
     return spark.createDataFrame(rows, "user_id string, ts timestamp, amount double")
 
 
@@ -87,11 +92,19 @@ def test_rescale_with_timers_and_ttl(spark: Any, statecore_home: StatecoreConfig
     watermarks = []
     for checkpoint_id, (users, start, per_user, p, now) in enumerate(runs, start=1):
         df = events(spark, users, start, per_user)
-        run = keyed_process(df, key="user_id", function=Reminders(), output_schema=REMINDER_OUT,
-                            job="reminders", checkpoint_id=checkpoint_id, parallelism=p,
-                            order_by=["ts"], event_time="ts",
-                            allowed_lateness=timedelta(minutes=5),
-                            processing_time=ManualTimeProvider(now))
+        run = keyed_process(
+            df,
+            key="user_id",
+            function=Reminders(),
+            output_schema=REMINDER_OUT,
+            job="reminders",
+            checkpoint_id=checkpoint_id,
+            parallelism=p,
+            order_by=["ts"],
+            event_time="ts",
+            allowed_lateness=timedelta(minutes=5),
+            processing_time=ManualTimeProvider(now),
+        )
         assert run.checkpoint.status is CheckpointStatus.COMPLETED
         assert run.checkpoint.parallelism == p
         outputs.append(collect(run))
@@ -103,7 +116,7 @@ def test_rescale_with_timers_and_ttl(spark: Any, statecore_home: StatecoreConfig
     assert set(fired.values()) == {1}, "every timer fires once"
     assert set(fired) == {t for t in registered if t[1] <= watermarks[-1]}
     for i, out in enumerate(outputs):  # timers fire in the run whose watermark passes them
-        for user, what, at, _, _ in out:
+        for _, what, at, _, _ in out:
             if what == "timer":
                 assert at <= watermarks[i] and (i == 0 or at > watermarks[i - 1])
     # run 2 (p=3) restored the counts written at p=2; run 3 never sees expired values
@@ -111,25 +124,33 @@ def test_rescale_with_timers_and_ttl(spark: Any, statecore_home: StatecoreConfig
     assert all(second[f"u{u}"] == 5 for u in range(10))
     third = sorted((r for r in outputs[2]), key=lambda r: (r[0], r[2]))
     assert [r[3] for r in third if r[1] == "event"] == [None, None, None]
-    for user, what, at, count, amounts in third:
+    for _, what, _, count, amounts in third:
         if what == "timer":
             assert count in (None, 1) and amounts <= 1  # only what run 3 wrote
-    pending = {(r["key"], r["timestamp"]) for r in run_sql(
-        Catalog.connect(statecore_home.catalog_url),
-        "SELECT key, timestamp FROM reminders.timers", job="reminders").to_pylist()}
+    pending = {
+        (r["key"], r["timestamp"])
+        for r in run_sql(
+            Catalog.connect(statecore_home.catalog_url),
+            "SELECT key, timestamp FROM reminders.timers",
+            job="reminders",
+        ).to_pylist()
+    }
     assert pending == {t for t in registered if t[1] > watermarks[-1]}
     with Catalog.connect(statecore_home.catalog_url) as catalog:
-        ttl_rows = run_sql(catalog, "SELECT key, value, ttl_timestamp FROM reminders.count",
-                           job="reminders").to_pylist()
+        ttl_rows = run_sql(
+            catalog, "SELECT key, value, ttl_timestamp FROM reminders.count", job="reminders"
+        ).to_pylist()
         kinds = {(t.state, t.table_kind) for t in catalog.latest_checkpoint("reminders").tables}
     assert {"ttl_timestamp"} <= set(ttl_rows[0])
-    assert {r["ttl_timestamp"] for r in ttl_rows if r["key"] in ("u5", "u6", "u7")} == \
-        {T0 + 60 * MINUTE}
+    assert {r["ttl_timestamp"] for r in ttl_rows if r["key"] in ("u5", "u6", "u7")} == {
+        T0 + 60 * MINUTE
+    }
     assert kinds == {("count", "keyed"), ("amounts", "keyed"), ("timers", "timers")}
 
 
-OFFSETS_OUT = T.StructType([T.StructField("user_id", T.StringType()),
-                            T.StructField("threshold", T.LongType())])
+OFFSETS_OUT = T.StructType(
+    [T.StructField("user_id", T.StringType()), T.StructField("threshold", T.LongType())]
+)
 
 
 class Offsets(KeyedProcessFunction, CheckpointedFunction):
@@ -162,16 +183,24 @@ def test_operator_state_1_3_2(spark: Any, statecore_home: StatecoreConfig) -> No
     df = spark.createDataFrame([(f"u{i}",) for i in range(12)], "user_id string")
     contents: dict[tuple[str, int], list[list[Any]]] = {}
     for checkpoint_id, p in enumerate((1, 3, 2), start=1):
-        run = keyed_process(df, key="user_id", function=Offsets(), output_schema=OFFSETS_OUT,
-                            job="offsets", checkpoint_id=checkpoint_id, parallelism=p)
+        run = keyed_process(
+            df,
+            key="user_id",
+            function=Offsets(),
+            output_schema=OFFSETS_OUT,
+            job="offsets",
+            checkpoint_id=checkpoint_id,
+            parallelism=p,
+        )
         rows = collect(run)
         assert len(rows) == 12
         if checkpoint_id > 1:  # every subtask restored the broadcast rules
             assert {r[1] for r in rows} == {7}
         with Catalog.connect(statecore_home.catalog_url) as catalog:
             for state in ("offsets", "more", "subtasks", "rules"):
-                table = run_sql(catalog, f"SELECT subtask, mode, value FROM offsets.{state}",
-                                job="offsets").to_pylist()
+                table = run_sql(
+                    catalog, f"SELECT subtask, mode, value FROM offsets.{state}", job="offsets"
+                ).to_pylist()
                 by_subtask: dict[int, list[Any]] = {}
                 for r in table:
                     by_subtask.setdefault(r["subtask"], []).append(r["value"])
@@ -179,8 +208,12 @@ def test_operator_state_1_3_2(spark: Any, statecore_home: StatecoreConfig) -> No
             records = {t.state: t for t in catalog.latest_checkpoint("offsets").tables}
             states = {s.name: s.kind for s in catalog.list_states("offsets")}
         assert records["offsets"].table_kind == "operator"
-        assert states == {"offsets": "operator_list", "more": "operator_list",
-                          "subtasks": "union_list", "rules": "broadcast"}
+        assert states == {
+            "offsets": "operator_list",
+            "more": "operator_list",
+            "subtasks": "union_list",
+            "rules": "broadcast",
+        }
     counts = {k: [len(part) for part in v] for k, v in contents.items()}
     # Split states in order of name: "more" (7 elements) puts its remainder on subtask 0, and
     # "offsets" (10) starts where "more" ran out of remainder (subtask 1), as Flink rotates it.
@@ -194,8 +227,9 @@ def test_operator_state_1_3_2(spark: Any, statecore_home: StatecoreConfig) -> No
     assert counts["rules", 3] == [1, 1, 1] and counts["rules", 2] == [1, 1]  # i % old_p
 
 
-TOTALS_OUT = T.StructType([T.StructField("user_id", T.StringType()),
-                           T.StructField("total", T.LongType())])
+TOTALS_OUT = T.StructType(
+    [T.StructField("user_id", T.StringType()), T.StructField("total", T.LongType())]
+)
 
 
 class Totals(KeyedProcessFunction):
@@ -211,54 +245,90 @@ class Totals(KeyedProcessFunction):
         yield ctx.current_key, total
 
 
-def test_schema_changes_are_checked_on_the_driver(spark: Any,
-                                                  statecore_home: StatecoreConfig) -> None:
+def test_schema_changes_are_checked_on_the_driver(
+    spark: Any, statecore_home: StatecoreConfig
+) -> None:
     import pyarrow as pa
 
     df = spark.createDataFrame([(f"u{i}",) for i in range(6)], "user_id string")
-    first = keyed_process(df, key="user_id", function=Totals(pa.int32()),
-                          output_schema=TOTALS_OUT, job="totals", checkpoint_id=1)
+    first = keyed_process(
+        df,
+        key="user_id",
+        function=Totals(pa.int32()),
+        output_schema=TOTALS_OUT,
+        job="totals",
+        checkpoint_id=1,
+    )
     collect(first)
     with pytest.raises(StateMigrationError, match="'totals'.*'main'.*'total'.*int32 to string"):
-        keyed_process(df, key="user_id", function=Totals(str), output_schema=TOTALS_OUT,
-                      job="totals", checkpoint_id=2)
+        keyed_process(
+            df,
+            key="user_id",
+            function=Totals(str),
+            output_schema=TOTALS_OUT,
+            job="totals",
+            checkpoint_id=2,
+        )
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         failed = catalog.get_checkpoint("totals", 2)
         assert failed.status is CheckpointStatus.FAILED and "StateMigrationError" in failed.error
         assert catalog.latest_checkpoint("totals").checkpoint_id == 1
-    widened = keyed_process(df, key="user_id", function=Totals(int), output_schema=TOTALS_OUT,
-                            job="totals", checkpoint_id=3, parallelism=3)
+    widened = keyed_process(
+        df,
+        key="user_id",
+        function=Totals(int),
+        output_schema=TOTALS_OUT,
+        job="totals",
+        checkpoint_id=3,
+        parallelism=3,
+    )
     assert sorted(collect(widened)) == [(f"u{i}", 2) for i in range(6)]
     with Catalog.connect(statecore_home.catalog_url) as catalog:
-        rows = run_sql(catalog, "SELECT typeof(value) AS t, count(*) AS n FROM totals.total "
-                       "GROUP BY 1", job="totals").to_pylist()
+        rows = run_sql(
+            catalog,
+            "SELECT typeof(value) AS t, count(*) AS n FROM totals.total GROUP BY 1",
+            job="totals",
+        ).to_pylist()
     assert rows == [{"t": "BIGINT", "n": 6}]  # every key group rewritten in the new schema
 
 
 def test_clickstream_keeps_offsets_and_rules_across_a_rescale(
-        spark: Any, statecore_home: StatecoreConfig, tmp_path: Any) -> None:
+    spark: Any, statecore_home: StatecoreConfig, tmp_path: Any
+) -> None:
     from jobs import clickstream
-    from statecore.demo import generate_clickstream
+    from statecore.cli.demo import generate_clickstream
 
     days = generate_clickstream(tmp_path, days=2, users=20, events_per_day=80)
-    first = clickstream.run(spark, spark.read.parquet(str(days[0])), checkpoint_id=1,
-                            job="clicks", parallelism=2)
+    first = clickstream.run(
+        spark, spark.read.parquet(str(days[0])), checkpoint_id=1, job="clicks", parallelism=2
+    )
     flagged = [r for r in first.output.collect() if r.flagged]
     first.output.unpersist()
     assert flagged and all(r.event_type in clickstream.DEFAULT_RULES for r in flagged)
-    second = clickstream.run(spark, spark.read.parquet(str(days[1])), checkpoint_id=2,
-                             job="clicks", parallelism=3, rules={"view": 0.0})
+    second = clickstream.run(
+        spark,
+        spark.read.parquet(str(days[1])),
+        checkpoint_id=2,
+        job="clicks",
+        parallelism=3,
+        rules={"view": 0.0},
+    )
     rows = second.output.collect()
     second.output.unpersist()
     assert {r.flagged for r in rows if r.event_type == "view"} == {True}
     assert {r.flagged for r in rows if r.event_type != "view"} == {False}
     with Catalog.connect(statecore_home.catalog_url) as catalog:
-        processed = run_sql(catalog, "SELECT subtask, value.checkpoint_id AS cp, "
-                            "value.events AS n FROM clicks.processed", job="clicks").to_pylist()
-        rules = run_sql(catalog, "SELECT subtask, user_key, value FROM clicks.rules",
-                        job="clicks").to_pylist()
+        processed = run_sql(
+            catalog,
+            "SELECT subtask, value.checkpoint_id AS cp, value.events AS n FROM clicks.processed",
+            job="clicks",
+        ).to_pylist()
+        rules = run_sql(
+            catalog, "SELECT subtask, user_key, value FROM clicks.rules", job="clicks"
+        ).to_pylist()
     assert sum(r["n"] for r in processed if r["cp"] == 1) == 80
     assert sum(r["n"] for r in processed if r["cp"] == 2) == 80
     assert {r["subtask"] for r in processed} <= {0, 1, 2}
     assert sorted((r["subtask"], r["user_key"], r["value"]) for r in rules) == [
-        (i, "view", 0.0) for i in range(3)]
+        (i, "view", 0.0) for i in range(3)
+    ]

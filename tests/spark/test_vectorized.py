@@ -26,9 +26,13 @@ pytestmark = pytest.mark.spark
 
 TOTAL = ValueStateDescriptor("total", int, default=0)
 INPUT = "user string, amount bigint, seq bigint"
-OUTPUT = T.StructType([T.StructField("user", T.StringType()),
-                       T.StructField("amount", T.LongType()),
-                       T.StructField("running", T.LongType())])
+OUTPUT = T.StructType(
+    [
+        T.StructField("user", T.StringType()),
+        T.StructField("amount", T.LongType()),
+        T.StructField("running", T.LongType()),
+    ]
+)
 
 
 class PerRecordSum(KeyedProcessFunction):
@@ -44,9 +48,13 @@ class PerRecordSum(KeyedProcessFunction):
 
 
 def events(start: int, n: int, users: int = 37) -> pd.DataFrame:
-    return pd.DataFrame({"user": [f"u{(i * 7) % users}" for i in range(start, start + n)],
-                         "amount": [(i * 13) % 50 for i in range(start, start + n)],
-                         "seq": list(range(start, start + n))})
+    return pd.DataFrame(
+        {
+            "user": [f"u{(i * 7) % users}" for i in range(start, start + n)],
+            "amount": [(i * 13) % 50 for i in range(start, start + n)],
+            "seq": list(range(start, start + n)),
+        }
+    )
 
 
 def expected_running(history: pd.DataFrame, frame: pd.DataFrame) -> list[tuple[str, int, int]]:
@@ -73,7 +81,8 @@ def collect(run: Any) -> list[tuple[Any, ...]]:
 
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
 def test_running_sum_hands_state_to_and_from_the_per_record_api(
-        spark, statecore_home, backend) -> None:  # type: ignore[no-untyped-def]
+    spark, statecore_home, backend
+) -> None:  # type: ignore[no-untyped-def]
     frames = [events(0, 400), events(400, 300), events(700, 300)]
     so_far = frames[0].iloc[:0]
     runs = [("vectorized", 1), ("per-record", 2), ("vectorized", 3)]
@@ -81,13 +90,29 @@ def test_running_sum_hands_state_to_and_from_the_per_record_api(
         df = spark.createDataFrame(frame, INPUT)
         if api == "vectorized":
             run = keyed_process_batches(
-                df, key="user", function=RunningAggregate("amount", TOTAL, output="running"),
-                output_schema=OUTPUT, job="mixed", checkpoint_id=checkpoint_id, parallelism=2,
-                order_by=["seq"], backend=backend, batch_rows=128)
+                df,
+                key="user",
+                function=RunningAggregate("amount", TOTAL, output="running"),
+                output_schema=OUTPUT,
+                job="mixed",
+                checkpoint_id=checkpoint_id,
+                parallelism=2,
+                order_by=["seq"],
+                backend=backend,
+                batch_rows=128,
+            )
         else:
-            run = keyed_process(df, key="user", function=PerRecordSum(), output_schema=OUTPUT,
-                                job="mixed", checkpoint_id=checkpoint_id, parallelism=2,
-                                order_by=["seq"], backend=backend)
+            run = keyed_process(
+                df,
+                key="user",
+                function=PerRecordSum(),
+                output_schema=OUTPUT,
+                job="mixed",
+                checkpoint_id=checkpoint_id,
+                parallelism=2,
+                order_by=["seq"],
+                backend=backend,
+            )
         assert run.checkpoint.status is CheckpointStatus.COMPLETED
         assert run.records == len(frame)
         assert collect(run) == expected_running(so_far, frame), api
@@ -98,14 +123,20 @@ def test_running_sum_hands_state_to_and_from_the_per_record_api(
 
 def test_aggregate_max_per_key_and_batch(spark, statecore_home) -> None:  # type: ignore[no-untyped-def]
     best = ValueStateDescriptor("best", int)
-    schema = T.StructType([T.StructField("user", T.StringType()),
-                           T.StructField("best", T.LongType())])
+    schema = T.StructType(
+        [T.StructField("user", T.StringType()), T.StructField("best", T.LongType())]
+    )
     first, second = events(0, 200), events(200, 200)
     for checkpoint_id, frame in enumerate([first, second], start=1):
         run = keyed_process_batches(
-            spark.createDataFrame(frame, INPUT), key="user",
+            spark.createDataFrame(frame, INPUT),
+            key="user",
             function=Aggregate("amount", best, "max", output="best", key="user"),
-            output_schema=schema, job="best", checkpoint_id=checkpoint_id, parallelism=2)
+            output_schema=schema,
+            job="best",
+            checkpoint_id=checkpoint_id,
+            parallelism=2,
+        )
         seen = pd.concat([first, second][:checkpoint_id])
         expected = seen.groupby("user")["amount"].max().astype(int)
         assert collect(run) == sorted(expected[frame["user"].unique()].items())
@@ -122,21 +153,29 @@ class Mean(KeyedBatchFunction):
     def process_batch(self, batch: KeyedBatch) -> pa.Table:
         frame = batch.rows.to_pandas().assign(code=batch.codes)
         per_key = frame.groupby("code")["amount"].agg(["sum", "count"])
-        sums = [s + float(per_key["sum"].get(i, 0)) for i, s in
-                enumerate(batch.values(self.sum))]
-        counts = [c + int(per_key["count"].get(i, 0)) for i, c in
-                  enumerate(batch.values(self.count))]
+        sums = [s + float(per_key["sum"].get(i, 0)) for i, s in enumerate(batch.values(self.sum))]
+        counts = [
+            c + int(per_key["count"].get(i, 0)) for i, c in enumerate(batch.values(self.count))
+        ]
         batch.update(self.sum, sums)
         batch.update(self.count, counts)
         return pa.table({"user": batch.keys, "mean": [s / c for s, c in zip(sums, counts)]})
 
 
 def test_custom_batch_function(spark, statecore_home) -> None:  # type: ignore[no-untyped-def]
-    schema = T.StructType([T.StructField("user", T.StringType()),
-                           T.StructField("mean", T.DoubleType())])
+    schema = T.StructType(
+        [T.StructField("user", T.StringType()), T.StructField("mean", T.DoubleType())]
+    )
     frame = events(0, 500)
-    run = keyed_process_batches(spark.createDataFrame(frame, INPUT), key="user", function=Mean(),
-                                output_schema=schema, job="mean", checkpoint_id=1, parallelism=2)
+    run = keyed_process_batches(
+        spark.createDataFrame(frame, INPUT),
+        key="user",
+        function=Mean(),
+        output_schema=schema,
+        job="mean",
+        checkpoint_id=1,
+        parallelism=2,
+    )
     expected = frame.groupby("user")["amount"].mean()
     got = dict(collect(run))
     assert got.keys() == set(expected.index)
@@ -146,22 +185,48 @@ def test_custom_batch_function(spark, statecore_home) -> None:  # type: ignore[n
 
 def test_bad_input_fails_the_checkpoint_and_commits_nothing(spark, statecore_home) -> None:  # type: ignore[no-untyped-def]
     good = spark.createDataFrame(events(0, 100), INPUT)
-    keyed_process_batches(good, key="user", function=RunningAggregate("amount", TOTAL),
-                          output_schema=OUTPUT, job="bad", checkpoint_id=1,
-                          parallelism=2).output.unpersist()
+    keyed_process_batches(
+        good,
+        key="user",
+        function=RunningAggregate("amount", TOTAL),
+        output_schema=OUTPUT,
+        job="bad",
+        checkpoint_id=1,
+        parallelism=2,
+    ).output.unpersist()
     before = state_of(statecore_home, "bad")
 
     with pytest.raises(ConfigError, match="not a KeyedBatchFunction"):
-        keyed_process_batches(good, key="user", function=PerRecordSum(),  # type: ignore[arg-type]
-                              output_schema=OUTPUT, job="bad", checkpoint_id=2)
+        keyed_process_batches(
+            good,
+            key="user",
+            function=PerRecordSum(),  # type: ignore[arg-type]
+            output_schema=OUTPUT,
+            job="bad",
+            checkpoint_id=2,
+        )
     nulls = spark.createDataFrame([("u1", None, 1)], INPUT)
     with pytest.raises(ConfigError, match="'amount' has 1 null values"):
-        keyed_process_batches(nulls, key="user", function=RunningAggregate("amount", TOTAL),
-                              output_schema=OUTPUT, job="bad", checkpoint_id=2, parallelism=2)
+        keyed_process_batches(
+            nulls,
+            key="user",
+            function=RunningAggregate("amount", TOTAL),
+            output_schema=OUTPUT,
+            job="bad",
+            checkpoint_id=2,
+            parallelism=2,
+        )
     wrong = T.StructType([*OUTPUT.fields[:2], T.StructField("total", T.LongType())])
     with pytest.raises(ConfigError, match=r"no column\(s\) \['total'\]"):
-        keyed_process_batches(good, key="user", function=RunningAggregate("amount", TOTAL),
-                              output_schema=wrong, job="bad", checkpoint_id=3, parallelism=2)
+        keyed_process_batches(
+            good,
+            key="user",
+            function=RunningAggregate("amount", TOTAL),
+            output_schema=wrong,
+            job="bad",
+            checkpoint_id=3,
+            parallelism=2,
+        )
     with pytest.raises(ConfigError, match="needs an int or float ValueState"):
         RunningAggregate("amount", ValueStateDescriptor("names", str))
 

@@ -16,8 +16,9 @@ from statecore.spark import KeyedRun, keyed_process
 from statecore.ttl import StateTtlConfig, TtlTimeProvider
 
 TTL = timedelta(hours=2)
-OUTPUT = T.StructType([T.StructField("user", T.StringType()),
-                       T.StructField("visits", T.LongType())])
+OUTPUT = T.StructType(
+    [T.StructField("user", T.StringType()), T.StructField("visits", T.LongType())]
+)
 
 
 class Sessions(KeyedProcessFunction):
@@ -38,10 +39,25 @@ def visits(spark: SparkSession, users: list[str], page: str) -> DataFrame:
     return spark.createDataFrame([(u, page) for u in users], "user string, page string")
 
 
-def run(spark: SparkSession, events: DataFrame, *, checkpoint_id: int, config: StatecoreConfig,
-        clock: TtlTimeProvider) -> KeyedRun:
-    result = keyed_process(events, key="user", function=Sessions(), output_schema=OUTPUT,
-                           job="sessions", checkpoint_id=checkpoint_id, parallelism=2,
-                           order_by=["page"], config=config, processing_time=clock)
+def run(
+    spark: SparkSession,
+    events: DataFrame,
+    *,
+    checkpoint_id: int,
+    config: StatecoreConfig,
+    clock: TtlTimeProvider,
+) -> KeyedRun:
+    result = keyed_process(
+        events,
+        key="user",
+        function=Sessions(),
+        output_schema=OUTPUT,
+        job="sessions",
+        checkpoint_id=checkpoint_id,
+        parallelism=2,
+        order_by=["page"],
+        config=config,
+        processing_time=clock,
+    )
     result.output.unpersist()
     return result

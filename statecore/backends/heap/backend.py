@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +22,7 @@ from statecore.state import VOID_NAMESPACE, State
 
 __all__ = ["HeapKeyedStateBackend"]
 
-_STATE_CLASSES = {
+_STATE_CLASSES: dict[StateKind, Callable[[HeapKeyedStateBackend, StateTable], State]] = {
     StateKind.VALUE: HeapValueState,
     StateKind.LIST: HeapListState,
     StateKind.MAP: HeapMapState,
@@ -38,14 +38,15 @@ class _CleanupCursor:
     __slots__ = ("maps", "key_group", "by_key", "keys")
 
     def __init__(self, table: StateTable) -> None:
-        self.maps = iter([(kg, by_key) for by_kg in table.namespaces.values()
-                          for kg, by_key in by_kg.items()])
+        self.maps = iter(
+            [(kg, by_key) for by_kg in table.namespaces.values() for kg, by_key in by_kg.items()]
+        )
         self.key_group = -1
         self.by_key: dict[Any, Any] = {}
         self.keys: list[Any] = []
 
     def advance(self) -> bool:
-        for self.key_group, self.by_key in self.maps:
+        for self.key_group, self.by_key in self.maps:  # noqa: B020 (the cursor's own fields)
             if self.by_key:
                 self.keys = list(self.by_key)
                 return True
@@ -76,7 +77,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def _create_state(self, descriptor: StateDescriptor) -> State:
         table = self._tables[descriptor.name] = StateTable(descriptor)
-        return _STATE_CLASSES[descriptor.kind](self, table)  # type: ignore[abstract]
+        return _STATE_CLASSES[descriptor.kind](self, table)
 
     def _table(self, state_name: str) -> StateTable:
         self.descriptor(state_name)  # raises UnknownStateError
@@ -144,14 +145,22 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         schema = snapshot_schema(self.key_type, descriptor)
         info = descriptor.value_info
         try:
-            columns = [pa.array(keys, schema.field("key").type),
-                       pa.concat_arrays([pa.repeat(pa.scalar(namespace, pa.string()), n)
-                                         for namespace, n in runs])
-                       if runs else pa.array([], pa.string())]
+            columns = [
+                pa.array(keys, schema.field("key").type),
+                pa.concat_arrays(
+                    [pa.repeat(pa.scalar(namespace, pa.string()), n) for namespace, n in runs]
+                )
+                if runs
+                else pa.array([], pa.string()),
+            ]
             if is_map:
                 assert descriptor.user_key_info is not None
-                columns.append(pa.array(descriptor.user_key_info.to_storage(user_keys),
-                                        schema.field("user_key").type))
+                columns.append(
+                    pa.array(
+                        descriptor.user_key_info.to_storage(user_keys),
+                        schema.field("user_key").type,
+                    )
+                )
             columns.append(pa.array(info.to_storage(values), schema.field("value").type))
             return pa.Table.from_arrays(columns, schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:

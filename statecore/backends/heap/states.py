@@ -8,13 +8,12 @@ look-ups with no allocation, and a snapshot or restore touches one key group at 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from statecore.backends.merging import NO_ACCUMULATOR, accumulation_for
 from statecore.descriptors import (
-    AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
-    ReducingStateDescriptor,
     StateDescriptor,
     ValueStateDescriptor,
 )
@@ -24,6 +23,7 @@ from statecore.state import (
     AggregatingState,
     ListState,
     MapState,
+    MergingState,
     ReducingState,
     ValueState,
 )
@@ -32,8 +32,14 @@ from statecore.types import TypeInfo
 if TYPE_CHECKING:
     from statecore.backends.heap.backend import HeapKeyedStateBackend
 
-__all__ = ["StateTable", "HeapValueState", "HeapListState", "HeapMapState",
-           "HeapReducingState", "HeapAggregatingState"]
+__all__ = [
+    "StateTable",
+    "HeapValueState",
+    "HeapListState",
+    "HeapMapState",
+    "HeapReducingState",
+    "HeapAggregatingState",
+]
 
 _MISSING: Any = object()
 
@@ -50,10 +56,11 @@ class StateTable:
 
 
 class _HeapState:
-    """The current key's map for this state and namespace, fetched per access."""
+    """The current key's map for this state and namespace, fetched per access from the
+    backend's :class:`~statecore.backends.context.KeyContext`."""
 
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
-        self._backend = backend
+        self._current = backend.key_context
         self._table = table
         self._name = table.descriptor.name
         self._by_kg = table.namespaces.setdefault(VOID_NAMESPACE, {})
@@ -65,20 +72,21 @@ class _HeapState:
             )
         self._by_kg = self._table.namespaces.setdefault(namespace, {})
 
+    def _no_key(self) -> NoReturn:
+        raise StateAccessError(
+            f"state {self._name!r} used outside a keyed context (no current key)"
+        )
+
     def _read_map(self) -> dict[Any, Any] | None:
-        kg = self._backend._kg
+        kg = self._current.key_group
         if kg is None:
-            raise StateAccessError(
-                f"state {self._name!r} read outside a keyed context (no current key)"
-            )
+            self._no_key()
         return self._by_kg.get(kg)
 
     def _write_map(self) -> dict[Any, Any]:
-        kg = self._backend._kg
+        kg = self._current.key_group
         if kg is None:
-            raise StateAccessError(
-                f"state {self._name!r} written outside a keyed context (no current key)"
-            )
+            self._no_key()
         self._table.dirty.add(kg)
         m = self._by_kg.get(kg)
         if m is None:
@@ -89,19 +97,24 @@ class _HeapState:
         info.check(value, state=self._name, what=what)
 
     def clear(self) -> None:
-        m = self._read_map()
-        if m is not None and self._backend._key in m:
-            del m[self._backend._key]
-            self._table.dirty.add(self._backend._kg)  # type: ignore[arg-type]
-
-    def _merge_namespaces(self, target: str, sources: Iterable[str],
-                          merge: Callable[[Any, Any], Any]) -> None:
-        """Flink's ``AbstractHeapMergingState.mergeNamespaces`` over stored values."""
-        kg = self._backend._kg
+        current = self._current
+        kg = current.key_group
         if kg is None:
-            raise StateAccessError(
-                f"state {self._name!r} merged outside a keyed context (no current key)")
-        key = self._backend._key
+            self._no_key()
+        m = self._by_kg.get(kg)
+        if m is not None and current.key in m:
+            del m[current.key]
+            self._table.dirty.add(kg)
+
+    def _merge_namespaces(
+        self, target: str, sources: Iterable[str], merge: Callable[[Any, Any], Any]
+    ) -> None:
+        """Flink's ``AbstractHeapMergingState.mergeNamespaces`` over stored values."""
+        current = self._current
+        kg = current.key_group
+        if kg is None:
+            self._no_key()
+        key = current.key
         namespaces = self._table.namespaces
         merged = _MISSING
         for source in sources:
@@ -130,12 +143,12 @@ class HeapValueState(_HeapState, ValueState):
 
     def value(self) -> Any:
         # The per-record path: inlined look-ups, no allocation (stored values are never None).
-        backend = self._backend
-        kg = backend._kg
+        current = self._current
+        kg = current.key_group
         if kg is None:
-            self._read_map()  # raises: no current key
-        m = self._by_kg.get(kg)  # type: ignore[arg-type]
-        return self._default if m is None else m.get(backend._key, self._default)
+            self._no_key()
+        m = self._by_kg.get(kg)
+        return self._default if m is None else m.get(current.key, self._default)
 
     def update(self, value: Any) -> None:
         if value.__class__ not in self._accepted:
@@ -143,15 +156,15 @@ class HeapValueState(_HeapState, ValueState):
                 self.clear()
                 return
             self._check(self._info, value)
-        backend = self._backend
-        kg = backend._kg
+        current = self._current
+        kg = current.key_group
         if kg is None:
-            self._write_map()  # raises: no current key
-        self._dirty.add(kg)  # type: ignore[arg-type]
-        m = self._by_kg.get(kg)  # type: ignore[arg-type]
+            self._no_key()
+        self._dirty.add(kg)
+        m = self._by_kg.get(kg)
         if m is None:
-            m = self._by_kg[kg] = {}  # type: ignore[index]
-        m[backend._key] = value
+            m = self._by_kg[kg] = {}
+        m[current.key] = value
 
 
 class HeapListState(_HeapState, ListState):
@@ -165,14 +178,14 @@ class HeapListState(_HeapState, ListState):
         m = self._read_map()
         if m is None:
             return []
-        return list(m.get(self._backend._key, ()))
+        return list(m.get(self._current.key, ()))
 
     def add(self, value: Any) -> None:
         self._check(self._info, value, "list element")
         m = self._write_map()
-        current = m.get(self._backend._key)
+        current = m.get(self._current.key)
         if current is None:
-            m[self._backend._key] = [value]
+            m[self._current.key] = [value]
         else:
             current.append(value)
 
@@ -188,16 +201,16 @@ class HeapListState(_HeapState, ListState):
         values = self._checked(values)
         if values:
             m = self._write_map()
-            current = m.get(self._backend._key)
+            current = m.get(self._current.key)
             if current is None:
-                m[self._backend._key] = values
+                m[self._current.key] = values
             else:
                 current.extend(values)
 
     def update(self, values: Iterable[Any]) -> None:
         values = self._checked(values)
         if values:
-            self._write_map()[self._backend._key] = values
+            self._write_map()[self._current.key] = values
         else:
             self.clear()
 
@@ -215,7 +228,7 @@ class HeapMapState(_HeapState, MapState):
 
     def _entries(self) -> dict[Any, Any] | None:
         m = self._read_map()
-        return None if m is None else m.get(self._backend._key)
+        return None if m is None else m.get(self._current.key)
 
     def get(self, key: Any) -> Any:
         entries = self._entries()
@@ -226,9 +239,9 @@ class HeapMapState(_HeapState, MapState):
         if value is not None:
             self._check(self._info, value, "map value")
         m = self._write_map()
-        entries = m.get(self._backend._key)
+        entries = m.get(self._current.key)
         if entries is None:
-            m[self._backend._key] = {key: value}
+            m[self._current.key] = {key: value}
         else:
             entries[key] = value
 
@@ -242,7 +255,7 @@ class HeapMapState(_HeapState, MapState):
             del entries[key]
             m = self._write_map()
             if not entries:
-                del m[self._backend._key]
+                del m[self._current.key]
 
     def contains(self, key: Any) -> bool:
         entries = self._entries()
@@ -260,52 +273,36 @@ class HeapMapState(_HeapState, MapState):
         return len(entries) if entries else 0
 
 
-class HeapReducingState(_HeapState, ReducingState):
+class _HeapMergingState(_HeapState, MergingState):
+    """Reducing and aggregating state: one accumulator per key and namespace, kept as is
+    (what is added and merged is the descriptor's :class:`~statecore.backends.merging.Accumulation`;
+    Flink's ``AbstractHeapMergingState``)."""
+
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
         super().__init__(backend, table)
-        descriptor = table.descriptor
-        assert isinstance(descriptor, ReducingStateDescriptor)
-        self._reduce = descriptor.reduce_function
-        self._info = descriptor.value_info
-
-    def get(self) -> Any:
-        m = self._read_map()
-        return None if m is None else m.get(self._backend._key)
-
-    def add(self, value: Any) -> None:
-        self._check(self._info, value)
-        m = self._write_map()
-        key = self._backend._key
-        current = m.get(key)
-        m[key] = value if current is None else self._reduce(current, value)
-
-    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
-        self._merge_namespaces(target, sources, self._reduce)
-
-
-class HeapAggregatingState(_HeapState, AggregatingState):
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
-        super().__init__(backend, table)
-        descriptor = table.descriptor
-        assert isinstance(descriptor, AggregatingStateDescriptor)
-        self._function = descriptor.aggregate_function
+        self._accumulation = accumulation_for(table.descriptor)
 
     def get(self) -> Any:
         m = self._read_map()
         if m is None:
             return None
-        acc = m.get(self._backend._key, _MISSING)
-        return None if acc is _MISSING else self._function.get_result(acc)
+        accumulator = m.get(self._current.key, NO_ACCUMULATOR)
+        return None if accumulator is NO_ACCUMULATOR else self._accumulation.result(accumulator)
 
     def add(self, value: Any) -> None:
-        if value is None:
-            raise StateAccessError(f"state {self._name!r}: cannot add None")
+        accumulation = self._accumulation
+        accumulation.check(value)
         m = self._write_map()
-        key = self._backend._key
-        acc = m.get(key, _MISSING)
-        if acc is _MISSING:
-            acc = self._function.create_accumulator()
-        m[key] = self._function.add(value, acc)
+        key = self._current.key
+        m[key] = accumulation.add(m.get(key, NO_ACCUMULATOR), value)
 
     def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
-        self._merge_namespaces(target, sources, self._function.merge)
+        self._merge_namespaces(target, sources, self._accumulation.merge)
+
+
+class HeapReducingState(_HeapMergingState, ReducingState):
+    pass
+
+
+class HeapAggregatingState(_HeapMergingState, AggregatingState):
+    pass

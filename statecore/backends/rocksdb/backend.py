@@ -19,8 +19,8 @@ import logging
 import os
 import struct
 import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -111,15 +111,18 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         options: RocksDBOptions | None = None,
         scope: TaskScope | None = None,
     ) -> None:
-        super().__init__(key_type=key_type, key_group_range=key_group_range,
-                         max_parallelism=max_parallelism, restore_source=restore_source,
-                         ttl_time_provider=ttl_time_provider)
+        super().__init__(
+            key_type=key_type,
+            key_group_range=key_group_range,
+            max_parallelism=max_parallelism,
+            restore_source=restore_source,
+            ttl_time_provider=ttl_time_provider,
+        )
         self.options = options or RocksDBOptions()
         self.scope = scope
         self._layout = KeyLayout(key_type.arrow)
         self._make_prefix = self._layout.prefix_function()
         self._first_kg, self._last_kg = key_group_range.start, key_group_range.end
-        self._prefix: bytes | None = None
         self._key_cache: dict[Any, tuple[int, bytes]] = {}
         self._columns: dict[str, StateColumn] = {}
         self._pending: LocalManifest | None = None
@@ -130,7 +133,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._ingested: set[int] = set()
         self._cleanup: dict[str, CleanupCursor] = {}
         self._metrics: dict[str, int] = {
-            "reused_key_groups": 0, "clipped_key_groups": 0, "ingested_key_groups": 0,
+            "reused_key_groups": 0,
+            "clipped_key_groups": 0,
+            "ingested_key_groups": 0,
             "ingested_rows": 0,
         }
         self._db_options = self.options.to_options()
@@ -157,7 +162,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             return LocalInstance.temporary(self.options.local_directory)
         root = self.options.local_directory or os.path.join(scope.home, "rocksdb")
         return LocalInstance.claim(
-            root, job=scope.job, operator=scope.operator, key_groups=self.key_group_range,
+            root,
+            job=scope.job,
+            operator=scope.operator,
+            key_groups=self.key_group_range,
             max_parallelism=self.max_parallelism,
             restored_checkpoint_id=scope.restored_checkpoint_id,
             restored_files=scope.restored_files,
@@ -167,8 +175,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         path = str(local.db_path)
         families: dict[str, rocksdict.Options] = {}
         if local.reused is not None:
-            families = {name: self._db_options for name in rocksdict.Rdict.list_cf(path)
-                        if name != "default"}
+            families = {
+                name: self._db_options
+                for name in rocksdict.Rdict.list_cf(path)
+                if name != "default"
+            }
         db = rocksdict.Rdict(path, self._db_options, column_families=families or None)
         self._families = set(families)
         db.set_write_options(self._write_options)
@@ -180,11 +191,17 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         shared = theirs.intersection(mine)
         db = self._resources.db
         families = sorted(n for n in self._families if n.startswith(_CF_PREFIX))
-        self._materialized = {n[len(_CF_PREFIX):] for n in families} & set(manifest.files)
-        clip = [r for r in (KeyGroupRange(theirs.start, mine.start - 1),
-                            KeyGroupRange(mine.end + 1, theirs.end)) if len(r)]
+        self._materialized = {n[len(_CF_PREFIX) :] for n in families} & set(manifest.files)
+        clip = [
+            r
+            for r in (
+                KeyGroupRange(theirs.start, mine.start - 1),
+                KeyGroupRange(mine.end + 1, theirs.end),
+            )
+            if len(r)
+        ]
         for name in families:
-            if name[len(_CF_PREFIX):] not in self._materialized:
+            if name[len(_CF_PREFIX) :] not in self._materialized:
                 db.drop_column_family(name)
                 self._families.discard(name)
                 continue
@@ -201,21 +218,21 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self._complete = set(self._materialized)
         self._metrics["reused_key_groups"] = len(shared)
         self._metrics["clipped_key_groups"] = sum(len(r) for r in clip)
-        log.info("reused local RocksDB state at checkpoint %s for key groups %s..%s "
-                 "(%d clipped, %d to ingest): %s", manifest.checkpoint_id, mine.start, mine.end,
-                 self._metrics["clipped_key_groups"], len(self._missing),
-                 self._resources.local.path)
+        log.info(
+            "reused local RocksDB state at checkpoint %s for key groups %s..%s "
+            "(%d clipped, %d to ingest): %s",
+            manifest.checkpoint_id,
+            mine.start,
+            mine.end,
+            self._metrics["clipped_key_groups"],
+            len(self._missing),
+            self._resources.local.path,
+        )
 
     def restore_metrics(self) -> dict[str, int]:
         """``reused_key_groups`` (from the local instance), ``clipped_key_groups``,
         ``ingested_key_groups`` and ``ingested_rows`` (bulk-loaded from the snapshot)."""
         return dict(self._metrics)
-
-    @property
-    def reused_checkpoint_id(self) -> int | None:
-        """The checkpoint whose local instance this backend reopened, if it did."""
-        reused = self._resources.local.reused
-        return None if reused is None else reused.checkpoint_id
 
     @property
     def directory(self) -> str:
@@ -227,8 +244,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             cached = self._key_cache.get(key)
             if cached is None:
                 cached = self._new_key(key)
-            self._key = key
-            self._kg, self._prefix = cached
+            context = self.key_context
+            context.key = key
+            context.key_group, context.prefix = cached
         else:
             if not self._first_kg <= key_group <= self._last_kg:
                 super().set_current_key(key, key_group)  # raises KeyGroupOutOfRangeError
@@ -236,9 +254,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 prefix = self._make_prefix(key, key_group)
             except (AttributeError, TypeError, struct.error, OverflowError) as exc:
                 raise self._key_type_error(key) from exc
-            self._key = key
-            self._kg = key_group
-            self._prefix = prefix
+            context = self.key_context
+            context.key = key
+            context.key_group = key_group
+            context.prefix = prefix
         if self._key_listeners:
             for listener in self._key_listeners:
                 listener()
@@ -258,17 +277,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return entry
 
     def _key_type_error(self, key: Any) -> KeyTypeError:
-        return KeyTypeError(f"key {key!r} of type {type(key).__name__} does not match the "
-                            f"backend's key type {self.key_type.arrow}")
-
-    def apply_to_all_keys(self, descriptor: StateDescriptor,
-                          function: Callable[[Any, State], None],
-                          namespace: str = VOID_NAMESPACE) -> None:
-        previous = self._prefix
-        try:
-            super().apply_to_all_keys(descriptor, function, namespace)
-        finally:
-            self._prefix = previous
+        return KeyTypeError(
+            f"key {key!r} of type {type(key).__name__} does not match the "
+            f"backend's key type {self.key_type.arrow}"
+        )
 
     # -- states ----------------------------------------------------------------------------
     def _create_state(self, descriptor: StateDescriptor) -> State:
@@ -292,11 +304,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         value_class = cached_class(descriptor.value_info)
         capacity = self.options.value_cache_entries
         if descriptor.kind is StateKind.VALUE and value_class is not None and capacity:
-            column.cache = ValueCache(capacity=capacity, value_class=value_class,
-                                      handle=partial(self._cf_handle, descriptor.name),
-                                      write=self._write)
+            column.cache = ValueCache(
+                capacity=capacity,
+                value_class=value_class,
+                handle=partial(self._cf_handle, descriptor.name),
+                write=self._write,
+            )
             return RocksDBCachedValueState(self, column)
-        return STATE_CLASSES[descriptor.kind](self, column)  # type: ignore[return-value]
+        return STATE_CLASSES[descriptor.kind](self, column)
 
     def _schema(self, descriptor: StateDescriptor) -> str:
         return schema_to_text(snapshot_schema(self.key_type, descriptor))
@@ -312,16 +327,21 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self._ingest(state_name, chunks)
         self._complete.add(state_name)
 
-    def _ingest(self, state_name: str, chunks: Iterable[tuple[int, pa.Table]], *,
-                stored: bool = False) -> None:
+    def _ingest(
+        self, state_name: str, chunks: Iterable[tuple[int, pa.Table]], *, stored: bool = False
+    ) -> None:
         column = self._column(state_name)
         if column.cache is not None:
             column.cache.clear()  # the loaded entries replace what the cache holds
         if not stored:
             chunks = ((kg, self._stored_rows(state_name, rows)) for kg, rows in chunks)
         count, key_groups = ingest_key_groups(
-            column.cf, column, chunks, directory=self._resources.local.ingest_path,
-            options=self._db_options)
+            column.cf,
+            column,
+            chunks,
+            directory=self._resources.local.ingest_path,
+            options=self._db_options,
+        )
         self._ingested.update(key_groups)
         self._metrics["ingested_rows"] += count
         self._metrics["ingested_key_groups"] = len(self._ingested)
@@ -335,7 +355,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         handle = handles.get(state_name)
         if handle is None:
             handle = handles[state_name] = self._resources.db.get_column_family_handle(
-                _cf_name(state_name))
+                _cf_name(state_name)
+            )
         return handle
 
     def _write(self, batch: rocksdict.WriteBatch) -> None:
@@ -378,8 +399,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return changed
 
     # -- iteration -------------------------------------------------------------------------
-    def _scan(self, column: StateColumn, first: int, last: int | None = None) -> list[
-            tuple[bytes, bytes]]:
+    def _scan(
+        self, column: StateColumn, first: int, last: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
         """Every entry of key groups ``first..last``, read into a list (no open iterator)."""
         if column.cache is not None:
             column.cache.flush()
@@ -425,8 +447,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _restore_key_group(self, state_name: str, key_group: int, rows: pa.Table) -> None:
         self._ingest(state_name, [(key_group, rows)], stored=True)
 
-    def on_snapshot_written(self, checkpoint_id: int,
-                            written: Mapping[str, Mapping[int, Sequence[str]]]) -> None:
+    def on_snapshot_written(
+        self, checkpoint_id: int, written: Mapping[str, Mapping[int, Sequence[str]]]
+    ) -> None:
         """Remember the files of checkpoint ``checkpoint_id``; published on :meth:`close`."""
         scope = self.scope
         if scope is None:
@@ -436,18 +459,28 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         reused = self._resources.local.reused
         files: dict[str, dict[int, tuple[str, ...]]] = {}
         for state in self._complete:
-            by_kg = {kg: tuple(p) for kg, p in scope.restored_files.get(state, {}).items()
-                     if kg in mine}
+            by_kg = {
+                kg: tuple(p) for kg, p in scope.restored_files.get(state, {}).items() if kg in mine
+            }
             for kg, paths in written.get(state, {}).items():
                 by_kg[kg] = tuple(paths)
             files[state] = {kg: p for kg, p in by_kg.items() if p}
-        schemas = {state: self._schema(self._columns[state].descriptor) for state in files
-                   if state in self._columns}
+        schemas = {
+            state: self._schema(self._columns[state].descriptor)
+            for state in files
+            if state in self._columns
+        }
         if reused is not None:
             schemas = {**{s: t for s, t in reused.schemas.items() if s in files}, **schemas}
         self._pending = LocalManifest(
-            job=scope.job, operator=scope.operator, max_parallelism=self.max_parallelism,
-            key_groups=mine, checkpoint_id=checkpoint_id, files=files, schemas=schemas)
+            job=scope.job,
+            operator=scope.operator,
+            max_parallelism=self.max_parallelism,
+            key_groups=mine,
+            checkpoint_id=checkpoint_id,
+            files=files,
+            schemas=schemas,
+        )
 
     def close(self) -> None:
         """Close the database; publish the local instance when a snapshot was its last write."""
@@ -457,7 +490,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self.flush()
         except BaseException:
             self._finalizer.detach()
-            self._prefix = None
+            self.key_context.clear()  # a state used after close fails: no current key
             self._resources.close()
             raise
         finally:
@@ -468,5 +501,5 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         if manifest is not None and any(c.dirty for c in self._columns.values()):
             manifest = None  # written after the snapshot: not the checkpoint's state
         self._finalizer.detach()
-        self._prefix = None
+        self.key_context.clear()  # a state used after close fails: no current key
         self._resources.close(manifest)

@@ -34,8 +34,11 @@ def rows_to_entries(
         keys = rows.column("key").to_pylist()
         namespaces = rows.column("namespace").to_pylist()
         values = rows.column("value").to_pylist()
-        user_keys: list[Any] = (rows.column("user_key").to_pylist()
-                                if column.kind is StateKind.MAP else [None] * len(keys))
+        user_keys: list[Any] = (
+            rows.column("user_key").to_pylist()
+            if column.kind is StateKind.MAP
+            else [None] * len(keys)
+        )
     except KeyError as exc:
         raise CorruptSnapshotError(
             f"state {column.name!r}, key group {key_group}: snapshot rows lack a column: {exc}"
@@ -72,8 +75,12 @@ def _by_key_group(chunks: Iterable[tuple[int, pa.Table]]) -> Iterator[tuple[int,
 
 
 def ingest_key_groups(
-    cf: rocksdict.Rdict, column: StateColumn, chunks: Iterable[tuple[int, pa.Table]], *,
-    directory: Path, options: rocksdict.Options,
+    cf: rocksdict.Rdict,
+    column: StateColumn,
+    chunks: Iterable[tuple[int, pa.Table]],
+    *,
+    directory: Path,
+    options: rocksdict.Options,
 ) -> tuple[int, set[int]]:
     """Bulk-load ``(key_group, rows)`` chunks into ``cf``; ``(entries, key groups)`` loaded."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -101,8 +108,9 @@ def ingest_key_groups(
             if not entries:
                 continue
             loaded.add(key_group)
-            if writer is not None and (entries[0][0] <= (last or b"")
-                                       or writer.file_size() > _MAX_FILE_BYTES):
+            if writer is not None and (
+                entries[0][0] <= (last or b"") or writer.file_size() > _MAX_FILE_BYTES
+            ):
                 finish()
             if writer is None:
                 path = directory / f"{column.name}-{uuid.uuid4().hex[:12]}.sst"

@@ -42,10 +42,15 @@ MISSING: Final = object()
 """What ``ValueCache.values.get(key, MISSING)`` returns for a key the cache does not know."""
 
 _OWN_CLASSES: dict[pa.DataType, type] = {
-    pa.int64(): int, pa.int32(): int, pa.int16(): int, pa.int8(): int,
+    pa.int64(): int,
+    pa.int32(): int,
+    pa.int16(): int,
+    pa.int8(): int,
     pa.float64(): float,
-    pa.string(): str, pa.large_string(): str,
-    pa.binary(): bytes, pa.large_binary(): bytes,
+    pa.string(): str,
+    pa.large_string(): str,
+    pa.binary(): bytes,
+    pa.large_binary(): bytes,
     pa.bool_(): bool,
 }
 
@@ -62,8 +67,14 @@ class ValueCache:
 
     __slots__ = ("values", "pending", "capacity", "value_class", "_handle", "_write")
 
-    def __init__(self, *, capacity: int, value_class: type, handle: Callable[[], Any],
-                 write: Callable[[rocksdict.WriteBatch], None]) -> None:
+    def __init__(
+        self,
+        *,
+        capacity: int,
+        value_class: type,
+        handle: Callable[[], Any],
+        write: Callable[[rocksdict.WriteBatch], None],
+    ) -> None:
         self.values: dict[bytes, Any] = {}
         """RocksDB key -> value (``None``: no value)."""
         self.pending: dict[bytes, bytes | None] = {}

@@ -34,8 +34,15 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["Codec", "codec_for", "write_varint", "read_varint", "encode_length", "is_ttl_struct",
-           "TTL_STAMP"]
+__all__ = [
+    "Codec",
+    "codec_for",
+    "write_varint",
+    "read_varint",
+    "encode_length",
+    "is_ttl_struct",
+    "TTL_STAMP",
+]
 
 Write = Callable[[Any, bytearray], None]
 Read = Callable[[bytes, int], tuple[Any, int]]
@@ -81,8 +88,15 @@ class Codec:
 
     __slots__ = ("arrow", "encode", "decode", "write", "read")
 
-    def __init__(self, arrow: pa.DataType, *, encode: Callable[[Any], bytes],
-                 decode: Callable[[bytes], Any], write: Write, read: Read) -> None:
+    def __init__(
+        self,
+        arrow: pa.DataType,
+        *,
+        encode: Callable[[Any], bytes],
+        decode: Callable[[bytes], Any],
+        write: Write,
+        read: Read,
+    ) -> None:
         self.arrow = arrow
         self.encode = encode
         self.decode = decode
@@ -131,8 +145,7 @@ def _bool(arrow: pa.DataType) -> Codec:
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         return buf[pos] != 0, pos + 1
 
-    return Codec(arrow, encode=encode, decode=lambda data: data != b"\x00", write=write,
-                 read=read)
+    return Codec(arrow, encode=encode, decode=lambda data: data != b"\x00", write=write, read=read)
 
 
 def _string(arrow: pa.DataType) -> Codec:
@@ -184,7 +197,7 @@ def _fixed_binary(arrow: pa.FixedSizeBinaryType) -> Codec:
         out += value
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
-        return bytes(buf[pos:pos + width]), pos + width
+        return bytes(buf[pos : pos + width]), pos + width
 
     encode, _ = _whole(write, read)
     return Codec(arrow, encode=encode, decode=bytes, write=write, read=read)
@@ -283,9 +296,13 @@ def _map(arrow: pa.MapType) -> Codec:
 
 def is_ttl_struct(arrow: pa.DataType) -> bool:
     """Whether ``arrow`` is the stored form of a TTL value: ``struct<value, ttl_timestamp>``."""
-    return bool(pa.types.is_struct(arrow) and arrow.num_fields == 2
-                and arrow.field(0).name == "value" and arrow.field(1).name == "ttl_timestamp"
-                and arrow.field(1).type == pa.int64())
+    return bool(
+        pa.types.is_struct(arrow)
+        and arrow.num_fields == 2
+        and arrow.field(0).name == "value"
+        and arrow.field(1).name == "ttl_timestamp"
+        and arrow.field(1).type == pa.int64()
+    )
 
 
 def _ttl_envelope(arrow: pa.StructType) -> Codec:
@@ -336,15 +353,22 @@ def _arrow_ipc(arrow: pa.DataType) -> Codec:
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         n, pos = read_varint(buf, pos)
-        return decode(bytes(buf[pos:pos + n])), pos + n
+        return decode(bytes(buf[pos : pos + n])), pos + n
 
     return Codec(arrow, encode=encode, decode=decode, write=write, read=read)
 
 
 _FIXED_FORMATS = {
-    pa.int64(): "q", pa.int32(): "i", pa.int16(): "h", pa.int8(): "b",
-    pa.uint64(): "Q", pa.uint32(): "I", pa.uint16(): "H", pa.uint8(): "B",
-    pa.float64(): "d", pa.float32(): "f",
+    pa.int64(): "q",
+    pa.int32(): "i",
+    pa.int16(): "h",
+    pa.int8(): "b",
+    pa.uint64(): "Q",
+    pa.uint32(): "I",
+    pa.uint16(): "H",
+    pa.uint8(): "B",
+    pa.float64(): "d",
+    pa.float32(): "f",
 }
 
 

@@ -47,7 +47,7 @@ def _pickled_codec() -> Codec:
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         n, pos = read_varint(buf, pos)
-        return pickle.loads(buf[pos:pos + n]), pos + n
+        return pickle.loads(buf[pos : pos + n]), pos + n
 
     return Codec(pa.binary(), encode=pickle.dumps, decode=pickle.loads, write=write, read=read)
 
@@ -127,8 +127,9 @@ class StateColumn:
             return key, namespace, None, items
         return key, namespace, None, storage.decode(data)
 
-    def to_entry(self, key_group: int, key: Any, namespace: str, user_key: Any,
-                 value: Any) -> tuple[bytes, bytes] | None:
+    def to_entry(
+        self, key_group: int, key: Any, namespace: str, user_key: Any, value: Any
+    ) -> tuple[bytes, bytes] | None:
         """The RocksDB entry of one snapshot row (``None`` for rows that store nothing)."""
         layout = self.layout
         db_key = layout.prefix(key, key_group) + layout.namespace(namespace)
@@ -151,7 +152,9 @@ class StateColumn:
 
     def snapshot_columns(self, rows: list[tuple[Any, str, Any, Any]]) -> dict[str, list[Any]]:
         columns: dict[str, list[Any]] = {
-            "key": [r[0] for r in rows], "namespace": [r[1] for r in rows]}
+            "key": [r[0] for r in rows],
+            "namespace": [r[1] for r in rows],
+        }
         if self.kind is StateKind.MAP:
             columns["user_key"] = [r[2] for r in rows]
         columns["value"] = [r[3] for r in rows]

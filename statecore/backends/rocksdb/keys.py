@@ -29,8 +29,13 @@ import pyarrow as pa
 
 from statecore.backends.rocksdb.codec import codec_for, encode_length, read_varint
 
-__all__ = ["KEY_GROUP_PREFIX_BYTES", "KeyLayout", "key_group_bytes", "key_group_bounds",
-           "prefix_successor"]
+__all__ = [
+    "KEY_GROUP_PREFIX_BYTES",
+    "KeyLayout",
+    "key_group_bytes",
+    "key_group_bounds",
+    "prefix_successor",
+]
 
 KEY_GROUP_PREFIX_BYTES = 2
 _KG = struct.Struct(">H")
@@ -68,6 +73,7 @@ def _group_prefixes() -> list[bytes]:
 
 def _key_encoder(arrow: pa.DataType) -> Callable[[Any], bytes]:
     if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
+
         def encode_str(key: Any) -> bytes:
             data = key.encode()
             return encode_length(len(data)) + data  # type: ignore[no-any-return]

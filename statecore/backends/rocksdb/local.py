@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from statecore.backends.scope import RestoredFiles
+from statecore.config import check_name
 from statecore.keygroups import KeyGroupRange
 
 __all__ = ["LocalManifest", "LocalInstance", "MANIFEST_NAME", "FORMAT_VERSION"]
@@ -59,35 +60,59 @@ class LocalManifest:
     format: int = FORMAT_VERSION
 
     def to_json(self) -> str:
-        return json.dumps({
-            "format": self.format, "job": self.job, "operator": self.operator,
-            "max_parallelism": self.max_parallelism,
-            "key_groups": [self.key_groups.start, self.key_groups.end],
-            "checkpoint_id": self.checkpoint_id,
-            "files": {state: {str(kg): list(paths) for kg, paths in sorted(by_kg.items())}
-                      for state, by_kg in sorted(self.files.items())},
-            "schemas": dict(sorted(self.schemas.items())),
-        }, indent=1)
+        return json.dumps(
+            {
+                "format": self.format,
+                "job": self.job,
+                "operator": self.operator,
+                "max_parallelism": self.max_parallelism,
+                "key_groups": [self.key_groups.start, self.key_groups.end],
+                "checkpoint_id": self.checkpoint_id,
+                "files": {
+                    state: {str(kg): list(paths) for kg, paths in sorted(by_kg.items())}
+                    for state, by_kg in sorted(self.files.items())
+                },
+                "schemas": dict(sorted(self.schemas.items())),
+            },
+            indent=1,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> LocalManifest:
         data: dict[str, Any] = json.loads(text)
         return cls(
-            format=int(data["format"]), job=str(data["job"]), operator=str(data["operator"]),
+            format=int(data["format"]),
+            job=str(data["job"]),
+            operator=str(data["operator"]),
             max_parallelism=int(data["max_parallelism"]),
             key_groups=KeyGroupRange(*(int(x) for x in data["key_groups"])),
             checkpoint_id=int(data["checkpoint_id"]),
-            files={state: {int(kg): tuple(paths) for kg, paths in by_kg.items()}
-                   for state, by_kg in data["files"].items()},
+            files={
+                state: {int(kg): tuple(paths) for kg, paths in by_kg.items()}
+                for state, by_kg in data["files"].items()
+            },
             schemas={str(k): str(v) for k, v in data.get("schemas", {}).items()},
         )
 
-    def matches(self, *, job: str, operator: str, max_parallelism: int, checkpoint_id: int,
-                key_groups: KeyGroupRange, files: RestoredFiles) -> bool:
+    def matches(
+        self,
+        *,
+        job: str,
+        operator: str,
+        max_parallelism: int,
+        checkpoint_id: int,
+        key_groups: KeyGroupRange,
+        files: RestoredFiles,
+    ) -> bool:
         """Whether every state of this instance is exactly ``checkpoint_id``'s files for the
         shared key groups."""
         if (self.format, self.job, self.operator, self.max_parallelism, self.checkpoint_id) != (
-                FORMAT_VERSION, job, operator, max_parallelism, checkpoint_id):
+            FORMAT_VERSION,
+            job,
+            operator,
+            max_parallelism,
+            checkpoint_id,
+        ):
             return False
         shared = self.key_groups.intersection(key_groups)
         for state in self.files:  # a state the instance lacks is restored from the files
@@ -120,8 +145,9 @@ class _FileLock:
 class LocalInstance:
     """The directory one task's RocksDB instance lives in (see the module docstring)."""
 
-    def __init__(self, path: Path, *, lock: _FileLock | None, ephemeral: bool,
-                 reused: LocalManifest | None) -> None:
+    def __init__(
+        self, path: Path, *, lock: _FileLock | None, ephemeral: bool, reused: LocalManifest | None
+    ) -> None:
         self.path = path
         self.db_path = path / "db"
         self.ingest_path = path / "ingest"
@@ -138,29 +164,45 @@ class LocalInstance:
         return cls(path, lock=None, ephemeral=True, reused=None)
 
     @classmethod
-    def claim(cls, root: str, *, job: str, operator: str, key_groups: KeyGroupRange,
-              max_parallelism: int, restored_checkpoint_id: int | None,
-              restored_files: RestoredFiles) -> LocalInstance:
+    def claim(
+        cls,
+        root: str,
+        *,
+        job: str,
+        operator: str,
+        key_groups: KeyGroupRange,
+        max_parallelism: int,
+        restored_checkpoint_id: int | None,
+        restored_files: RestoredFiles,
+    ) -> LocalInstance:
         """This task's directory: a matching instance when there is one, else an empty one."""
-        base = Path(root) / _safe(job) / _safe(operator)
+        base = Path(root) / _safe(check_name("job", job)) / _safe(check_name("operator", operator))
         base.mkdir(parents=True, exist_ok=True)
         name = f"kg-{key_groups.start}-{key_groups.end}"
         mine = base / name
         try:
             lock = _FileLock(base / f"{name}.lock", blocking=False)
         except OSError:
-            log.warning("local RocksDB directory %s is in use by another attempt; using a "
-                        "temporary one", mine)
+            log.warning(
+                "local RocksDB directory %s is in use by another attempt; using a temporary one",
+                mine,
+            )
             return cls.temporary(str(Path(root) / ".tmp"))
         claims = _FileLock(base / ".claims.lock", blocking=True)
         try:
             _sweep(base, mine, restored_checkpoint_id)
             reused = None
             if restored_checkpoint_id is not None:
-                reused = _take_matching(base, mine, job=job, operator=operator,
-                                        key_groups=key_groups, max_parallelism=max_parallelism,
-                                        checkpoint_id=restored_checkpoint_id,
-                                        files=restored_files)
+                reused = _take_matching(
+                    base,
+                    mine,
+                    job=job,
+                    operator=operator,
+                    key_groups=key_groups,
+                    max_parallelism=max_parallelism,
+                    checkpoint_id=restored_checkpoint_id,
+                    files=restored_files,
+                )
             if reused is None and mine.exists():
                 shutil.rmtree(mine)
             mine.mkdir(parents=True, exist_ok=True)
@@ -217,9 +259,17 @@ def _sweep(base: Path, mine: Path, checkpoint_id: int | None) -> None:
             idle.release()
 
 
-def _take_matching(base: Path, mine: Path, *, job: str, operator: str,
-                   key_groups: KeyGroupRange, max_parallelism: int, checkpoint_id: int,
-                   files: RestoredFiles) -> LocalManifest | None:
+def _take_matching(
+    base: Path,
+    mine: Path,
+    *,
+    job: str,
+    operator: str,
+    key_groups: KeyGroupRange,
+    max_parallelism: int,
+    checkpoint_id: int,
+    files: RestoredFiles,
+) -> LocalManifest | None:
     """Move the best matching instance to ``mine`` and un-publish it; its manifest."""
     candidates = []
     for directory in base.iterdir():
@@ -229,10 +279,14 @@ def _take_matching(base: Path, mine: Path, *, job: str, operator: str,
         if manifest is None:
             continue
         overlap = len(manifest.key_groups.intersection(key_groups))
-        if overlap and manifest.matches(job=job, operator=operator,
-                                        max_parallelism=max_parallelism,
-                                        checkpoint_id=checkpoint_id, key_groups=key_groups,
-                                        files=files):
+        if overlap and manifest.matches(
+            job=job,
+            operator=operator,
+            max_parallelism=max_parallelism,
+            checkpoint_id=checkpoint_id,
+            key_groups=key_groups,
+            files=files,
+        ):
             candidates.append((overlap, directory == mine, directory, manifest))
     for _, _, directory, manifest in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
         other_lock = None

@@ -63,28 +63,37 @@ class RocksDBOptions:
         for name in ("block_cache_size", "write_buffer_size", "block_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 4096:
-                raise ConfigError(f"RocksDBOptions.{name} must be an int of at least 4096 bytes, "
-                                  f"got {value!r}")
+                raise ConfigError(
+                    f"RocksDBOptions.{name} must be an int of at least 4096 bytes, got {value!r}"
+                )
         for name in ("max_write_buffer_number", "max_background_jobs", "ttl_cleanup_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"RocksDBOptions.{name} must be a positive int, got {value!r}")
         entries = self.value_cache_entries
         if not isinstance(entries, int) or isinstance(entries, bool) or entries < 0:
-            raise ConfigError("RocksDBOptions.value_cache_entries must be an int >= 0 "
-                              f"(0 disables the cache), got {entries!r}")
+            raise ConfigError(
+                "RocksDBOptions.value_cache_entries must be an int >= 0 "
+                f"(0 disables the cache), got {entries!r}"
+            )
         bloom = self.bloom_filter_bits_per_key
         if not isinstance(bloom, int) or isinstance(bloom, bool) or bloom < 0:
-            raise ConfigError("RocksDBOptions.bloom_filter_bits_per_key must be an int >= 0 "
-                              f"(0 disables the filter), got {bloom!r}")
+            raise ConfigError(
+                "RocksDBOptions.bloom_filter_bits_per_key must be an int >= 0 "
+                f"(0 disables the filter), got {bloom!r}"
+            )
         if self.compression not in COMPRESSIONS:
-            raise ConfigError(f"RocksDBOptions.compression must be one of "
-                              f"{', '.join(COMPRESSIONS)}; got {self.compression!r}")
+            raise ConfigError(
+                f"RocksDBOptions.compression must be one of "
+                f"{', '.join(COMPRESSIONS)}; got {self.compression!r}"
+            )
         if self.local_directory is not None and not (
             isinstance(self.local_directory, str) and self.local_directory
         ):
-            raise ConfigError("RocksDBOptions.local_directory must be a non-empty path or None, "
-                              f"got {self.local_directory!r}")
+            raise ConfigError(
+                "RocksDBOptions.local_directory must be a non-empty path or None, "
+                f"got {self.local_directory!r}"
+            )
 
     @property
     def memory_budget(self) -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import rocksdict
 
+from statecore.backends.merging import NO_ACCUMULATOR, accumulation_for
 from statecore.backends.rocksdb.cache import MISSING
 from statecore.backends.rocksdb.column import StateColumn
 from statecore.backends.rocksdb.keys import prefix_successor
@@ -23,6 +24,7 @@ from statecore.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
+    StateKind,
     ValueStateDescriptor,
 )
 from statecore.errors import StateAccessError
@@ -31,7 +33,9 @@ from statecore.state import (
     AggregatingState,
     ListState,
     MapState,
+    MergingState,
     ReducingState,
+    State,
     ValueState,
 )
 from statecore.types import TypeInfo
@@ -39,13 +43,21 @@ from statecore.types import TypeInfo
 if TYPE_CHECKING:
     from statecore.backends.rocksdb.backend import RocksDBKeyedStateBackend
 
-__all__ = ["RocksDBValueState", "RocksDBCachedValueState", "RocksDBListState", "RocksDBMapState", "RocksDBReducingState",
-           "RocksDBAggregatingState", "STATE_CLASSES"]
+__all__ = [
+    "RocksDBValueState",
+    "RocksDBCachedValueState",
+    "RocksDBListState",
+    "RocksDBMapState",
+    "RocksDBReducingState",
+    "RocksDBAggregatingState",
+    "STATE_CLASSES",
+]
 
 
 class _RocksDBState:
     def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
         self._backend = backend
+        self._current = backend.key_context
         self._column = column
         self._name = column.name
         self._get = column.cf.get
@@ -62,14 +74,21 @@ class _RocksDBState:
         self._ns = self._column.layout.namespace(namespace)
 
     def _no_key(self) -> NoReturn:
-        raise StateAccessError(f"state {self._name!r} used outside a keyed context "
-                               "(no current key)")
+        raise StateAccessError(
+            f"state {self._name!r} used outside a keyed context (no current key)"
+        )
+
+    def _key_group(self) -> int:
+        key_group = self._current.key_group
+        if key_group is None:
+            self._no_key()
+        return key_group
 
     def _db_key(self) -> bytes:
-        try:
-            return self._backend._prefix + self._ns  # type: ignore[operator]
-        except TypeError:
+        current = self._current
+        if current.key_group is None:
             self._no_key()
+        return current.prefix + self._ns
 
     def _check(self, info: TypeInfo, value: Any, what: str = "value") -> None:
         info.check(value, state=self._name, what=what)
@@ -84,14 +103,14 @@ class _RocksDBState:
         key = self._db_key()
         if self._get(key) is not None:
             self._delete(key)
-            self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+            self._dirty.add(self._key_group())
 
-    def _merge_namespaces(self, target: str, sources: Iterable[str],
-                          merge: Callable[[bytes, bytes], bytes]) -> None:
+    def _merge_namespaces(
+        self, target: str, sources: Iterable[str], merge: Callable[[bytes, bytes], bytes]
+    ) -> None:
         """Move the current key's stored values of ``sources`` into ``target``, merging bytes."""
-        prefix = self._backend._prefix
-        if prefix is None:
-            self._no_key()
+        key_group = self._key_group()
+        prefix = self._current.prefix
         namespace = self._column.layout.namespace
         merged: bytes | None = None
         for source in sources:
@@ -105,7 +124,7 @@ class _RocksDBState:
             key = prefix + namespace(target)
             existing = self._get(key)
             self._put(key, merged if existing is None else merge(existing, merged))
-            self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+            self._dirty.add(key_group)
 
 
 class RocksDBValueState(_RocksDBState, ValueState):
@@ -120,10 +139,10 @@ class RocksDBValueState(_RocksDBState, ValueState):
         self._decode = column.value_codec.decode
 
     def value(self) -> Any:
-        try:
-            data = self._get(self._backend._prefix + self._ns)  # type: ignore[operator]
-        except TypeError:
+        current = self._current
+        if current.key_group is None:
             self._no_key()
+        data = self._get(current.prefix + self._ns)
         return self._default if data is None else self._decode(data)
 
     def update(self, value: Any) -> None:
@@ -132,17 +151,16 @@ class RocksDBValueState(_RocksDBState, ValueState):
             return
         if value.__class__ not in self._accepted:
             self._check(self._info, value)
-        backend = self._backend
-        try:
-            key = backend._prefix + self._ns  # type: ignore[operator]
-        except TypeError:
+        current = self._current
+        key_group = current.key_group
+        if key_group is None:
             self._no_key()
         try:
             data = self._encode(value)
-        except Exception as exc:  # noqa: BLE001 (struct.error, TypeError, ArrowInvalid, ...)
+        except Exception as exc:
             self._encoding_failed(value, exc)
-        self._put(key, data)
-        self._dirty.add(backend._kg)  # type: ignore[arg-type]
+        self._put(current.prefix + self._ns, data)
+        self._dirty.add(key_group)
 
 
 class RocksDBCachedValueState(RocksDBValueState):
@@ -159,10 +177,10 @@ class RocksDBCachedValueState(RocksDBValueState):
         self._value_class = cache.value_class
 
     def value(self) -> Any:
-        try:
-            key = self._backend._prefix + self._ns  # type: ignore[operator]
-        except TypeError:
+        current = self._current
+        if current.key_group is None:
             self._no_key()
+        key = current.prefix + self._ns
         values = self._values
         value = values.get(key, MISSING)
         if value is MISSING:
@@ -179,19 +197,19 @@ class RocksDBCachedValueState(RocksDBValueState):
         cls = value.__class__
         if cls not in self._accepted:
             self._check(self._info, value)
-        backend = self._backend
-        try:
-            key = backend._prefix + self._ns  # type: ignore[operator]
-        except TypeError:
+        current = self._current
+        key_group = current.key_group
+        if key_group is None:
             self._no_key()
+        key = current.prefix + self._ns
         try:
             data = self._encode(value)
-        except Exception as exc:  # noqa: BLE001 (struct.error, OverflowError, UnicodeError)
+        except Exception as exc:
             self._encoding_failed(value, exc)
         values = self._values
         values[key] = value if cls is self._value_class else self._decode(data)
         self._pending[key] = data
-        self._dirty.add(backend._kg)  # type: ignore[arg-type]
+        self._dirty.add(key_group)
         if len(values) > self._capacity:
             self._shrink()
 
@@ -203,7 +221,7 @@ class RocksDBCachedValueState(RocksDBValueState):
             value = self._get(key)
         if value is not None:
             self._pending[key] = None
-            self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+            self._dirty.add(self._key_group())
         values[key] = None
         if len(values) > self._capacity:
             self._shrink()
@@ -226,7 +244,7 @@ class RocksDBListState(_RocksDBState, ListState):
             self._check(self._info, v, "list element")
         try:
             return self._column.encode_elements(values)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._encoding_failed(values, exc, "list")
 
     def get(self) -> list[Any]:
@@ -245,7 +263,7 @@ class RocksDBListState(_RocksDBState, ListState):
         key = self._db_key()
         current = self._get(key)
         self._put(key, data if current is None else current + data)
-        self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+        self._dirty.add(self._key_group())
 
     def update(self, values: Iterable[Any]) -> None:
         values = self._checked(values)
@@ -254,7 +272,7 @@ class RocksDBListState(_RocksDBState, ListState):
             return
         data = self._encode(values)
         self._put(self._db_key(), data)
-        self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+        self._dirty.add(self._key_group())
 
     def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
         self._merge_namespaces(target, sources, bytes.__add__)
@@ -274,7 +292,7 @@ class RocksDBMapState(_RocksDBState, MapState):
     def _entry_key(self, user_key: Any) -> bytes:
         try:
             tail = self._encode_user_key(user_key)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._encoding_failed(user_key, exc, "map key")
         return self._db_key() + tail
 
@@ -289,10 +307,10 @@ class RocksDBMapState(_RocksDBState, MapState):
         entry = self._entry_key(key)
         try:
             data = self._column.encode_map_value(value)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._encoding_failed(value, exc, "map value")
         self._put(entry, data)
-        self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+        self._dirty.add(self._key_group())
 
     def put_all(self, entries: Mapping[Any, Any]) -> None:
         for k, v in entries.items():
@@ -302,7 +320,7 @@ class RocksDBMapState(_RocksDBState, MapState):
         entry = self._entry_key(key)
         if self._get(entry) is not None:
             self._delete(entry)
-            self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+            self._dirty.add(self._key_group())
 
     def contains(self, key: Any) -> bool:
         return self._get(self._entry_key(key)) is not None
@@ -343,75 +361,51 @@ class RocksDBMapState(_RocksDBState, MapState):
         for k, _ in entries:
             batch.delete(k, handle)
         self._backend._write(batch)
-        self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+        self._dirty.add(self._key_group())
 
 
-class RocksDBReducingState(_RocksDBState, ReducingState):
+class _RocksDBMergingState(_RocksDBState, MergingState):
+    """Reducing and aggregating state: one encoded accumulator per key and namespace (what is
+    added and merged is the descriptor's :class:`~statecore.backends.merging.Accumulation`)."""
+
     def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
         super().__init__(backend, column)
-        descriptor = column.descriptor
-        assert isinstance(descriptor, ReducingStateDescriptor)
-        self._reduce = descriptor.reduce_function
-        self._info = descriptor.value_info
+        self._accumulation = accumulation_for(column.descriptor)
         self._encode = column.value_codec.encode
         self._decode = column.value_codec.decode
 
     def get(self) -> Any:
         data = self._get(self._db_key())
-        return None if data is None else self._decode(data)
+        return None if data is None else self._accumulation.result(self._decode(data))
 
     def add(self, value: Any) -> None:
-        self._check(self._info, value)
+        accumulation = self._accumulation
+        accumulation.check(value)
         key = self._db_key()
         data = self._get(key)
-        result = value if data is None else self._reduce(self._decode(data), value)
+        accumulator = NO_ACCUMULATOR if data is None else self._decode(data)
+        accumulator = accumulation.add(accumulator, value)
         try:
-            encoded = self._encode(result)
-        except Exception as exc:  # noqa: BLE001
-            self._encoding_failed(result, exc)
+            encoded = self._encode(accumulator)
+        except Exception as exc:
+            self._encoding_failed(accumulator, exc, accumulation.what)
         self._put(key, encoded)
-        self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
+        self._dirty.add(self._key_group())
 
     def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
-        encode, decode, reduce = self._encode, self._decode, self._reduce
-        self._merge_namespaces(target, sources,
-                               lambda a, b: encode(reduce(decode(a), decode(b))))
+        encode, decode, merge = self._encode, self._decode, self._accumulation.merge
+        self._merge_namespaces(target, sources, lambda a, b: encode(merge(decode(a), decode(b))))
 
 
-class RocksDBAggregatingState(_RocksDBState, AggregatingState):
-    def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
-        super().__init__(backend, column)
-        descriptor = column.descriptor
-        assert isinstance(descriptor, AggregatingStateDescriptor)
-        self._function = descriptor.aggregate_function
-        self._encode = column.value_codec.encode
-        self._decode = column.value_codec.decode
-
-    def get(self) -> Any:
-        data = self._get(self._db_key())
-        return None if data is None else self._function.get_result(self._decode(data))
-
-    def add(self, value: Any) -> None:
-        if value is None:
-            raise StateAccessError(f"state {self._name!r}: cannot add None")
-        key = self._db_key()
-        data = self._get(key)
-        acc = self._function.create_accumulator() if data is None else self._decode(data)
-        acc = self._function.add(value, acc)
-        try:
-            encoded = self._encode(acc)
-        except Exception as exc:  # noqa: BLE001
-            self._encoding_failed(acc, exc, "accumulator")
-        self._put(key, encoded)
-        self._dirty.add(self._backend._kg)  # type: ignore[arg-type]
-
-    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
-        encode, decode, merge = self._encode, self._decode, self._function.merge
-        self._merge_namespaces(target, sources,
-                               lambda a, b: encode(merge(decode(a), decode(b))))
+class RocksDBReducingState(_RocksDBMergingState, ReducingState):
+    pass
 
 
-STATE_CLASSES: dict[Any, type[_RocksDBState]] = {
+class RocksDBAggregatingState(_RocksDBMergingState, AggregatingState):
+    pass
+
+
+STATE_CLASSES: dict[StateKind, Callable[[RocksDBKeyedStateBackend, StateColumn], State]] = {
     ValueStateDescriptor.kind: RocksDBValueState,
     ListStateDescriptor.kind: RocksDBListState,
     MapStateDescriptor.kind: RocksDBMapState,

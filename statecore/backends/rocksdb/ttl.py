@@ -38,8 +38,7 @@ __all__ = ["CleanupCursor"]
 
 
 class CleanupCursor:
-    """Where the incremental scan of one state resumes (a RocksDB key), within a key-group range.
-    """
+    """Where the incremental scan of one state resumes (a RocksDB key), within a key-group range."""
 
     __slots__ = ("_next", "_lower", "_upper")
 

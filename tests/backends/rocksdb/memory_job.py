@@ -22,24 +22,27 @@ from typing import Any
 
 import pandas  # noqa: F401  (pyarrow imports it on the first snapshot; part of the baseline)
 
-from statecore.backends.base import KeyedStateBackend
-from statecore.backends.heap import HeapKeyedStateBackend
-from statecore.backends.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
+from statecore.backends import BackendParameters, create_backend
+from statecore.backends.rocksdb import RocksDBOptions
 from statecore.backends.scope import TaskScope
 from statecore.catalog import Catalog
-from statecore.checkpoint import CheckpointCoordinator
+from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.config import StatecoreConfig
 from statecore.descriptors import ListStateDescriptor, ValueStateDescriptor
 from statecore.keygroups import KeyGroupRange
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
-from statecore.task import KeyedOperatorTask
+from statecore.runtime.task import KeyedOperatorTask
 from statecore.types import TypeInfo
 
 JOB = "memory_job"
 # RocksDB's own memory only: the value cache (``value_cache_entries``, bounded by a count of
 # entries, not bytes) is off, so the resident set measures the block cache and the memtables.
-OPTIONS = RocksDBOptions(block_cache_size=1 << 20, write_buffer_size=512 << 10,
-                         max_write_buffer_number=2, value_cache_entries=0)
+OPTIONS = RocksDBOptions(
+    block_cache_size=1 << 20,
+    write_buffer_size=512 << 10,
+    max_write_buffer_number=2,
+    value_cache_entries=0,
+)
 
 
 def profile(key: str) -> str:
@@ -61,8 +64,9 @@ class Profiles(KeyedProcessFunction):
     def process_element(self, value: Any, ctx: Context) -> None:
         key = ctx.current_key
         visits = self.visits.value()
-        if self.checking and (self.profile.value() != profile(key) or visits != 1
-                              or self.recent.get() != [value - 1]):
+        if self.checking and (
+            self.profile.value() != profile(key) or visits != 1 or self.recent.get() != [value - 1]
+        ):
             self.mismatches += 1
         self.profile.update(profile(key))
         self.visits.update(visits + 1)
@@ -92,32 +96,41 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(local, ignore_errors=True)  # a cold restore: bulk load from Delta
     catalog = Catalog.connect(config.catalog_url)
     try:
-        coordinator = CheckpointCoordinator(config, catalog, job=f"{JOB}_{args.backend}",
-                                            operator="main")
-        planned = coordinator.plan(args.checkpoint, parallelism=1, max_parallelism=128,
-                                   default_parallelism=1)
+        coordinator = CheckpointCoordinator(
+            config, catalog, job=f"{JOB}_{args.backend}", operator="main"
+        )
+        planned = coordinator.plan(
+            args.checkpoint, parallelism=1, max_parallelism=128, default_parallelism=1
+        )
         key_groups, key_type = KeyGroupRange(0, 127), TypeInfo.of(str)
         restore = planned.restore
-        contract: dict[str, Any] = {
-            "key_type": key_type, "key_group_range": key_groups, "max_parallelism": 128,
-            "restore_source": restore.source(key_groups, key_type)}
-        backend: KeyedStateBackend
-        if args.backend == "heap":
-            backend = HeapKeyedStateBackend(**contract)
-        else:
-            scope = TaskScope(job=coordinator.job, operator="main", subtask_index=0,
-                              checkpoint_id=args.checkpoint, home=config.home,
-                              restored_checkpoint_id=restore.checkpoint_id,
-                              restored_files=restore.file_paths(key_groups),
-                              restore_source_for=lambda kgs: restore.source(kgs, key_type))
-            backend = RocksDBKeyedStateBackend(**contract, options=OPTIONS, scope=scope)
+        scope = TaskScope(
+            job=coordinator.job,
+            operator="main",
+            subtask_index=0,
+            checkpoint_id=args.checkpoint,
+            home=config.home,
+            restored_checkpoint_id=restore.checkpoint_id,
+            restored_files=restore.file_paths(key_groups),
+            restore_source_for=lambda kgs: restore.source(kgs, key_type),
+        )
+        backend = create_backend(
+            BackendParameters.of(args.backend, OPTIONS if args.backend == "rocksdb" else None),
+            key_type=key_type,
+            key_group_range=key_groups,
+            max_parallelism=128,
+            restore_source=restore.source(key_groups, key_type),
+            scope=scope,
+        )
         before_backend = rss_mb()
         function = Profiles(checking=args.checkpoint == 2)
-        task = KeyedOperatorTask(function, backend, job=coordinator.job, operator="main",
-                                 subtask_index=0, parallelism=1)
+        task = KeyedOperatorTask(
+            function, backend, job=coordinator.job, operator="main", subtask_index=0, parallelism=1
+        )
         task.open()
         records: Iterable[tuple[Any, int | None, Any]] = (
-            (f"user-{i:07d}", None, args.checkpoint) for i in range(args.keys))
+            (f"user-{i:07d}", None, args.checkpoint) for i in range(args.keys)
+        )
         task.process(records)
         after_process = rss_mb()
         uris = {name: coordinator.table_uri(name) for name in backend.descriptors}
@@ -129,18 +142,30 @@ def main(argv: list[str] | None = None) -> None:
         catalog.close()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     state_bytes = sum(len(f"user-{i:07d}") + 3 for i in range(args.keys)) * 3 + args.keys * (
-        100 + 8 + 8 * args.checkpoint)
-    print(json.dumps({
-        "backend": args.backend, "checkpoint": args.checkpoint, "keys": args.keys,
-        "state_bytes": state_bytes, "delta_bytes": record.total_bytes,
-        "memory_budget_bytes": OPTIONS.memory_budget, "mismatches": function.mismatches,
-        "restore": restored, "baseline_rss_mb": round(baseline, 1),
-        "rss_before_backend_mb": round(before_backend, 1),
-        "rss_after_processing_mb": round(after_process, 1),
-        "peak_rss_mb": round(peak, 1), "seconds": round(time.perf_counter() - started, 1),
-        "local_bytes": sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
-        if local.exists() else 0,
-    }))
+        100 + 8 + 8 * args.checkpoint
+    )
+    print(
+        json.dumps(
+            {
+                "backend": args.backend,
+                "checkpoint": args.checkpoint,
+                "keys": args.keys,
+                "state_bytes": state_bytes,
+                "delta_bytes": record.total_bytes,
+                "memory_budget_bytes": OPTIONS.memory_budget,
+                "mismatches": function.mismatches,
+                "restore": restored,
+                "baseline_rss_mb": round(baseline, 1),
+                "rss_before_backend_mb": round(before_backend, 1),
+                "rss_after_processing_mb": round(after_process, 1),
+                "peak_rss_mb": round(peak, 1),
+                "seconds": round(time.perf_counter() - started, 1),
+                "local_bytes": sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
+                if local.exists()
+                else 0,
+            }
+        )
+    )
     sys.stdout.flush()
 
 

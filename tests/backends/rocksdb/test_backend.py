@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from statecore.backends import BackendParameters, create_backend
 from statecore.backends.base import KeyedStateBackend
-from statecore.backends.heap import HeapKeyedStateBackend
 from statecore.backends.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from statecore.descriptors import (
     AggregatingStateDescriptor,
@@ -46,12 +46,13 @@ DESCRIPTORS: list[StateDescriptor] = [
 
 
 def make(kind: str, **kwargs: Any) -> KeyedStateBackend:
-    contract: dict[str, Any] = {"key_type": TypeInfo.of(str),
-                                "key_group_range": KeyGroupRange(0, 127),
-                                "max_parallelism": 128, **kwargs}
-    if kind == "heap":
-        return HeapKeyedStateBackend(**contract)
-    return RocksDBKeyedStateBackend(**contract)
+    return create_backend(
+        BackendParameters.of(kind),
+        key_type=TypeInfo.of(str),
+        key_group_range=KeyGroupRange(0, 127),
+        max_parallelism=128,
+        **kwargs,
+    )
 
 
 @pytest.fixture
@@ -99,8 +100,17 @@ def apply_random_ops(backend: KeyedStateBackend, seed: int, n: int = 3000) -> li
         elif op == 10 and namespace:
             for s in (recent, biggest, mean):
                 s.merge_namespaces("", [namespace, "w2"])  # type: ignore[attr-defined]
-        seen.append((total.value(), recent.get(), sorted(counts.items()),  # type: ignore
-                     counts.is_empty(), len(counts), biggest.get(), mean.get()))  # type: ignore
+        seen.append(
+            (
+                total.value(),
+                recent.get(),
+                sorted(counts.items()),  # type: ignore
+                counts.is_empty(),
+                len(counts),
+                biggest.get(),
+                mean.get(),
+            )
+        )  # type: ignore
     return seen
 
 
@@ -123,13 +133,16 @@ def test_same_operations_same_results_same_snapshots(rocks: RocksDBKeyedStateBac
     assert all(not rocks.changed_key_groups(d.name) for d in DESCRIPTORS)
 
 
-@pytest.mark.parametrize(("source", "target"), [("heap", "rocksdb"), ("rocksdb", "heap"),
-                                                ("rocksdb", "rocksdb")])
+@pytest.mark.parametrize(
+    ("source", "target"), [("heap", "rocksdb"), ("rocksdb", "heap"), ("rocksdb", "rocksdb")]
+)
 def test_snapshot_restores_across_backends(source: str, target: str) -> None:
     first = make(source)
     apply_random_ops(first, seed=2)
-    snapshots = {d.name: [(kg, first.snapshot_key_group(d.name, kg)) for kg in range(128)]
-                 for d in DESCRIPTORS}
+    snapshots = {
+        d.name: [(kg, first.snapshot_key_group(d.name, kg)) for kg in range(128)]
+        for d in DESCRIPTORS
+    }
 
     restored = make(target, restore_source=lambda d: iter(snapshots[d.name]))
     try:
@@ -138,7 +151,8 @@ def test_snapshot_restores_across_backends(source: str, target: str) -> None:
         for d in DESCRIPTORS:
             for kg in range(128):
                 assert sorted_rows(restored.snapshot_key_group(d.name, kg)) == sorted_rows(
-                    first.snapshot_key_group(d.name, kg))
+                    first.snapshot_key_group(d.name, kg)
+                )
     finally:
         first.close()
         restored.close()
@@ -147,8 +161,10 @@ def test_snapshot_restores_across_backends(source: str, target: str) -> None:
 def test_restore_is_a_bulk_load_that_bypasses_the_memtable() -> None:
     heap = make("heap")
     apply_random_ops(heap, seed=4)
-    rows = {d.name: [(kg, heap.snapshot_key_group(d.name, kg)) for kg in range(128)]
-            for d in DESCRIPTORS}
+    rows = {
+        d.name: [(kg, heap.snapshot_key_group(d.name, kg)) for kg in range(128)]
+        for d in DESCRIPTORS
+    }
     expected = sum(t.num_rows for parts in rows.values() for _, t in parts)
     rocks = make("rocksdb", restore_source=lambda d: iter(rows[d.name]))
     assert isinstance(rocks, RocksDBKeyedStateBackend)
@@ -170,8 +186,10 @@ def test_restore_key_group_loads_one_key_group(rocks: RocksDBKeyedStateBackend) 
     total = rocks.get_partitioned_state(DESCRIPTORS[0])
     rocks.set_current_key("user-1")
     kg = rocks.current_key_group
-    rows = pa.table({"key": ["user-1"], "namespace": [""], "value": [41.5]},
-                    schema=rocks.snapshot_key_group("total", kg).schema)
+    rows = pa.table(
+        {"key": ["user-1"], "namespace": [""], "value": [41.5]},
+        schema=rocks.snapshot_key_group("total", kg).schema,
+    )
     rocks.restore_key_group("total", kg, rows)
     assert total.value() == 41.5  # type: ignore[attr-defined]
 
@@ -206,7 +224,8 @@ def test_list_add_appends_without_rewriting(rocks: RocksDBKeyedStateBackend) -> 
 
 
 def test_pickled_values_are_stored_and_snapshotted_as_pickles(
-        rocks: RocksDBKeyedStateBackend) -> None:
+    rocks: RocksDBKeyedStateBackend,
+) -> None:
     state = rocks.get_partitioned_state(ValueStateDescriptor("obj", PICKLED))
     rocks.set_current_key("k")
     state.update({"any": ("python", 1)})  # type: ignore[attr-defined]
@@ -217,16 +236,19 @@ def test_pickled_values_are_stored_and_snapshotted_as_pickles(
 
 def test_int_and_bytes_keys() -> None:
     for key_type, key in ((int, 12345), (bytes, b"\x00key")):
-        backend = RocksDBKeyedStateBackend(key_type=TypeInfo.of(key_type),
-                                           key_group_range=KeyGroupRange(0, 127),
-                                           max_parallelism=128)
+        backend = RocksDBKeyedStateBackend(
+            key_type=TypeInfo.of(key_type),
+            key_group_range=KeyGroupRange(0, 127),
+            max_parallelism=128,
+        )
         try:
             state = backend.get_partitioned_state(ValueStateDescriptor("v", int))
             backend.set_current_key(key)
             state.update(3)  # type: ignore[attr-defined]
             assert list(backend.keys("v")) == [key]
             assert backend.snapshot_key_group("v", backend.current_key_group).column(
-                "key").to_pylist() == [key]
+                "key"
+            ).to_pylist() == [key]
         finally:
             backend.close()
 
@@ -237,8 +259,9 @@ def test_bad_keys_and_values_fail_at_the_call(rocks: RocksDBKeyedStateBackend) -
         state.value()  # type: ignore[attr-defined]
     with pytest.raises(KeyTypeError):
         rocks.set_current_key(7)
-    narrow = RocksDBKeyedStateBackend(key_type=TypeInfo.of(str),
-                                      key_group_range=KeyGroupRange(0, 9), max_parallelism=128)
+    narrow = RocksDBKeyedStateBackend(
+        key_type=TypeInfo.of(str), key_group_range=KeyGroupRange(0, 9), max_parallelism=128
+    )
     try:
         with pytest.raises(KeyGroupOutOfRangeError):
             narrow.set_current_key("user-1")  # key group 86
@@ -253,9 +276,12 @@ def test_bad_keys_and_values_fail_at_the_call(rocks: RocksDBKeyedStateBackend) -
 
 def test_close_releases_the_database_and_the_temporary_directory(tmp_path: Path) -> None:
     options = RocksDBOptions(local_directory=str(tmp_path))
-    backend = RocksDBKeyedStateBackend(key_type=TypeInfo.of(str),
-                                       key_group_range=KeyGroupRange(0, 127),
-                                       max_parallelism=128, options=options)
+    backend = RocksDBKeyedStateBackend(
+        key_type=TypeInfo.of(str),
+        key_group_range=KeyGroupRange(0, 127),
+        max_parallelism=128,
+        options=options,
+    )
     state = backend.get_partitioned_state(DESCRIPTORS[2])
     backend.set_current_key("user-1")
     state.put("a", 1)  # type: ignore[attr-defined]
@@ -264,13 +290,16 @@ def test_close_releases_the_database_and_the_temporary_directory(tmp_path: Path)
     backend.close()
     backend.close()  # idempotent
     assert not directory.exists()
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (whatever rocksdict raises on a closed db)
         state.get("a")  # type: ignore[attr-defined]
 
     # Dropped without close(): the finalizer closes it.
-    backend = RocksDBKeyedStateBackend(key_type=TypeInfo.of(str),
-                                       key_group_range=KeyGroupRange(0, 127),
-                                       max_parallelism=128, options=options)
+    backend = RocksDBKeyedStateBackend(
+        key_type=TypeInfo.of(str),
+        key_group_range=KeyGroupRange(0, 127),
+        max_parallelism=128,
+        options=options,
+    )
     directory = Path(backend.directory)
     del backend
     gc.collect()
@@ -287,11 +316,15 @@ def test_options_are_validated_and_translated() -> None:
         RocksDBOptions(compression="brotli")
     with pytest.raises(ConfigError):
         RocksDBOptions(local_directory="")
-    options = RocksDBOptions(block_cache_size=1 << 20, write_buffer_size=1 << 20,
-                             compression="zstd")
-    backend = RocksDBKeyedStateBackend(key_type=TypeInfo.of(str),
-                                       key_group_range=KeyGroupRange(0, 127),
-                                       max_parallelism=128, options=options)
+    options = RocksDBOptions(
+        block_cache_size=1 << 20, write_buffer_size=1 << 20, compression="zstd"
+    )
+    backend = RocksDBKeyedStateBackend(
+        key_type=TypeInfo.of(str),
+        key_group_range=KeyGroupRange(0, 127),
+        max_parallelism=128,
+        options=options,
+    )
     try:
         backend.get_partitioned_state(DESCRIPTORS[0])
         cf = backend._columns["total"].cf

@@ -12,8 +12,9 @@ import pytest
 from statecore.backends.rocksdb.codec import codec_for, is_ttl_struct
 from statecore.backends.rocksdb.keys import KeyLayout, key_group_bounds, prefix_successor
 
-TTL_INT = pa.struct([pa.field("value", pa.int64()),
-                     pa.field("ttl_timestamp", pa.int64(), nullable=False)])
+TTL_INT = pa.struct(
+    [pa.field("value", pa.int64()), pa.field("ttl_timestamp", pa.int64(), nullable=False)]
+)
 
 CASES: list[tuple[pa.DataType, list[Any]]] = [
     (pa.int64(), [0, -1, 2**63 - 1, -(2**63)]),
@@ -28,16 +29,22 @@ CASES: list[tuple[pa.DataType, list[Any]]] = [
     (pa.bool_(), [True, False]),
     (pa.list_(pa.string()), [[], ["a", None, "b"]]),
     (pa.list_(pa.list_(pa.int64())), [[[1, 2], [], None]]),
-    (pa.struct([("sum", pa.float64()), ("count", pa.int64())]),
-     [{"sum": 1.5, "count": 2}, {"sum": None, "count": 0}]),
-    (pa.struct([("tags", pa.list_(pa.string())), ("inner", pa.struct([("x", pa.int8())]))]),
-     [{"tags": ["a"], "inner": {"x": 1}}, {"tags": None, "inner": None}]),
+    (
+        pa.struct([("sum", pa.float64()), ("count", pa.int64())]),
+        [{"sum": 1.5, "count": 2}, {"sum": None, "count": 0}],
+    ),
+    (
+        pa.struct([("tags", pa.list_(pa.string())), ("inner", pa.struct([("x", pa.int8())]))]),
+        [{"tags": ["a"], "inner": {"x": 1}}, {"tags": None, "inner": None}],
+    ),
     (pa.map_(pa.string(), pa.int64()), [[("a", 1), ("b", None)]]),
     (pa.decimal128(10, 2), [Decimal("12.34")]),
-    (pa.timestamp("us", tz="UTC"), [dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)]),
+    (pa.timestamp("us", tz="UTC"), [dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)]),
     (pa.date32(), [dt.date(2026, 1, 2)]),
-    (TTL_INT, [{"value": 5, "ttl_timestamp": 1_700_000_000_000},
-               {"value": None, "ttl_timestamp": 0}]),
+    (
+        TTL_INT,
+        [{"value": 5, "ttl_timestamp": 1_700_000_000_000}, {"value": None, "ttl_timestamp": 0}],
+    ),
 ]
 
 
@@ -72,15 +79,19 @@ def test_ttl_envelope_puts_the_timestamp_first() -> None:
     assert data[:8] == (42).to_bytes(8, "little")
 
 
-@pytest.mark.parametrize(("key_type", "keys"), [
-    (pa.string(), ["a", "ab", "", "b" * 200]),
-    (pa.int64(), [0, 1, -1, 256]),
-    (pa.binary(), [b"", b"a", b"ab"]),
-])
+@pytest.mark.parametrize(
+    ("key_type", "keys"),
+    [
+        (pa.string(), ["a", "ab", "", "b" * 200]),
+        (pa.int64(), [0, 1, -1, 256]),
+        (pa.binary(), [b"", b"a", b"ab"]),
+    ],
+)
 def test_key_and_namespace_prefixes_never_overlap(key_type: pa.DataType, keys: list[Any]) -> None:
     layout = KeyLayout(key_type)
-    prefixes = {(k, ns): layout.prefix(k, 3) + layout.namespace(ns)
-                for k in keys for ns in ("", "w", "w1")}
+    prefixes = {
+        (k, ns): layout.prefix(k, 3) + layout.namespace(ns) for k in keys for ns in ("", "w", "w1")
+    }
     for (k, ns), p in prefixes.items():
         assert layout.split(p + b"tail") == (k, ns, len(p))
         for other, q in prefixes.items():

@@ -20,12 +20,29 @@ KEYS = 160_000
 
 
 def run_job(home: Path, backend: str, checkpoint: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+    }
     done = subprocess.run(
-        [sys.executable, str(JOB), "--home", str(home), "--backend", backend,
-         "--checkpoint", str(checkpoint), "--keys", str(KEYS)],
-        env=env, capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            str(JOB),
+            "--home",
+            str(home),
+            "--backend",
+            backend,
+            "--checkpoint",
+            str(checkpoint),
+            "--keys",
+            str(KEYS),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(result))

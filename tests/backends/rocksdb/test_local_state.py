@@ -44,8 +44,10 @@ class Checkpoints:
     def files(self, checkpoint_id: int | None, key_groups: Collection[int]) -> Files:
         if checkpoint_id is None:
             return {}
-        return {s: {kg: p for kg, p in by_kg.items() if kg in key_groups}
-                for s, by_kg in self.completed[checkpoint_id].items()}
+        return {
+            s: {kg: p for kg, p in by_kg.items() if kg in key_groups}
+            for s, by_kg in self.completed[checkpoint_id].items()
+        }
 
     def source_for(self, checkpoint_id: int | None) -> Callable[[Collection[int]], RestoreSource]:
         def source_for(key_groups: Collection[int]) -> RestoreSource:
@@ -54,20 +56,33 @@ class Checkpoints:
                 for kg in sorted(files):
                     for path in files[kg]:
                         yield kg, self.rows[path]
+
             return source
+
         return source_for
 
-    def open(self, key_groups: KeyGroupRange, *, checkpoint_id: int,
-             restore_from: int | None) -> RocksDBKeyedStateBackend:
+    def open(
+        self, key_groups: KeyGroupRange, *, checkpoint_id: int, restore_from: int | None
+    ) -> RocksDBKeyedStateBackend:
         source_for = self.source_for(restore_from)
-        scope = TaskScope(job="job", operator="op", subtask_index=0, checkpoint_id=checkpoint_id,
-                          home=str(self.root), restored_checkpoint_id=restore_from,
-                          restored_files=self.files(restore_from, key_groups),
-                          restore_source_for=source_for)
+        scope = TaskScope(
+            job="job",
+            operator="op",
+            subtask_index=0,
+            checkpoint_id=checkpoint_id,
+            home=str(self.root),
+            restored_checkpoint_id=restore_from,
+            restored_files=self.files(restore_from, key_groups),
+            restore_source_for=source_for,
+        )
         return RocksDBKeyedStateBackend(
-            key_type=TypeInfo.of(str), key_group_range=key_groups, max_parallelism=128,
+            key_type=TypeInfo.of(str),
+            key_group_range=key_groups,
+            max_parallelism=128,
             restore_source=source_for(key_groups),
-            options=RocksDBOptions(local_directory=str(self.root / "local")), scope=scope)
+            options=RocksDBOptions(local_directory=str(self.root / "local")),
+            scope=scope,
+        )
 
     def snapshot(self, backend: RocksDBKeyedStateBackend, checkpoint_id: int) -> Files:
         """What a task does: write the changed key groups, tell the backend."""
@@ -88,8 +103,10 @@ class Checkpoints:
 
     def complete(self, checkpoint_id: int, base: int | None, *written: Files) -> None:
         """What the driver does: the base checkpoint's files, changed key groups replaced."""
-        files: Files = {s: dict(by_kg) for s, by_kg in (self.completed.get(base, {}) if base
-                                                        is not None else {}).items()}
+        files: Files = {
+            s: dict(by_kg)
+            for s, by_kg in (self.completed.get(base, {}) if base is not None else {}).items()
+        }
         for part in written:
             for state, by_kg in part.items():
                 target = files.setdefault(state, {})
@@ -101,8 +118,12 @@ class Checkpoints:
         self.completed[checkpoint_id] = files
 
 
-def process(backend: RocksDBKeyedStateBackend, keys: list[str], amount: int,
-            states: tuple[StateDescriptor, ...] = (TOTAL, SEEN)) -> None:
+def process(
+    backend: RocksDBKeyedStateBackend,
+    keys: list[str],
+    amount: int,
+    states: tuple[StateDescriptor, ...] = (TOTAL, SEEN),
+) -> None:
     handles: list[Any] = [backend.get_partitioned_state(d) for d in states]
     for key in keys:
         if assign_to_key_group(key, 128) not in backend.key_group_range:
@@ -115,18 +136,33 @@ def process(backend: RocksDBKeyedStateBackend, keys: list[str], amount: int,
                 state.put(str(amount), amount)
 
 
-def contents(backend: RocksDBKeyedStateBackend,
-             states: tuple[StateDescriptor, ...] = (TOTAL, SEEN)) -> dict[str, list[Any]]:
+def contents(
+    backend: RocksDBKeyedStateBackend, states: tuple[StateDescriptor, ...] = (TOTAL, SEEN)
+) -> dict[str, list[Any]]:
     for d in states:
         backend.get_partitioned_state(d)
-    return {d.name: sorted(
-        (row for kg in backend.key_group_range
-         for row in backend.snapshot_key_group(d.name, kg).to_pylist()), key=repr)
-        for d in states}
+    return {
+        d.name: sorted(
+            (
+                row
+                for kg in backend.key_group_range
+                for row in backend.snapshot_key_group(d.name, kg).to_pylist()
+            ),
+            key=repr,
+        )
+        for d in states
+    }
 
 
-def run(cps: Checkpoints, key_groups: KeyGroupRange, checkpoint_id: int, restore_from: int | None,
-        amount: int, *, commit: bool = True) -> dict[str, int]:
+def run(
+    cps: Checkpoints,
+    key_groups: KeyGroupRange,
+    checkpoint_id: int,
+    restore_from: int | None,
+    amount: int,
+    *,
+    commit: bool = True,
+) -> dict[str, int]:
     backend = cps.open(key_groups, checkpoint_id=checkpoint_id, restore_from=restore_from)
     try:
         process(backend, KEYS, amount)
@@ -143,8 +179,11 @@ def expected(amounts: list[int], key_groups: KeyGroupRange = ALL) -> dict[str, l
     """What a cold restore of the same checkpoints holds."""
     keys = [k for k in KEYS if assign_to_key_group(k, 128) in key_groups]
     total = [{"key": k, "namespace": "", "value": sum(amounts)} for k in keys]
-    seen = [{"key": k, "namespace": "", "user_key": str(a), "value": a}
-            for k in keys for a in sorted(set(amounts))]
+    seen = [
+        {"key": k, "namespace": "", "user_key": str(a), "value": a}
+        for k in keys
+        for a in sorted(set(amounts))
+    ]
     return {"total": sorted(total, key=repr), "seen": sorted(seen, key=repr)}
 
 
@@ -201,8 +240,10 @@ def test_never_reuses_a_checkpoint_that_did_not_complete(cps: Checkpoints) -> No
 
 def test_never_reuses_other_files_of_the_same_checkpoint_id(cps: Checkpoints) -> None:
     run(cps, ALL, 1, None, 1)
-    replaced = {s: {kg: tuple(f"other/{p}" for p in paths) for kg, paths in by_kg.items()}
-                for s, by_kg in cps.completed[1].items()}
+    replaced = {
+        s: {kg: tuple(f"other/{p}" for p in paths) for kg, paths in by_kg.items()}
+        for s, by_kg in cps.completed[1].items()
+    }
     for s, by_kg in replaced.items():
         for kg, paths in by_kg.items():
             for old, new in zip(cps.completed[1][s][kg], paths):
@@ -292,8 +333,9 @@ def test_two_attempts_of_one_task_never_share_a_directory(cps: Checkpoints) -> N
 
 def test_a_state_stored_in_another_form_is_restored_anew(cps: Checkpoints) -> None:
     run(cps, ALL, 1, None, 1)
-    with_ttl = ValueStateDescriptor("total", int, default=0,
-                                    ttl=StateTtlConfig(ttl=timedelta(days=1)))
+    with_ttl = ValueStateDescriptor(
+        "total", int, default=0, ttl=StateTtlConfig(ttl=timedelta(days=1))
+    )
     backend = cps.open(ALL, checkpoint_id=2, restore_from=1)
     try:  # TTL turned on: values are now stored with their timestamps
         total: Any = backend.get_partitioned_state(with_ttl)

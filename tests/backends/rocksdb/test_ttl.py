@@ -25,10 +25,13 @@ def clock() -> ManualTimeProvider:
 
 @pytest.fixture
 def backend(clock: ManualTimeProvider) -> Iterator[RocksDBKeyedStateBackend]:
-    made = RocksDBKeyedStateBackend(key_type=TypeInfo.of(str),
-                                    key_group_range=KeyGroupRange(0, 127), max_parallelism=128,
-                                    ttl_time_provider=clock,
-                                    options=RocksDBOptions(ttl_cleanup_batch=40))
+    made = RocksDBKeyedStateBackend(
+        key_type=TypeInfo.of(str),
+        key_group_range=KeyGroupRange(0, 127),
+        max_parallelism=128,
+        ttl_time_provider=clock,
+        options=RocksDBOptions(ttl_cleanup_batch=40),
+    )
     yield made
     made.close()
 
@@ -48,7 +51,8 @@ def test_values_are_stored_timestamp_first(backend: RocksDBKeyedStateBackend) ->
 
 
 def test_cleanup_scan_removes_expired_entries_in_bounded_steps(
-        backend: RocksDBKeyedStateBackend, clock: ManualTimeProvider) -> None:
+    backend: RocksDBKeyedStateBackend, clock: ManualTimeProvider
+) -> None:
     state: Any = backend.get_partitioned_state(ValueStateDescriptor("v", int, ttl=TTL))
     for i in range(100):
         backend.set_current_key(f"user-{i}")
@@ -67,7 +71,8 @@ def test_cleanup_scan_removes_expired_entries_in_bounded_steps(
 
 
 def test_cleanup_scan_rewrites_partly_expired_lists_and_maps(
-        backend: RocksDBKeyedStateBackend, clock: ManualTimeProvider) -> None:
+    backend: RocksDBKeyedStateBackend, clock: ManualTimeProvider
+) -> None:
     recent: Any = backend.get_partitioned_state(ListStateDescriptor("l", str, ttl=TTL))
     seen: Any = backend.get_partitioned_state(MapStateDescriptor("m", str, int, ttl=TTL))
     backend.set_current_key("a")
@@ -85,9 +90,14 @@ def test_cleanup_scan_rewrites_partly_expired_lists_and_maps(
 
 
 def test_incremental_strategy_cleans_while_processing(
-        backend: RocksDBKeyedStateBackend, clock: ManualTimeProvider) -> None:
-    config = StateTtlConfig(ttl=timedelta(seconds=10), cleanup=CleanupStrategy.INCREMENTAL,
-                            cleanup_size=10, run_cleanup_for_every_record=True)
+    backend: RocksDBKeyedStateBackend, clock: ManualTimeProvider
+) -> None:
+    config = StateTtlConfig(
+        ttl=timedelta(seconds=10),
+        cleanup=CleanupStrategy.INCREMENTAL,
+        cleanup_size=10,
+        run_cleanup_for_every_record=True,
+    )
     state: Any = backend.get_partitioned_state(ValueStateDescriptor("v", int, ttl=config))
     for i in range(30):
         backend.set_current_key(f"user-{i}")

@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from statecore.backends import BackendParameters, create_backend
 from statecore.backends.base import KeyedStateBackend
-from statecore.backends.heap import HeapKeyedStateBackend
 from statecore.backends.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from statecore.backends.rocksdb.cache import ValueCache
 from statecore.backends.rocksdb.column import StateColumn
@@ -38,13 +38,21 @@ NAMESPACES = ["", "", "w1", "w2"]
 
 
 def make(kind: str, **kwargs: Any) -> KeyedStateBackend:
-    contract: dict[str, Any] = {"key_type": TypeInfo.of(str),
-                                "key_group_range": KeyGroupRange(0, 127),
-                                "max_parallelism": 128, **kwargs}
-    if kind == "heap":
-        return HeapKeyedStateBackend(**contract)
-    return RocksDBKeyedStateBackend(
-        **contract, options=RocksDBOptions(value_cache_entries=CACHES[kind]))
+    """``heap``, or RocksDB with the value cache of ``CACHES[kind]`` entries."""
+    parameters = (
+        BackendParameters(name="heap")
+        if kind == "heap"
+        else BackendParameters(
+            name="rocksdb", options=RocksDBOptions(value_cache_entries=CACHES[kind])
+        )
+    )
+    return create_backend(
+        parameters,
+        key_type=TypeInfo.of(str),
+        key_group_range=KeyGroupRange(0, 127),
+        max_parallelism=128,
+        **kwargs,
+    )
 
 
 def column(backend: KeyedStateBackend, name: str) -> StateColumn:
@@ -109,7 +117,8 @@ def test_cache_on_off_and_heap_give_the_same_results_through_snapshots_and_resto
             results = {k: random_ops(b, rngs[k], 1500) for k, b in backends.items()}
             assert all(results[k] == results["off"] for k in CACHES)  # and the same types
             assert [(v, r) for v, _, r in results["off"]] == [  # the heap keeps an int an int
-                (v, r) for v, _, r in results["heap"]]
+                (v, r) for v, _, r in results["heap"]
+            ]
             for d in STATES:
                 changed = {k: b.changed_key_groups(d.name) for k, b in backends.items()}
                 assert all(c == changed["heap"] for c in changed.values()), d.name
@@ -127,7 +136,8 @@ def test_cache_on_off_and_heap_give_the_same_results_through_snapshots_and_resto
                     for d in STATES:
                         backends[k].get_partitioned_state(d)
                 assert backends["tiny"].restore_metrics()["ingested_rows"] == sum(
-                    t.num_rows for s in snapshots["tiny"].values() for t in s.values())
+                    t.num_rows for s in snapshots["tiny"].values() for t in s.values()
+                )
     finally:
         for b in backends.values():
             b.close()
@@ -150,14 +160,18 @@ def test_a_cache_smaller_than_the_keys_flushes_mid_run() -> None:
         backend.close()
 
 
-@pytest.mark.parametrize("descriptor", [
-    ValueStateDescriptor("ttl", int, ttl=StateTtlConfig(ttl=timedelta(hours=1))),
-    ValueStateDescriptor("pickled", PICKLED),
-    ValueStateDescriptor("point", pa.struct([("x", pa.int64()), ("y", pa.int64())])),
-    ValueStateDescriptor("ints", pa.list_(pa.int64())),
-    ValueStateDescriptor("rounded", pa.float32()),
-    ListStateDescriptor("list", int),
-], ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "descriptor",
+    [
+        ValueStateDescriptor("ttl", int, ttl=StateTtlConfig(ttl=timedelta(hours=1))),
+        ValueStateDescriptor("pickled", PICKLED),
+        ValueStateDescriptor("point", pa.struct([("x", pa.int64()), ("y", pa.int64())])),
+        ValueStateDescriptor("ints", pa.list_(pa.int64())),
+        ValueStateDescriptor("rounded", pa.float32()),
+        ListStateDescriptor("list", int),
+    ],
+    ids=lambda d: d.name,
+)
 def test_mutable_ttl_and_rounded_values_bypass_the_cache(descriptor: StateDescriptor) -> None:
     backend = make("default")
     try:
@@ -233,6 +247,7 @@ def test_a_closed_backend_neither_loses_flushed_values_nor_serves_cached_ones() 
             assert again.value() == i  # type: ignore[attr-defined]
             again.update(i + 100)  # type: ignore[attr-defined]
         assert sorted(r["value"] for r in all_rows(snapshot_all(restored, "count"))) == list(
-            range(100, 120))
+            range(100, 120)
+        )
     finally:
         restored.close()

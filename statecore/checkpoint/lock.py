@@ -1,0 +1,216 @@
+"""The job's lease, and what every maintenance operation shares: maintenance checkpoints.
+
+One writer per job at a time, as Flink has one JobManager per job: a run of the job and every
+maintenance operation (savepoint, rescale, TTL cleanup, retention, restore, repair) hold the
+job's lease in the catalog for their whole duration (:func:`hold_lease`), so no two of them
+interleave. A daemon thread renews it at a third of the lease timeout; a holder that stops
+renewing (a dead process) is taken over once its lease expired, with a larger fencing epoch.
+Every Delta commit and catalog completion of a run checks that its epoch is still the current
+one, so a writer that was taken over fails with :class:`~statecore.errors.ConcurrentRunError`
+and nothing it wrote becomes visible.
+
+An operation that changes the state commits it as a new MAINTENANCE checkpoint: numbered from
+:data:`MAINTENANCE_ID_BASE` so it never takes an id the job will use (dates, micro-batch ids),
+based on the latest completed checkpoint, and completed only if that is still the latest one, so
+a job run that completed meanwhile is never overwritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+
+from statecore.catalog import (
+    Catalog,
+    CheckpointKind,
+    CheckpointRecord,
+    MaintenanceLock,
+    TableVersion,
+)
+from statecore.config import StatecoreConfig, check_name
+from statecore.errors import CheckpointCommitError, ConcurrentRunError, MaintenanceLockedError
+
+__all__ = [
+    "MAINTENANCE_ID_BASE",
+    "JobLease",
+    "check_not_locked",
+    "hold_lease",
+    "commit_maintenance_checkpoint",
+    "maintenance_lock",
+    "next_maintenance_checkpoint_id",
+]
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_ID_BASE = 10**18
+"""Maintenance checkpoints are numbered from here up (the catalog's ids are 64-bit)."""
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class JobLease:
+    """A lease this process holds on a job: its ``epoch`` fences every commit of the holder.
+
+    A daemon thread renews it every third of ``timeout``; when a renewal finds the lease taken
+    over (or released by ``statecore unlock``), :meth:`check` fails from then on.
+    """
+
+    def __init__(self, catalog: Catalog, lease: MaintenanceLock, timeout: timedelta) -> None:
+        self.catalog = catalog
+        self.lease = lease
+        self.timeout = timeout
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._renewer = threading.Thread(
+            target=self._renew, name=f"statecore-lease-{lease.job}", daemon=True
+        )
+        self._renewer.start()
+
+    @property
+    def job(self) -> str:
+        return self.lease.job
+
+    @property
+    def epoch(self) -> int:
+        return self.lease.epoch
+
+    @property
+    def holder(self) -> str:
+        return self.lease.owner
+
+    def check(self) -> None:
+        """:class:`ConcurrentRunError` unless this lease still holds the job (asks the
+        catalog: call it before a commit)."""
+        if self._lost is not None:
+            raise ConcurrentRunError(self._lost)
+        self.catalog.check_lease(self.job, epoch=self.epoch)
+
+    def _renew(self) -> None:
+        interval = self.timeout.total_seconds() / 3
+        while not self._stop.wait(interval):
+            try:
+                renewed = self.catalog.renew_lease(self.job, epoch=self.epoch, timeout=self.timeout)
+            except Exception as exc:  # a transient catalog error: try again at the next tick
+                log.warning("job %s: renewing the lease failed: %s", self.job, exc)
+                continue
+            if renewed is None:
+                self._lost = (
+                    f"job {self.job!r}: the lease of epoch {self.epoch} ({self.holder}) was "
+                    "taken over or released; this writer's commits are refused"
+                )
+                log.error("%s", self._lost)
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        self._renewer.join()
+        self.catalog.release_maintenance_lock(self.job, owner=self.holder)
+
+
+@contextmanager
+def hold_lease(
+    catalog: Catalog,
+    job: str,
+    operation: str,
+    *,
+    timeout: timedelta | None = None,
+    stale_after: timedelta | None = None,
+) -> Iterator[JobLease]:
+    """Hold ``job``'s lease for ``operation``, renewed until the block ends.
+
+    :class:`ConcurrentRunError` (:class:`MaintenanceLockedError` for a maintenance holder)
+    names the holder when another writer holds it and its lease has not expired. ``timeout``
+    defaults to the configured ``lease_timeout`` (``STATECORE_LEASE_TIMEOUT``).
+    """
+    timeout = timeout or StatecoreConfig.resolve().lease_timeout
+    record = catalog.acquire_lease(
+        job, operation=operation, owner=_owner(), timeout=timeout, stale_after=stale_after
+    )
+    lease = JobLease(catalog, record, timeout)
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+@contextmanager
+def maintenance_lock(
+    catalog: Catalog, job: str, operation: str, *, stale_after: timedelta | None = None
+) -> Iterator[MaintenanceLock]:
+    """Hold ``job``'s lease for the maintenance ``operation`` (:func:`hold_lease`)."""
+    check_name("job", job)
+    with hold_lease(catalog, job, operation, stale_after=stale_after) as lease:
+        yield lease.lease
+
+
+def check_not_locked(catalog: Catalog, job: str) -> None:
+    """Refuse to run ``job`` while a maintenance operation holds it (an unknown job is free).
+
+    A run takes the lease itself (:func:`hold_lease`); this is the early check of callers that
+    do not write."""
+    if job not in {j.name for j in catalog.list_jobs()}:
+        return
+    lock = catalog.maintenance_lock(job)
+    if lock is not None:
+        raise MaintenanceLockedError(
+            f"job {job!r} cannot run now: the maintenance operation {lock.operation!r} "
+            f"({lock.owner}) holds it since {lock.acquired_at:%Y-%m-%d %H:%M:%S} UTC"
+        )
+
+
+def next_maintenance_checkpoint_id(catalog: Catalog, job: str) -> int:
+    """The next free maintenance checkpoint id of ``job``."""
+    ids = [
+        c.checkpoint_id
+        for c in catalog.list_checkpoints(job)
+        if c.checkpoint_id >= MAINTENANCE_ID_BASE
+    ]
+    return max(ids, default=MAINTENANCE_ID_BASE) + 1
+
+
+def commit_maintenance_checkpoint(
+    catalog: Catalog,
+    job: str,
+    *,
+    base: CheckpointRecord | None,
+    parallelism: int,
+    max_parallelism: int,
+    commit: Callable[[int], Sequence[TableVersion]],
+) -> CheckpointRecord:
+    """Begin a MAINTENANCE checkpoint on ``base``, run ``commit(checkpoint_id)`` (the Delta
+    commits; it returns every table of the new checkpoint) and complete it.
+
+    The checkpoint records ``parallelism``: the parallelism its operator state was written with.
+    It fails, and nothing builds on it, if ``commit`` fails or another checkpoint completed since
+    ``base``.
+    """
+    checkpoint_id = next_maintenance_checkpoint_id(catalog, job)
+    catalog.begin_checkpoint(
+        job,
+        checkpoint_id,
+        kind=CheckpointKind.MAINTENANCE,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        restored_from=None if base is None else base.checkpoint_id,
+    )
+    try:
+        tables = commit(checkpoint_id)
+        latest = catalog.latest_checkpoint(job)
+        if (latest and latest.checkpoint_id) != (base and base.checkpoint_id):
+            raise CheckpointCommitError(
+                f"job {job!r}: checkpoint {latest and latest.checkpoint_id} completed while "
+                f"maintenance checkpoint {checkpoint_id} was being written on checkpoint "
+                f"{base and base.checkpoint_id}; run the operation again"
+            )
+        return catalog.complete_checkpoint(job, checkpoint_id, tables=tables)
+    except BaseException as exc:
+        catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
+        raise

@@ -1,0 +1,12 @@
+"""Operations on a job's state, each a library call, a ``statecore`` command and (for the
+recurring ones) an Airflow operator. Each holds the job's lock while it works.
+
+- :mod:`~statecore.ops.savepoint`: write, list and restore savepoints.
+- :mod:`~statecore.ops.rescale`: another parallelism, within or past the max parallelism.
+- :mod:`~statecore.ops.retention`: expire old checkpoints, VACUUM.
+- :mod:`~statecore.ops.ttl_cleanup`: remove expired TTL state as a maintenance checkpoint.
+- :mod:`~statecore.ops.repair`: delete a key everywhere, apply SQL to a copy of the state.
+- :mod:`~statecore.ops.preflight`: would a job's states restore from a savepoint?
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,216 @@
+"""Checkpoint retention: keep the last N completed checkpoints, expire the rest, VACUUM.
+
+Expired checkpoints stay in the catalog as EXPIRED (their id still replays as a no-op) but name
+no table any more. VACUUM then deletes, in every table below ``<warehouse>/<job>/``, the data
+files that no retained checkpoint's table version references (nor the table's latest version),
+once they are older than a grace period. Whatever the grace period, VACUUM keeps every file a
+checkpoint in progress may reference: each file written since the earliest IN_PROGRESS checkpoint
+began (less :data:`MAX_CLOCK_SKEW`, as the catalog's clock, the writer's and the storage's may
+disagree), and every file of a table version committed after the latest completed checkpoint (a
+run commits its tables before the catalog completes it). Savepoints live in folders of their own
+and are never touched.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
+from statecore.checkpoint.lock import maintenance_lock
+from statecore.checkpoint.recover import check_catalog_not_behind
+from statecore.config import StatecoreConfig
+from statecore.errors import ConfigError
+from statecore.progress import Progress, silent
+from statecore.snapshot.commits import job_table_uris
+from statecore.snapshot.rewrite import VacuumResult, vacuum, versions_since
+
+__all__ = [
+    "DEFAULT_VACUUM_GRACE",
+    "MAX_CLOCK_SKEW",
+    "RetentionReport",
+    "apply_retention",
+    "job_tables",
+    "vacuum_job",
+]
+
+DEFAULT_VACUUM_GRACE = timedelta(days=7)
+"""As Delta's default retention: files younger than this are never vacuumed."""
+
+MAX_CLOCK_SKEW = timedelta(minutes=10)
+"""How far the clocks of the catalog's writers, the storage and this host may disagree: files
+modified up to this long before a checkpoint in progress began are kept too."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionReport:
+    """What retention kept, expired, deleted and vacuumed (or would, in a dry run)."""
+
+    job: str
+    dry_run: bool
+    retained: tuple[int, ...]
+    expired: tuple[int, ...]
+    deleted_failed: tuple[int, ...]
+    vacuumed: tuple[VacuumResult, ...] = field(default=())
+
+    @property
+    def files_deleted(self) -> int:
+        return sum(len(v.files) for v in self.vacuumed)
+
+    @property
+    def bytes_reclaimed(self) -> int:
+        return sum(v.bytes for v in self.vacuumed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "dry_run": self.dry_run,
+            "retained": list(self.retained),
+            "expired": list(self.expired),
+            "deleted_failed": list(self.deleted_failed),
+            "files_deleted": self.files_deleted,
+            "bytes_reclaimed": self.bytes_reclaimed,
+            "tables": [
+                {"path": v.uri, "files": len(v.files), "bytes": v.bytes}
+                for v in self.vacuumed
+                if v.files
+            ],
+        }
+
+
+def _completed(catalog: Catalog, job: str) -> list[CheckpointRecord]:
+    done = catalog.list_checkpoints(job, status=CheckpointStatus.COMPLETED)
+    return sorted(done, key=lambda c: (c.completed_at is None, c.completed_at, c.checkpoint_id))
+
+
+def job_tables(config: StatecoreConfig, job: str) -> list[str]:
+    """Every Delta table below ``<warehouse>/<job>/`` (``<operator>/<kind>/<state>`` and
+    ``<operator>/timers``), whether a checkpoint still names it or not."""
+    return job_table_uris(config.warehouse, job)
+
+
+def vacuum_job(
+    config: StatecoreConfig,
+    catalog: Catalog,
+    job: str,
+    *,
+    older_than: timedelta = DEFAULT_VACUUM_GRACE,
+    dry_run: bool = False,
+    progress: Progress = silent,
+) -> list[VacuumResult]:
+    """Delete the files of ``job``'s tables that no completed checkpoint needs. No lock taken."""
+    return _vacuum(
+        config,
+        catalog,
+        job,
+        _completed(catalog, job),
+        older_than=older_than,
+        dry_run=dry_run,
+        progress=progress,
+    )
+
+
+def _vacuum(
+    config: StatecoreConfig,
+    catalog: Catalog,
+    job: str,
+    retained: list[CheckpointRecord],
+    *,
+    older_than: timedelta,
+    dry_run: bool,
+    progress: Progress,
+) -> list[VacuumResult]:
+    check_catalog_not_behind(config, catalog, job)
+    versions: dict[str, set[int]] = defaultdict(set)
+    for checkpoint in retained:
+        for table in checkpoint.tables:
+            versions[table.path.rstrip("/")].add(table.version)
+    running = catalog.list_checkpoints(job, status=CheckpointStatus.IN_PROGRESS)
+    protected_since = min(c.started_at for c in running) - MAX_CLOCK_SKEW if running else None
+    latest = catalog.latest_checkpoint(job)
+    named = {t.path.rstrip("/"): t.version for t in (latest.tables if latest else ())}
+    results = []
+    for uri in sorted(set(job_tables(config, job)) | set(versions)):
+        after = named.get(uri)
+        if after is None:  # no completed checkpoint names it: keep what was committed since
+            since = latest.started_at - MAX_CLOCK_SKEW if latest else None
+            recent = versions_since(uri, since.timestamp()) if since else [0]
+            after = min(recent, default=None)
+            after = None if after is None else after - 1
+        result = vacuum(
+            uri,
+            versions.get(uri, ()),
+            older_than=older_than,
+            keep_after_version=after,
+            protected_since=None if protected_since is None else protected_since.timestamp(),
+            dry_run=dry_run,
+        )
+        if result.files:
+            progress(
+                f"vacuum {job}: {'would delete' if dry_run else 'deleted'} "
+                f"{len(result.files)} files ({result.bytes} bytes) of {uri}"
+            )
+        results.append(result)
+    return results
+
+
+def _expirable(completed: list[CheckpointRecord], retain: int) -> list[CheckpointRecord]:
+    return completed[: max(0, len(completed) - retain)]
+
+
+def apply_retention(
+    config: StatecoreConfig,
+    catalog: Catalog,
+    job: str,
+    *,
+    retain: int,
+    vacuum_after: timedelta | None = DEFAULT_VACUUM_GRACE,
+    dry_run: bool = False,
+    progress: Progress = silent,
+) -> RetentionReport:
+    """Keep the last ``retain`` completed checkpoints of ``job``, expire the others, delete the
+    FAILED checkpoints older than the oldest retained one, then VACUUM files older than
+    ``vacuum_after`` (no VACUUM when ``None``)."""
+    if retain < 1:
+        raise ConfigError(f"job {job!r}: retain {retain} checkpoints? Keep at least 1")
+    catalog.get_job(job)
+    with maintenance_lock(catalog, job, "retention"):
+        completed = _completed(catalog, job)
+        expired = _expirable(completed, retain)
+        kept = completed[len(expired) :]
+        oldest = kept[0].completed_at if kept else None
+        failed = [
+            c
+            for c in catalog.list_checkpoints(job, status=CheckpointStatus.FAILED)
+            if oldest is not None and c.started_at < oldest
+        ]
+        progress(
+            f"retention {job}: keeping {[c.checkpoint_id for c in kept]}, expiring "
+            f"{[c.checkpoint_id for c in expired]}"
+        )
+        if not dry_run:
+            if expired:
+                catalog.expire_checkpoints(job, [c.checkpoint_id for c in expired])
+            for checkpoint in failed:
+                catalog.delete_checkpoint(job, checkpoint.checkpoint_id)
+        vacuumed: list[VacuumResult] = []
+        if vacuum_after is not None:  # a dry run vacuums as if the expired ones were gone
+            vacuumed = _vacuum(
+                config,
+                catalog,
+                job,
+                kept,
+                older_than=vacuum_after,
+                dry_run=dry_run,
+                progress=progress,
+            )
+        return RetentionReport(
+            job=job,
+            dry_run=dry_run,
+            retained=tuple(c.checkpoint_id for c in kept),
+            expired=tuple(c.checkpoint_id for c in expired),
+            deleted_failed=tuple(c.checkpoint_id for c in failed),
+            vacuumed=tuple(vacuumed),
+        )

@@ -1,0 +1,381 @@
+"""Savepoints: self-contained, relocatable copies of a job's state, and restoring from them.
+
+A savepoint is a folder (by default ``<warehouse>/_savepoints/<job>/<name>``) holding its own
+Delta tables, laid out as in the warehouse (``<operator>/keyed/<state>``, ``<operator>/operator/
+<state>``, ``<operator>/timers``), and ``_savepoint.json``: job, operators, state descriptors and
+schemas, parallelism, max parallelism and the checkpoint it was taken from. The metadata file is
+written last, so a folder without one is not a savepoint. Files are copied, never shared, so
+checkpoint retention and VACUUM cannot touch a savepoint.
+
+:func:`write_savepoint` also derives savepoints from a restore point with some tables rewritten
+(rescale past the max parallelism, repair); :func:`import_point` makes a restore point the job's
+latest checkpoint, as a MAINTENANCE checkpoint in the job's own tables, so the job continues
+incrementally from it; :func:`restore_savepoint` does that for a savepoint folder, with an empty
+catalog if need be. Both refuse (:class:`~statecore.errors.RestoreWouldDiscardError`, naming them)
+to discard checkpoints the job completed after the point's source checkpoint, unless forced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from statecore.catalog import (
+    Catalog,
+    CheckpointRecord,
+    CheckpointStatus,
+    SavepointRecord,
+    TableVersion,
+)
+from statecore.checkpoint.lock import commit_maintenance_checkpoint, maintenance_lock
+from statecore.checkpoint.points import (
+    METADATA_FILE,
+    RestorePoint,
+    checkpoint_point,
+    load_savepoint,
+    table_location,
+)
+from statecore.checkpoint.recover import check_catalog_not_behind, commit_metadata
+from statecore.config import StatecoreConfig, check_name
+from statecore.errors import ConfigError, JobNotFoundError, RestoreWouldDiscardError
+from statecore.progress import Progress, silent
+from statecore.snapshot import state_table_uri
+from statecore.snapshot.files import table_filesystem
+from statecore.snapshot.rewrite import (
+    TableLayout,
+    commit_files,
+    copy_files,
+    partition_sizes,
+    table_files,
+    table_layout,
+    write_partition_file,
+)
+
+__all__ = [
+    "Rewrite",
+    "TableRewriter",
+    "discarded_checkpoints",
+    "import_point",
+    "restore_savepoint",
+    "savepoint_folder",
+    "take_savepoint",
+    "write_savepoint",
+]
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """New contents for one table of a savepoint being written.
+
+    ``parts`` yields ``(partition, rows)`` (a partition may come in several parts); the
+    partitions in ``replaced`` lose their old files, every other partition is copied as it is.
+    ``replaced=None`` replaces them all: the table is exactly ``parts``. ``layout`` is the new
+    layout when the rows change schema.
+    """
+
+    parts: Iterable[tuple[int, pa.Table]]
+    replaced: frozenset[int] | None
+    layout: TableLayout | None = None
+
+
+TableRewriter = Callable[[TableVersion, TableLayout], Rewrite | None]
+"""Given a table of the source and its layout: how to rewrite it, or ``None`` to copy it."""
+
+
+def savepoint_folder(config: StatecoreConfig, job: str, name: str, target: str | None) -> str:
+    """``<target>/<name>``; the default target is ``<warehouse>/_savepoints/<job>``."""
+    check_name("savepoint", name)
+    check_name("job", job)
+    base = target or f"{config.warehouse.rstrip('/')}/_savepoints/{job}"
+    return f"{base.rstrip('/')}/{name}"
+
+
+def _default_name(point: RestorePoint, reason: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")[:-3]
+    source = point.checkpoint_id if point.checkpoint_id is not None else "sp"
+    return f"{point.job}-{reason}-{source}-{stamp}"
+
+
+def _copy_table(
+    table: TableVersion,
+    folder: str,
+    rewrite: TableRewriter | None,
+    *,
+    app_id: str,
+) -> TableVersion:
+    layout = table_layout(table.path, table.version)
+    plan = rewrite(table, layout) if rewrite is not None else None
+    target = f"{folder}/{table_location(table.operator, table.table_kind, table.state)}"
+    files = table_files(table.path, table.version)
+    new_layout = layout
+    if plan is None:
+        written = copy_files(table.path, target, layout, files, prefix="sp", version=table.version)
+    else:
+        new_layout = plan.layout or layout
+        kept = (
+            [] if plan.replaced is None else [f for f in files if f.key_group not in plan.replaced]
+        )
+        written = copy_files(
+            table.path, target, new_layout, kept, prefix="sp", version=table.version
+        )
+        written += [
+            write_partition_file(target, new_layout, part, rows, prefix="sp")
+            for part, rows in plan.parts
+            if rows.num_rows
+        ]
+    version = commit_files(
+        target,
+        new_layout,
+        written,
+        replaced=None,
+        base_version=None,
+        app_id=app_id,
+        checkpoint_id=0,
+    )
+    sizes = partition_sizes(target, version)
+    return replace(
+        table,
+        path=target,
+        version=version,
+        key_groups=sizes,
+        rows=sum(r for r, _ in sizes.values()),
+        bytes=sum(b for _, b in sizes.values()),
+    )
+
+
+def _savepoints(catalog: Catalog, job: str) -> list[SavepointRecord]:
+    try:
+        return catalog.list_savepoints(job)
+    except JobNotFoundError:
+        return []
+
+
+def write_savepoint(
+    catalog: Catalog | None,
+    config: StatecoreConfig,
+    point: RestorePoint,
+    *,
+    reason: str,
+    name: str | None = None,
+    target: str | None = None,
+    rewrite: TableRewriter | None = None,
+    max_parallelism: int | None = None,
+    progress: Progress = silent,
+) -> RestorePoint:
+    """Write ``point`` (with tables rewritten by ``rewrite``) as a new savepoint; record it in
+    ``catalog`` when the catalog knows the job. No lock is taken: callers hold the job's."""
+    name = name or _default_name(point, reason)
+    folder = savepoint_folder(config, point.job, name, target)
+    fs, root = table_filesystem(folder)
+    if fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
+        raise ConfigError(f"savepoint folder {folder} exists already and is not empty")
+    if catalog is not None and any(s.name == name for s in _savepoints(catalog, point.job)):
+        raise ConfigError(f"job {point.job!r} already has a savepoint named {name!r}")
+    tables = []
+    try:
+        for i, table in enumerate(point.tables, 1):
+            progress(
+                f"savepoint {name}: table {i}/{len(point.tables)} {table.operator}/"
+                f"{table.table_kind}/{table.state} ({table.rows} rows, {table.bytes} bytes)"
+            )
+            tables.append(
+                _copy_table(table, folder, rewrite, app_id=f"{point.job}/savepoint/{name}")
+            )
+        saved = replace(
+            point,
+            savepoint=folder,
+            name=name,
+            tables=tuple(tables),
+            reason=reason,
+            created_at=datetime.now(UTC),
+            max_parallelism=max_parallelism or point.max_parallelism,
+        )
+        with fs.open_output_stream(f"{root}/{METADATA_FILE}.tmp") as out:
+            out.write(json.dumps(saved.to_metadata(), indent=2).encode())
+        fs.move(f"{root}/{METADATA_FILE}.tmp", f"{root}/{METADATA_FILE}")
+    except BaseException:
+        if fs.get_file_info(root).type == pafs.FileType.Directory:
+            fs.delete_dir(root)  # no partial savepoint is left behind
+        raise
+    if catalog is not None:
+        try:
+            catalog.add_savepoint(
+                SavepointRecord(
+                    job=point.job,
+                    name=name,
+                    path=folder,
+                    reason=reason,
+                    source_checkpoint=saved.checkpoint_id,
+                    parallelism=saved.parallelism,
+                    max_parallelism=saved.max_parallelism,
+                    rows=saved.total_rows,
+                    bytes=saved.total_bytes,
+                    created_at=saved.created_at or datetime.now(UTC),
+                )
+            )
+        except JobNotFoundError:
+            progress(f"savepoint {name}: job {point.job!r} is not in this catalog; not recorded")
+    progress(f"savepoint {name}: {saved.total_rows} rows, {saved.total_bytes} bytes in {folder}")
+    return saved
+
+
+def take_savepoint(
+    config: StatecoreConfig,
+    catalog: Catalog,
+    job: str,
+    *,
+    name: str | None = None,
+    target: str | None = None,
+    checkpoint_id: int | None = None,
+    progress: Progress = silent,
+) -> RestorePoint:
+    """Copy the latest (or the given) completed checkpoint of ``job`` into a new savepoint."""
+    catalog.get_job(job)  # JobNotFoundError names the known jobs
+    with maintenance_lock(catalog, job, "savepoint"):
+        point = checkpoint_point(catalog, job, checkpoint_id)
+        return write_savepoint(
+            catalog, config, point, reason="manual", name=name, target=target, progress=progress
+        )
+
+
+def discarded_checkpoints(catalog: Catalog, point: RestorePoint) -> list[CheckpointRecord]:
+    """The completed checkpoints of ``point.job`` that restoring ``point`` would discard: those
+    completed after the point's source checkpoint (every one, when the job's catalog does not
+    know that source)."""
+    completed = catalog.list_checkpoints(point.job, status=CheckpointStatus.COMPLETED)
+    expired = catalog.list_checkpoints(point.job, status=CheckpointStatus.EXPIRED)
+    source = next((c for c in completed + expired if c.checkpoint_id == point.checkpoint_id), None)
+    after = [
+        c
+        for c in completed
+        if source is None
+        or source.completed_at is None
+        or (c.completed_at is not None and c.completed_at > source.completed_at)
+    ]
+    return sorted(after, key=lambda c: (c.completed_at is None, c.completed_at, c.checkpoint_id))
+
+
+def import_point(
+    config: StatecoreConfig,
+    catalog: Catalog,
+    point: RestorePoint,
+    *,
+    parallelism: int | None = None,
+    force: bool = False,
+    progress: Progress = silent,
+) -> CheckpointRecord:
+    """Make ``point`` the latest checkpoint of ``point.job``: its tables are copied into the
+    job's own tables and completed as a MAINTENANCE checkpoint. No lock is taken.
+
+    The job is registered if the catalog does not know it; its parallelism becomes
+    ``parallelism`` (default: the job's, else the point's) and its max parallelism the point's.
+    :class:`RestoreWouldDiscardError` if the job completed checkpoints after the point's source
+    (:func:`discarded_checkpoints`), :class:`~statecore.errors.CatalogBehindWarehouseError` if
+    the job's tables hold checkpoints the catalog does not know, unless ``force``; then nothing
+    changed.
+    """
+    job = point.job
+    known = {j.name: j for j in catalog.list_jobs()}.get(job)
+    wanted = parallelism or (known.parallelism if known else point.parallelism)
+    if known is None:
+        catalog.ensure_job(job, parallelism=wanted, max_parallelism=point.max_parallelism)
+    if not force:
+        check_catalog_not_behind(config, catalog, job)
+    discarded = discarded_checkpoints(catalog, point)
+    if discarded and not force:
+        ids = ", ".join(str(c.checkpoint_id) for c in discarded)
+        source = (
+            "an unknown checkpoint"
+            if point.checkpoint_id is None
+            else (f"checkpoint {point.checkpoint_id}")
+        )
+        raise RestoreWouldDiscardError(
+            f"job {job!r}: restoring {point.label} (taken from {source}) would discard "
+            f"checkpoint(s) {ids}, completed since; restore with force=True (`--force`) to "
+            "discard them"
+        )
+    if discarded:
+        progress(f"restore {job}: discarding checkpoint(s) {[c.checkpoint_id for c in discarded]}")
+    base = catalog.latest_checkpoint(job)
+
+    def commit(checkpoint_id: int) -> list[TableVersion]:
+        tables = []
+        for i, table in enumerate(point.tables, 1):
+            progress(
+                f"restore {job}: table {i}/{len(point.tables)} {table.operator}/"
+                f"{table.table_kind}/{table.state}"
+            )
+            uri = state_table_uri(
+                config.warehouse, job, table.operator, table.table_kind, table.state
+            )
+            layout = table_layout(table.path, table.version)
+            files = copy_files(
+                table.path,
+                uri,
+                layout,
+                table_files(table.path, table.version),
+                prefix=f"cp-{checkpoint_id}",
+                version=table.version,
+            )
+            version = commit_files(
+                uri,
+                layout,
+                files,
+                replaced=None,
+                base_version=None,
+                app_id=f"{job}/{table.operator}/{table.state}",
+                checkpoint_id=checkpoint_id,
+                metadata=commit_metadata(point, table, checkpoint_id),
+            )
+            tables.append(replace(table, path=uri, version=version))
+        for operator in point.operators:
+            states = [s for s in point.states if s.operator == operator]
+            if states:
+                catalog.register_states(job, operator, states)
+        return tables
+
+    record = commit_maintenance_checkpoint(
+        catalog,
+        job,
+        base=base,
+        parallelism=point.parallelism,
+        max_parallelism=point.max_parallelism,
+        commit=commit,
+    )
+    catalog.set_job_parallelism(
+        job, parallelism=min(wanted, point.max_parallelism), max_parallelism=point.max_parallelism
+    )
+    progress(f"restore {job}: {point.label} is checkpoint {record.checkpoint_id}")
+    return record
+
+
+def restore_savepoint(
+    config: StatecoreConfig,
+    catalog: Catalog,
+    path: str,
+    *,
+    job: str | None = None,
+    parallelism: int | None = None,
+    force: bool = False,
+    progress: Progress = silent,
+) -> CheckpointRecord:
+    """Restore ``job`` (default: the savepoint's job) from the savepoint folder ``path``: the
+    next run of the job continues from it. Works with an empty catalog. Refuses to discard the
+    checkpoints the job completed after the savepoint's source checkpoint, unless ``force``."""
+    point = load_savepoint(path)
+    if job is not None and job != point.job:  # its source is another job's checkpoint
+        point = replace(point.for_job(job), checkpoint_id=None)
+    catalog.ensure_job(
+        point.job,
+        parallelism=parallelism or point.parallelism,
+        max_parallelism=point.max_parallelism,
+    )
+    with maintenance_lock(catalog, point.job, "restore"):
+        return import_point(
+            config, catalog, point, parallelism=parallelism, force=force, progress=progress
+        )

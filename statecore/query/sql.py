@@ -1,0 +1,396 @@
+"""SQL over snapshots: DuckDB with its bundled Delta extension, one view per job and state.
+
+Each table of a checkpoint or savepoint (keyed state, operator state, timers) is a view
+``<job>.<state>`` over ``delta_scan(path, version => v)`` at the Delta version it names, so a
+query sees exactly that checkpoint (time travel); the timers of an operator are ``<job>.timers``.
+Where two tables share a name, the view is ``<job>."<operator>.<state>"``. The catalog's
+checkpoints are the table ``statecore.checkpoints``, its savepoints ``statecore.savepoints``.
+Queries are read-only, and the guarantee is DuckDB's own: once the views exist, the connection
+is sandboxed (:func:`sandbox`): external access off, file access only to the folders of the
+tables the views read, no extension installed or loaded, and the configuration locked, so
+``read_csv('/etc/passwd')``, ``COPY ... TO``, ``ATTACH``, ``INSTALL``/``LOAD`` and ``SET`` fail in
+DuckDB. Only ``SELECT`` statements (and ``EXPLAIN`` without ``ANALYZE``) run: that check, on
+DuckDB's own parser and tokenizer, also refuses writes inside the tables' folders, which DuckDB's
+access control allows alike for reading and writing.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from duckdb_extensions import import_extension
+
+from statecore.catalog import Catalog, CheckpointRecord, TableVersion
+from statecore.checkpoint.points import (
+    RestorePoint,
+    checkpoint_point,
+    load_savepoint,
+    resolve_point,
+)
+from statecore.errors import (
+    CheckpointNotFoundError,
+    ConfigError,
+    CorruptSnapshotError,
+    JobNotFoundError,
+    UnknownStateError,
+)
+from statecore.snapshot.rewrite import missing_log_entries
+
+__all__ = [
+    "StateViews",
+    "connect",
+    "delta_scan",
+    "ident",
+    "keywords",
+    "open_point_views",
+    "open_views",
+    "read_only_statements",
+    "run_sql",
+    "sandbox",
+    "scan_errors",
+    "view_names",
+]
+
+
+_WORD = re.compile(r"\w+")
+
+
+def ident(name: str) -> str:
+    """A quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the Delta extension loaded (not yet sandboxed)."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False})
+    import_extension("delta", con=con)  # installs the bundled build, offline
+    con.execute("LOAD delta")  # now: the sandbox forbids loading it later
+    return con
+
+
+def _folder(path: str) -> str:
+    return path.rstrip("/") + "/"
+
+
+def sandbox(
+    con: duckdb.DuckDBPyConnection, folders: Iterable[str], *, temp_directory: str | None = None
+) -> None:
+    """Lock ``con`` down: DuckDB may then touch only files under ``folders`` (the snapshot
+    tables its views read; the Delta extension reads their logs itself), and
+    ``temp_directory`` (where it spills; none when ``None``). External access, extension
+    loading and every later ``SET`` are refused by DuckDB. Create the views first: they bind
+    when queried, under the sandbox."""
+    allowed = sorted({_folder(folder) for folder in folders})
+    con.execute("SET temp_directory = ?", [temp_directory or ""])
+    con.execute("SET allowed_directories = ?", [allowed])
+    con.execute("SET allowed_paths = []")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET allow_community_extensions = false")
+    con.execute("SET lock_configuration = true")
+
+
+def read_only_statements(query: str) -> list[duckdb.Statement]:
+    """The statements of ``query`` as DuckDB parses them; :class:`ConfigError` unless each is a
+    ``SELECT`` or an ``EXPLAIN`` that does not run its statement (no ``ANALYZE``)."""
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise ConfigError(f"SQL error: {exc}") from exc
+    if not statements:
+        raise ConfigError("the query holds no statement")
+    for statement in statements:
+        kind = statement.type.name
+        if statement.type == duckdb.StatementType.EXPLAIN and _analyzes(statement.query):
+            kind = "EXPLAIN ANALYZE"  # it runs the statement it explains
+        if kind not in ("SELECT", "EXPLAIN"):
+            raise ConfigError(
+                f"statecore sql is read-only: {kind} is not allowed "
+                "(repair state with `statecore state apply`, which writes a new savepoint)"
+            )
+    return statements
+
+
+def keywords(query: str) -> list[str]:
+    """The keywords of ``query``, upper case, by DuckDB's tokenizer (comments and string
+    literals are not keywords).
+
+    >>> keywords("/* UPDATE x */ EXPLAIN analyze SELECT 'DELETE'")
+    ['EXPLAIN', 'ANALYZE', 'SELECT']
+    """
+    return [
+        word.group(0).upper()
+        for start, kind in duckdb.tokenize(query)
+        if kind == duckdb.token_type.keyword and (word := _WORD.match(query, start))
+    ]
+
+
+def _analyzes(query: str) -> bool:
+    return bool({"ANALYZE", "ANALYSE"} & set(keywords(query)))
+
+
+def delta_scan(table: TableVersion) -> str:
+    """The SQL table expression reading ``table`` at its version."""
+    return f"delta_scan({_literal(table.path)}, version => {int(table.version)})"
+
+
+def _corrupt(tables: Sequence[TableVersion], exc: duckdb.Error) -> CorruptSnapshotError | None:
+    """The table (version and file) that ``exc``, an error of DuckDB reading Delta tables, is
+    about; ``None`` when it is not about reading one of ``tables``."""
+    message = str(exc).split("\n")[0]
+    for table in tables:
+        root = table.path.rstrip("/") + "/"
+        if root in message:
+            found = re.search(re.escape(root) + r"[^'\"]*", message)
+            file = found.group(0)[len(root) :] if found else "?"
+            return CorruptSnapshotError(f"{_where(table)}: file {file} cannot be read: {message}")
+    if "DeltaKernel" not in message:
+        return None
+    for table in tables:
+        missing = missing_log_entries(table.path, table.version)
+        if missing:
+            return CorruptSnapshotError(
+                f"{_where(table)}: file {', '.join(missing)} is missing: {message}"
+            )
+    probe = duckdb.connect()
+    try:
+        import_extension("delta", con=probe)
+        for table in tables:
+            try:
+                probe.execute(f"DESCRIBE SELECT * FROM {delta_scan(table)}")
+            except duckdb.Error:
+                return CorruptSnapshotError(
+                    f"{_where(table)}: its Delta log cannot be read: {message}"
+                )
+    finally:
+        probe.close()
+    return None
+
+
+def _where(table: TableVersion) -> str:
+    return (
+        f"snapshot table {table.path} (state {table.state!r} of operator {table.operator!r}) "
+        f"version {table.version}"
+    )
+
+
+@contextmanager
+def scan_errors(tables: Sequence[TableVersion]) -> Iterator[None]:
+    """Turn DuckDB's errors reading a missing or corrupt file of ``tables`` (a data file or a
+    ``_delta_log`` entry) into :class:`CorruptSnapshotError` naming the table, version and file."""
+    try:
+        yield
+    except (duckdb.IOException, duckdb.InvalidInputException) as exc:
+        corrupt = _corrupt(tables, exc)
+        if corrupt is None:
+            raise
+        raise corrupt from exc
+
+
+def view_names(tables: Sequence[TableVersion]) -> list[str]:
+    """The view name of each table: its state name, or ``<operator>.<state>`` when ambiguous."""
+    names = [t.state for t in tables]
+    return [t.state if names.count(t.state) == 1 else f"{t.operator}.{t.state}" for t in tables]
+
+
+@dataclass(frozen=True)
+class StateViews:
+    """An in-memory DuckDB connection with the views of some checkpoints or savepoints."""
+
+    connection: duckdb.DuckDBPyConnection
+    points: dict[str, RestorePoint]
+    views: tuple[str, ...]
+    temp_directory: str | None = field(default=None, repr=False)
+
+    @property
+    def checkpoints(self) -> dict[str, RestorePoint]:
+        """The restore point shown for each job (kept for callers of the first version)."""
+        return self.points
+
+    def sql(self, query: str) -> pa.Table:
+        """Run a read-only ``query``; its rows."""
+        read_only_statements(query)
+        tables = [t for p in self.points.values() for t in p.tables]
+        try:
+            with scan_errors(tables):
+                return self.connection.sql(query).to_arrow_table()
+        except AttributeError:
+            raise ConfigError(f"the statement returns no rows: {query!r}") from None
+        except duckdb.CatalogException as exc:
+            raise UnknownStateError(
+                f"{exc}; the views are: {', '.join(self.views) or 'none'} and "
+                "statecore.checkpoints, statecore.savepoints"
+            ) from exc
+        except duckdb.PermissionException as exc:
+            raise ConfigError(
+                f"statecore sql reads only the state tables of its views: {exc}"
+            ) from exc
+        except duckdb.Error as exc:
+            raise ConfigError(f"SQL error: {exc} (views: {', '.join(self.views)})") from exc
+
+    def close(self) -> None:
+        self.connection.close()
+        if self.temp_directory is not None:
+            shutil.rmtree(self.temp_directory, ignore_errors=True)
+
+
+def _add_views(con: duckdb.DuckDBPyConnection, point: RestorePoint) -> list[str]:
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(point.job)}")
+    views = []
+    for table, view in zip(point.tables, view_names(point.tables)):
+        con.execute(
+            f"CREATE OR REPLACE VIEW {ident(point.job)}.{ident(view)} AS "
+            f"SELECT * FROM {delta_scan(table)}"
+        )
+        views.append(f"{point.job}.{view}")
+    return views
+
+
+def _register(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    rows: list[dict[str, Any]],
+    empty: dict[str, pa.DataType],
+) -> None:
+    table = (
+        pa.Table.from_pylist(rows)
+        if rows
+        else pa.table({column: pa.array([], t) for column, t in empty.items()})
+    )
+    con.register(f"_{name}", table)
+    con.execute(f"CREATE VIEW statecore.{name} AS SELECT * FROM _{name}")
+
+
+def open_point_views(points: Sequence[RestorePoint], catalog: Catalog | None = None) -> StateViews:
+    """Views of every table of ``points`` (one per job), plus the catalog's listings."""
+    con = connect()
+    try:
+        return _open_point_views(con, points, catalog)
+    except BaseException:
+        con.close()
+        raise
+
+
+def _open_point_views(
+    con: duckdb.DuckDBPyConnection, points: Sequence[RestorePoint], catalog: Catalog | None
+) -> StateViews:
+    views: list[str] = []
+    for point in points:
+        with scan_errors(point.tables):
+            views += _add_views(con, point)
+    con.execute("CREATE SCHEMA IF NOT EXISTS statecore")
+    checkpoints: list[dict[str, Any]] = []
+    savepoints: list[dict[str, Any]] = []
+    if catalog is not None:
+        for job in catalog.list_jobs():
+            checkpoints += [_checkpoint_row(c) for c in catalog.list_checkpoints(job.name)]
+        savepoints = [
+            {
+                "job": s.job,
+                "name": s.name,
+                "reason": s.reason,
+                "source_checkpoint": s.source_checkpoint,
+                "parallelism": s.parallelism,
+                "max_parallelism": s.max_parallelism,
+                "rows": s.rows,
+                "bytes": s.bytes,
+                "created_at": s.created_at,
+                "path": s.path,
+            }
+            for s in catalog.list_savepoints()
+        ]
+    _register(con, "checkpoints", checkpoints, {"job": pa.string(), "checkpoint_id": pa.int64()})
+    _register(con, "savepoints", savepoints, {"job": pa.string(), "name": pa.string()})
+    spill = tempfile.mkdtemp(prefix="statecore-sql-")
+    sandbox(con, [t.path for p in points for t in p.tables], temp_directory=spill)
+    return StateViews(con, {p.job: p for p in points}, tuple(views), spill)
+
+
+def _checkpoint_row(c: CheckpointRecord) -> dict[str, Any]:
+    return {
+        "job": c.job,
+        "checkpoint_id": c.checkpoint_id,
+        "kind": c.kind.name,
+        "status": c.status.name,
+        "parallelism": c.parallelism,
+        "max_parallelism": c.max_parallelism,
+        "rows": c.total_rows,
+        "bytes": c.total_bytes,
+        "completed_at": c.completed_at,
+    }
+
+
+def open_views(
+    catalog: Catalog, *, jobs: Sequence[str] | None = None, checkpoint_id: int | None = None
+) -> StateViews:
+    """Views for ``jobs`` (all when ``None``) at their latest or the given checkpoint."""
+    known = [j.name for j in catalog.list_jobs()]
+    if jobs is None:
+        jobs = known
+    for job in jobs:
+        catalog.get_job(job)  # JobNotFoundError names the known jobs
+    if checkpoint_id is not None and len(jobs) != 1:
+        raise ConfigError(f"--checkpoint needs exactly one job; known jobs: {known}")
+    points = []
+    for job in jobs:
+        try:
+            points.append(checkpoint_point(catalog, job, checkpoint_id))
+        except CheckpointNotFoundError:
+            if checkpoint_id is not None:
+                raise
+    return open_point_views(points, catalog)
+
+
+def run_sql(
+    catalog: Catalog,
+    query: str,
+    *,
+    job: str | None = None,
+    checkpoint_id: int | None = None,
+    savepoint: str | None = None,
+) -> pa.Table:
+    """Run ``query`` over the views of ``job`` (or every job) at a checkpoint, or over a
+    savepoint (a name of ``job``'s or a folder)."""
+    if (
+        job is not None
+        and job not in {j.name for j in catalog.list_jobs()}
+        and not (savepoint and "/" in savepoint)
+    ):
+        catalog.get_job(job)  # raises JobNotFoundError
+    if savepoint is not None:
+        if checkpoint_id is not None:
+            raise ConfigError("give --checkpoint or --savepoint, not both")
+        if "/" not in savepoint and job is None:
+            raise ConfigError(f"savepoint {savepoint!r} is a name: give --job too (or a folder)")
+        point = (
+            load_savepoint(savepoint)
+            if "/" in savepoint
+            else resolve_point(catalog, job or "", savepoint)
+        )
+        views = open_point_views([point], catalog)
+    else:
+        if job is None and checkpoint_id is not None:
+            jobs = [j.name for j in catalog.list_jobs()]
+            if len(jobs) != 1:
+                raise ConfigError(f"--checkpoint needs --job (known jobs: {jobs})")
+            job = jobs[0]
+        if job is None and not catalog.list_jobs():
+            raise JobNotFoundError("no job has been checkpointed yet; run a job first")
+        views = open_views(catalog, jobs=[job] if job else None, checkpoint_id=checkpoint_id)
+    try:
+        return views.sql(query)
+    finally:
+        views.close()

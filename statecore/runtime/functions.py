@@ -1,0 +1,174 @@
+"""What user code sees: ``KeyedProcessFunction``, its ``RuntimeContext``, per-record ``Context``
+with timers, and ``CheckpointedFunction`` for operator state.
+
+As in PyFlink, state is declared in ``open()`` from descriptors and used in ``process_element()``,
+where the runtime has already made the record's key current:
+
+>>> from statecore.descriptors import ValueStateDescriptor
+>>> class RunningTotal(KeyedProcessFunction):
+...     def open(self, ctx):
+...         self.total = ctx.get_state(ValueStateDescriptor("total", int, default=0))
+...     def process_element(self, value, ctx):
+...         self.total.update(self.total.value() + value.amount)
+...         yield ctx.current_key, self.total.value()
+
+A function that also implements :class:`CheckpointedFunction` gets ``initialize_state()`` before
+``open()`` (with the operator state store and whether the job was restored) and
+``snapshot_state()`` before each checkpoint.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from statecore.backends.base import KeyedStateBackend
+from statecore.backends.operator import OperatorStateStore
+from statecore.backends.timers import TimeDomain, TimerService
+from statecore.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from statecore.errors import StateAccessError
+from statecore.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+
+__all__ = [
+    "RuntimeContext",
+    "Context",
+    "OnTimerContext",
+    "KeyedProcessFunction",
+    "CheckpointedFunction",
+    "FunctionInitializationContext",
+    "FunctionSnapshotContext",
+]
+
+
+class RuntimeContext:
+    """Where a function gets its keyed state (Flink's ``KeyedStateStore``) and learns which
+    parallel instance it is."""
+
+    def __init__(
+        self,
+        backend: KeyedStateBackend,
+        *,
+        job: str,
+        operator: str,
+        subtask_index: int,
+        parallelism: int,
+    ) -> None:
+        self.backend = backend
+        self.job = job
+        self.operator = operator
+        self.subtask_index = subtask_index
+        self.parallelism = parallelism
+
+    @property
+    def max_parallelism(self) -> int:
+        return self.backend.max_parallelism
+
+    def _state(self, descriptor: StateDescriptor, expected: type[StateDescriptor]) -> State:
+        if not isinstance(descriptor, expected):
+            raise StateAccessError(
+                f"state {getattr(descriptor, 'name', descriptor)!r}: expected a "
+                f"{expected.__name__}, got {type(descriptor).__name__}"
+            )
+        return self.backend.get_partitioned_state(descriptor)
+
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
+        return self._state(descriptor, ValueStateDescriptor)  # type: ignore[return-value]
+
+    def get_list_state(self, descriptor: ListStateDescriptor) -> ListState:
+        return self._state(descriptor, ListStateDescriptor)  # type: ignore[return-value]
+
+    def get_map_state(self, descriptor: MapStateDescriptor) -> MapState:
+        return self._state(descriptor, MapStateDescriptor)  # type: ignore[return-value]
+
+    def get_reducing_state(self, descriptor: ReducingStateDescriptor) -> ReducingState:
+        return self._state(descriptor, ReducingStateDescriptor)  # type: ignore[return-value]
+
+    def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState:
+        return self._state(descriptor, AggregatingStateDescriptor)  # type: ignore[return-value]
+
+
+class Context:
+    """The per-record context: the current key (set by the runtime, never by user code), the
+    record's event time (epoch ms, ``None`` without an event-time column) and the timers."""
+
+    __slots__ = ("_backend", "timestamp", "current_key")
+
+    def __init__(self, backend: KeyedStateBackend) -> None:
+        self._backend = backend
+        self.timestamp: int | None = None
+        self.current_key: Any = None
+        """The record's key (set by the runtime per record)."""
+
+    @property
+    def timer_service(self) -> TimerService:
+        """Register or delete event-time and processing-time timers for the current key."""
+        return self._backend.timer_service
+
+
+class OnTimerContext(Context):
+    """The context of ``on_timer``: the timer's key is current (``current_key``),
+    ``timestamp`` is the timer's."""
+
+    __slots__ = ("time_domain", "namespace")
+
+    def __init__(self, backend: KeyedStateBackend) -> None:
+        super().__init__(backend)
+        self.time_domain = TimeDomain.EVENT_TIME
+        self.namespace = ""
+
+
+class KeyedProcessFunction(ABC):
+    """A function over a keyed stream with access to keyed state (Flink's KeyedProcessFunction)."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        """Declare state here."""
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: Context) -> Iterable[Any] | None:
+        """Handle one record of the current key; yield output rows (tuples)."""
+
+    def on_timer(self, timestamp: int, ctx: OnTimerContext) -> Iterable[Any] | None:
+        """A timer of the current key fired; yield output rows (tuples)."""
+        return None
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+@dataclass(frozen=True)
+class FunctionInitializationContext:
+    """What ``initialize_state`` gets: the stores, and whether the job restored a checkpoint."""
+
+    is_restored: bool
+    operator_state_store: OperatorStateStore
+    keyed_state_store: RuntimeContext
+
+
+@dataclass(frozen=True)
+class FunctionSnapshotContext:
+    """What ``snapshot_state`` gets: the checkpoint being taken and its time (epoch ms)."""
+
+    checkpoint_id: int
+    timestamp: int
+
+
+class CheckpointedFunction(ABC):
+    """A function with operator state (Flink's ``CheckpointedFunction``); mix it into a
+    :class:`KeyedProcessFunction`."""
+
+    @abstractmethod
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        """Register operator (and keyed) state; called before ``open()``."""
+
+    @abstractmethod
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        """Bring operator state up to date; called before each checkpoint is written."""

@@ -1,0 +1,169 @@
+"""What a task restores: the files of the checkpoint it starts from, read where it runs.
+
+The driver plans the restore (:class:`RestorePlan`: per table, the files of the completed
+checkpoint's version); each task reads only what it needs: the key groups of its range for keyed
+state and timers, and every row of each operator state, redistributed for its subtask. Stored rows
+whose schema is older but compatible are migrated on the way in
+(:mod:`statecore.compatibility`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from statecore.backends.base import RestoreSource, snapshot_schema
+from statecore.backends.operator import OperatorStateMode, repartition
+from statecore.backends.timers import timers_schema
+from statecore.compatibility import migrate_rows
+from statecore.descriptors import StateDescriptor
+from statecore.errors import CorruptSnapshotError
+from statecore.keygroups import KeyGroupRange
+from statecore.snapshot import SnapshotTable, TableFile
+from statecore.types import TypeInfo, schema_from_text
+
+__all__ = ["RestoredState", "RestorePlan"]
+
+
+@dataclass(frozen=True)
+class RestoredState:
+    """One table of the checkpoint being restored."""
+
+    uri: str
+    schema: str  # schema_to_text of the rows the catalog registered last
+    files: tuple[TableFile, ...]
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """What the tasks of one operator restore (nothing when ``checkpoint_id`` is ``None``).
+
+    ``states`` are keyed states, ``operator_states`` operator states, ``timers`` the timers table;
+    ``parallelism`` is the restored checkpoint's; ``migrated`` names the keyed states whose schema
+    migrates, which the next snapshot rewrites in full.
+    """
+
+    job: str
+    operator: str
+    checkpoint_id: int | None = None
+    states: dict[str, RestoredState] = field(default_factory=dict)
+    parallelism: int | None = None
+    operator_states: dict[str, RestoredState] = field(default_factory=dict)
+    timers: RestoredState | None = None
+    migrated: frozenset[str] = frozenset()
+
+    @property
+    def is_restored(self) -> bool:
+        return self.checkpoint_id is not None
+
+    def _label(self, state: str) -> str:
+        return f"job {self.job!r}, operator {self.operator!r}, state {state!r}"
+
+    def source(self, key_groups: Collection[int], key_type: TypeInfo) -> RestoreSource:
+        """A ``RestoreSource`` reading only ``key_groups`` (in key-group order), migrating older
+        rows."""
+
+        def read(descriptor: StateDescriptor) -> Iterator[tuple[int, pa.Table]]:
+            restored = self.states.get(descriptor.name)
+            if restored is None:
+                return iter(())
+            expected = snapshot_schema(key_type, descriptor)
+            return self._read(restored, key_groups, expected, self._label(descriptor.name))
+
+        return read
+
+    def _read(
+        self,
+        restored: RestoredState,
+        key_groups: Collection[int] | None,
+        expected: pa.Schema,
+        label: str,
+        partition: str = "key_group",
+    ) -> Iterator[tuple[int, pa.Table]]:
+        mine = sorted(
+            (f for f in restored.files if key_groups is None or f.key_group in key_groups),
+            key=lambda f: (f.key_group, f.path),
+        )
+        table = SnapshotTable(restored.uri, expected, label=label, partition=partition)
+        for part, rows in table.read_files(mine):
+            yield part, migrate_rows(rows, expected, label=label)
+
+    def file_paths(self, key_groups: Collection[int]) -> dict[str, dict[int, tuple[str, ...]]]:
+        """Per keyed state and key group of ``key_groups``: the files being restored (what a
+        task-local copy of the state must match to be reused)."""
+        out: dict[str, dict[int, tuple[str, ...]]] = {}
+        for name, restored in self.states.items():
+            by_kg: dict[int, list[str]] = {}
+            for f in restored.files:
+                if f.key_group in key_groups:
+                    by_kg.setdefault(f.key_group, []).append(f.path)
+            out[name] = {kg: tuple(sorted(paths)) for kg, paths in sorted(by_kg.items())}
+        return out
+
+    def restored_key_groups(self, state: str, key_groups: KeyGroupRange) -> set[int]:
+        """The key groups of ``key_groups`` that state ``state`` has files for."""
+        restored = self.states.get(state)
+        return (
+            set()
+            if restored is None
+            else {f.key_group for f in restored.files if f.key_group in key_groups}
+        )
+
+    def timer_rows(
+        self, key_groups: KeyGroupRange, key_type: TypeInfo
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """``(key_group, rows)`` of the timers of ``key_groups``."""
+        if self.timers is None:
+            return iter(())
+        return self._read(self.timers, key_groups, timers_schema(key_type), self._label("timers"))
+
+    def operator_state(self, subtask: int, parallelism: int) -> dict[str, pa.Table]:
+        """The rows of each operator state that ``subtask`` of ``parallelism`` restores."""
+        if not self.operator_states:
+            return {}
+        old_p = self.parallelism or 1
+        states: dict[str, tuple[OperatorStateMode, list[range]]] = {}
+        tables: dict[str, pa.Table] = {}
+        for name, restored in self.operator_states.items():
+            stored = schema_from_text(restored.schema)
+            by_subtask: dict[int, list[pa.Table]] = {}
+            for sub, rows in SnapshotTable(
+                restored.uri, stored, label=self._label(name), partition="subtask"
+            ).read_files(restored.files):
+                by_subtask.setdefault(sub, []).append(rows)
+            if not by_subtask:
+                continue
+            parts = [
+                pa.concat_tables(by_subtask.get(i, []), promote_options="default")
+                if by_subtask.get(i)
+                else None
+                for i in range(old_p)
+            ]
+            if any(sub >= old_p for sub in by_subtask):
+                raise CorruptSnapshotError(
+                    f"{self._label(name)}: rows of subtasks {sorted(by_subtask)} in a checkpoint "
+                    f"of parallelism {old_p}"
+                )
+            modes = {
+                m
+                for part in parts
+                if part is not None
+                for m in part.column("mode").unique().to_pylist()
+            }
+            if len(modes) != 1:
+                raise CorruptSnapshotError(f"{self._label(name)}: mixed modes {sorted(modes)}")
+            offsets, ranges, present = 0, [], []
+            for part in parts:
+                n = 0 if part is None else part.num_rows
+                ranges.append(range(offsets, offsets + n))
+                offsets += n
+                if part is not None:
+                    present.append(part)
+            states[name] = (OperatorStateMode(modes.pop()), ranges)
+            tables[name] = pa.concat_tables(present, promote_options="default")
+        mine = repartition(states, old_p, parallelism)[subtask]
+        return {
+            name: tables[name].take(pa.array(indices, pa.int64())) for name, indices in mine.items()
+        }

@@ -1,0 +1,375 @@
+"""Whole-table operations for savepoints, rescale, repair and cleanup, generic over the table kind.
+
+Keyed and timers tables are partitioned by ``key_group``, operator-state tables by ``subtask``;
+everything here reads the partition column from the table itself, so it works on every table a
+checkpoint names. Files are always copied or written under new names, never moved or rewritten in
+place, so a completed checkpoint's files stay exactly as they were.
+
+:func:`vacuum` deletes the files of a table that none of the given versions references (nor the
+latest version, nor any version after ``keep_after_version``), once they are older than a grace
+period and not written since ``protected_since`` (the start of a checkpoint still in progress,
+whose files are not committed yet). ``DeltaTable.vacuum`` cannot do this: it protects only the
+versions inside its retention window, not the ones a catalog still names.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
+
+from statecore.errors import CheckpointCommitError, CorruptSnapshotError
+from statecore.snapshot.commits import CommitMetadata
+from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
+from statecore.snapshot.table import TableFile, read_table_files
+
+__all__ = [
+    "TableLayout",
+    "VacuumResult",
+    "commit_files",
+    "copy_files",
+    "missing_log_entries",
+    "partition_sizes",
+    "read_files",
+    "table_files",
+    "table_layout",
+    "table_version",
+    "vacuum",
+    "verify_file",
+    "versions_since",
+    "write_partition_file",
+]
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """The schema of a table (partition column included) and the name of its partition column."""
+
+    schema: pa.Schema
+    partition: str
+
+    @property
+    def rows_schema(self) -> pa.Schema:
+        """The columns stored in the files: every column but the partition."""
+        return self.schema.remove(self.schema.get_field_index(self.partition))
+
+    @classmethod
+    def of(cls, rows_schema: pa.Schema, partition: str) -> TableLayout:
+        """The layout of rows partitioned by an int32 ``partition`` column."""
+        return cls(rows_schema.append(pa.field(partition, pa.int32(), nullable=False)), partition)
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    """Files a vacuum deleted (or would delete, in a dry run), relative to the table root."""
+
+    uri: str
+    files: tuple[str, ...]
+    bytes: int
+
+
+def _open(uri: str, version: int | None = None) -> DeltaTable:
+    try:
+        return DeltaTable(uri, version=version)
+    except (TableNotFoundError, DeltaError, OSError) as exc:
+        raise CorruptSnapshotError(
+            f"snapshot table {uri} version {version} cannot be opened: {exc}"
+        ) from exc
+
+
+def table_version(uri: str) -> int | None:
+    """The latest version of the table at ``uri``, or ``None`` when there is no table."""
+    try:
+        return DeltaTable(uri).version()
+    except (TableNotFoundError, DeltaError, OSError):
+        return None
+
+
+def missing_log_entries(uri: str, version: int) -> list[str]:
+    """The commit files of ``_delta_log`` that reading the table at ``version`` needs and that
+    are missing (after the last Delta checkpoint at or before it), relative to the table."""
+    fs, root = table_filesystem(uri)
+    log = f"{root.rstrip('/')}/_delta_log"
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(log, allow_not_found=True))
+    except OSError:
+        return ["_delta_log"]
+    names = {info.path.rsplit("/", 1)[-1] for info in infos}
+    checkpoints = [
+        int(name.split(".", 1)[0])
+        for name in names
+        if ".checkpoint." in name and name.split(".", 1)[0].isdigit()
+    ]
+    start = max((c + 1 for c in checkpoints if c <= version), default=0)
+    return [
+        f"_delta_log/{n:020d}.json"
+        for n in range(start, version + 1)
+        if f"{n:020d}.json" not in names
+    ]
+
+
+def table_layout(uri: str, version: int) -> TableLayout:
+    """The schema and partition column of the table at ``version``."""
+    table = _open(uri, version)
+    partitions = table.metadata().partition_columns
+    if len(partitions) != 1:
+        raise CorruptSnapshotError(
+            f"snapshot table {uri} is partitioned by {partitions}, not by one column"
+        )
+    return TableLayout(pa.schema(table.schema().to_arrow()), partitions[0])
+
+
+def table_files(uri: str, version: int) -> list[TableFile]:
+    """Every file of the table at ``version``, with its partition value, rows and size."""
+    table = _open(uri, version)
+    [partition] = table.metadata().partition_columns
+    actions = pa.table(table.get_add_actions(flatten=True))
+    return [
+        TableFile(path, int(value), int(rows or 0), int(size))
+        for path, value, rows, size in zip(
+            actions.column("path").to_pylist(),
+            actions.column(f"partition.{partition}").to_pylist(),
+            actions.column("num_records").to_pylist(),
+            actions.column("size_bytes").to_pylist(),
+        )
+    ]
+
+
+def partition_sizes(uri: str, version: int) -> dict[int, tuple[int, int]]:
+    """``{partition value: (rows, bytes)}`` of the table at ``version``."""
+    sizes: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for f in table_files(uri, version):
+        sizes[f.key_group][0] += f.rows
+        sizes[f.key_group][1] += f.size
+    return {part: (rows, size) for part, (rows, size) in sorted(sizes.items())}
+
+
+def read_files(uri: str, files: Iterable[TableFile]) -> Iterator[tuple[TableFile, pa.Table]]:
+    """Each file with its rows (without the partition column)."""
+    return read_table_files(uri, files, label=f"snapshot table {uri}")
+
+
+def _new_name(partition: str, value: int, prefix: str) -> str:
+    return f"{partition}={value}/{prefix}-{uuid.uuid4().hex[:16]}.parquet"
+
+
+def write_partition_file(
+    uri: str, layout: TableLayout, value: int, rows: pa.Table, *, prefix: str
+) -> SnapshotFile:
+    """Write ``rows`` as a new file of partition ``value`` (not committed yet)."""
+    return write_file(uri, _new_name(layout.partition, value, prefix), value, rows)
+
+
+def verify_file(uri: str, version: int | None, f: TableFile) -> None:
+    """Check one committed file against the Delta log: its size, and a readable Parquet footer
+    with the log's row count; :class:`CorruptSnapshotError` names table, version and file."""
+    fs, root = table_filesystem(uri)
+    where = f"snapshot table {uri} version {version}: file {f.path}"
+    try:
+        info = fs.get_file_info(f"{root}/{f.path}")
+        if info.type != pafs.FileType.File:
+            raise CorruptSnapshotError(f"{where} is missing")
+        if info.size != f.size:
+            raise CorruptSnapshotError(
+                f"{where} has {info.size} bytes, the Delta log says {f.size}"
+            )
+        with fs.open_input_file(f"{root}/{f.path}") as source:
+            rows = pq.ParquetFile(source).metadata.num_rows
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise CorruptSnapshotError(f"{where} is unreadable: {exc}") from exc
+    if rows != f.rows:
+        raise CorruptSnapshotError(f"{where} holds {rows} rows, the Delta log says {f.rows}")
+
+
+def copy_files(
+    source_uri: str,
+    target_uri: str,
+    layout: TableLayout,
+    files: Iterable[TableFile],
+    *,
+    prefix: str,
+    version: int | None = None,
+) -> list[SnapshotFile]:
+    """Copy ``files`` (of ``version`` of the source) byte for byte into the table at
+    ``target_uri``, under new names; each is verified first (:func:`verify_file`)."""
+    source_fs, source_root = table_filesystem(source_uri)
+    target_fs, target_root = table_filesystem(target_uri)
+    same_fs = type(source_fs) is type(target_fs) and isinstance(source_fs, pafs.LocalFileSystem)
+    out = []
+    for f in files:
+        verify_file(source_uri, version, f)
+        relative = _new_name(layout.partition, f.key_group, prefix)
+        source, target = f"{source_root}/{f.path}", f"{target_root}/{relative}"
+        target_fs.create_dir(f"{target_root}/{layout.partition}={f.key_group}", recursive=True)
+        try:
+            if same_fs:
+                source_fs.copy_file(source, target)
+            else:
+                with (
+                    source_fs.open_input_stream(source) as src,
+                    target_fs.open_output_stream(target) as dst,
+                ):
+                    while chunk := src.read(1 << 22):
+                        dst.write(chunk)
+        except OSError as exc:
+            raise CorruptSnapshotError(
+                f"snapshot table {source_uri}: file {f.path} cannot be copied to {target_uri}: "
+                f"{exc}"
+            ) from exc
+        # Row counts are all the committer needs; min/max statistics are an optimization.
+        stats = f'{{"numRecords": {f.rows}}}'
+        out.append(
+            SnapshotFile(
+                path=relative,
+                key_group=f.key_group,
+                rows=f.rows,
+                size=f.size,
+                modification_time=time.time_ns() // 1_000_000,
+                stats=stats,
+            )
+        )
+    return out
+
+
+def commit_files(
+    uri: str,
+    layout: TableLayout,
+    files: Iterable[SnapshotFile],
+    *,
+    replaced: Iterable[int] | None,
+    base_version: int | None,
+    app_id: str,
+    checkpoint_id: int,
+    metadata: CommitMetadata | None = None,
+) -> int:
+    """Commit ``files``; the new version.
+
+    ``replaced`` names the partitions whose files of ``base_version`` are removed (every
+    partition when ``None``: the table becomes exactly ``files``, in ``layout``). A table that
+    moved past ``base_version`` (a failed attempt) is restored to it first, as checkpoints do.
+    ``metadata`` is recorded in the commit.
+    """
+    files = list(files)
+    partition = layout.partition
+    properties = CommitProperties(
+        app_transactions=[Transaction(app_id, checkpoint_id)],
+        custom_metadata=None if metadata is None else metadata.to_properties(),
+    )
+    adds: list[AddAction | RemoveAction] = [
+        AddAction(f.path, f.size, {partition: str(f.key_group)}, f.modification_time, True, f.stats)
+        for f in files
+    ]
+    try:
+        if table_version(uri) is None:
+            DeltaTable.create(uri, layout.schema, partition_by=[partition], mode="ignore")
+        table = DeltaTable(uri)
+        if base_version is not None and table.version() != base_version:
+            table.restore(base_version)
+            table = DeltaTable(uri)
+        if replaced is None:
+            table.create_write_transaction(
+                adds,
+                "overwrite",
+                layout.schema,
+                partition_by=[partition],
+                commit_properties=properties,
+            )
+            return DeltaTable(uri).version()
+        changed = set(replaced) | {f.key_group for f in files}
+        now = time.time_ns() // 1_000_000
+        actions: list[AddAction | RemoveAction] = [
+            RemoveAction(f.path, True, now, f.size, {partition: str(f.key_group)})
+            for f in table_files(uri, table.version())
+            if f.key_group in changed
+        ]
+        actions += adds
+        if actions:
+            table.create_write_transaction(
+                actions,
+                "append",
+                layout.schema,
+                partition_by=[partition],
+                commit_properties=properties,
+            )
+        return DeltaTable(uri).version()
+    except DeltaError as exc:
+        raise CheckpointCommitError(
+            f"checkpoint {checkpoint_id}: commit of {app_id} at {uri} failed: {exc}"
+        ) from exc
+
+
+def versions_since(uri: str, timestamp: float) -> list[int]:
+    """The versions of the table at ``uri`` committed at or after ``timestamp`` (epoch seconds),
+    by the commit times in its Delta log."""
+    try:
+        history = DeltaTable(uri).history()
+    except (TableNotFoundError, DeltaError, OSError):
+        return []
+    return [
+        int(entry["version"])
+        for entry in history
+        if int(entry.get("timestamp", 0)) >= timestamp * 1000
+    ]
+
+
+def vacuum(
+    uri: str,
+    keep_versions: Iterable[int],
+    *,
+    older_than: timedelta,
+    keep_after_version: int | None = None,
+    protected_since: float | None = None,
+    dry_run: bool = False,
+) -> VacuumResult:
+    """Delete data files that neither ``keep_versions``, the latest version nor any version
+    after ``keep_after_version`` references, that are older than ``older_than`` and that were
+    not modified at or after ``protected_since`` (epoch seconds). Only Parquet data files are
+    candidates: the Delta log, deletion vectors and hidden files are never touched."""
+    fs, root = table_filesystem(uri)
+    keep: set[str] = set()
+    latest = table_version(uri)
+    versions = set(keep_versions)
+    if latest is not None:
+        first = latest if keep_after_version is None else keep_after_version + 1
+        versions.update(range(max(first, 0), latest + 1))
+    for version in versions:
+        keep.update(f.path for f in table_files(uri, version))
+    cutoff = time.time() - older_than.total_seconds()
+    if protected_since is not None:
+        cutoff = min(cutoff, protected_since)
+    deleted: list[str] = []
+    size = 0
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    except OSError as exc:
+        raise CorruptSnapshotError(f"snapshot table {uri} cannot be listed: {exc}") from exc
+    for info in infos:
+        if info.type != pafs.FileType.File:
+            continue
+        relative = info.path[len(root) :].lstrip("/")
+        if (
+            not relative.endswith(".parquet")  # Delta's own files (deletion vectors, ...)
+            or any(part.startswith(("_", ".")) for part in relative.split("/"))
+            or relative in keep
+        ):
+            continue
+        if info.mtime is None:
+            if protected_since is not None:
+                continue  # its age is unknown: it may belong to the checkpoint in progress
+        elif info.mtime.timestamp() >= cutoff:
+            continue
+        if not dry_run:
+            fs.delete_file(info.path)
+        deleted.append(relative)
+        size += int(info.size or 0)
+    return VacuumResult(uri, tuple(sorted(deleted)), size)

@@ -1,0 +1,55 @@
+"""``KeyContext``: the one current key a backend, its states and its timers share."""
+
+from __future__ import annotations
+
+import pytest
+
+from statecore.backends import KeyContext, KeyedStateBackend
+from statecore.descriptors import ListStateDescriptor, ValueStateDescriptor
+from statecore.errors import StateAccessError
+from statecore.keygroups import assign_to_key_group
+
+
+def test_save_restore_clear() -> None:
+    context = KeyContext()
+    assert (context.key, context.key_group, context.prefix) == (None, None, b"")
+    context.key, context.key_group, context.prefix = "a", 3, b"\x00\x03a"
+    saved = context.save()
+    context.key, context.key_group, context.prefix = "b", 4, b"\x00\x04b"
+    context.restore(saved)
+    assert (context.key, context.key_group, context.prefix) == ("a", 3, b"\x00\x03a")
+    context.clear()
+    assert context.key_group is None and context.prefix == b""
+    assert repr(context) == "KeyContext(key=None, key_group=None)"
+
+
+def test_set_current_key_fills_the_backends_context(backend: KeyedStateBackend) -> None:
+    context = backend.key_context
+    assert context.key_group is None
+    backend.set_current_key("user-1")
+    assert (context.key, context.key_group) == ("user-1", assign_to_key_group("user-1", 128))
+    assert backend.key_context is context  # one object for the backend's lifetime
+
+
+def test_states_and_timers_read_the_context(backend: KeyedStateBackend) -> None:
+    """What the task's per-record loop relies on: a state reads whatever key the context holds
+    (the heap task assigns key and key group without calling the backend)."""
+    values = backend.get_partitioned_state(ValueStateDescriptor("v", int))
+    lists = backend.get_partitioned_state(ListStateDescriptor("l", str))
+    for key in ("a", "b"):
+        backend.set_current_key(key)
+        values.update(ord(key))
+        lists.add(key)
+        backend.timer_service.register_event_time_timer(10)
+    saved = backend.key_context.save()  # key "b"
+    backend.set_current_key("a")
+    assert values.value() == ord("a")
+    backend.key_context.restore(saved)
+    assert values.value() == ord("b") and lists.get() == ["b"]
+    backend.key_context.clear()
+    with pytest.raises(StateAccessError, match="outside a keyed context"):
+        values.value()
+    with pytest.raises(StateAccessError, match="no current key"):
+        backend.timer_service.register_event_time_timer(20)
+    fired = [(t.key, t.timestamp) for t in backend.timer_service.advance_watermark(10)]
+    assert sorted(fired) == [("a", 10), ("b", 10)]

@@ -1,0 +1,138 @@
+"""The job's lease in the catalog (SQLite and Postgres): one holder at a time, a fencing epoch
+that increases with every acquisition, takeover only once expired (or its process is gone), and
+commits of a writer whose epoch is stale refused; checkpoint ids that must increase, and replays
+whose input differs."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+
+from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus, TableVersion
+from statecore.errors import (
+    CheckpointOrderError,
+    ConcurrentRunError,
+    MaintenanceLockedError,
+    ReplayMismatchError,
+)
+
+JOB = "clicks"
+SHORT = timedelta(seconds=0.5)
+
+
+@pytest.fixture
+def job_catalog(catalog: Catalog) -> Catalog:
+    catalog.ensure_job(JOB, parallelism=2, max_parallelism=128)
+    return catalog
+
+
+def _begin(catalog: Catalog, checkpoint_id: int, **options: object) -> None:
+    catalog.begin_checkpoint(
+        JOB,
+        checkpoint_id,
+        kind=CheckpointKind.CHECKPOINT,
+        parallelism=2,
+        max_parallelism=128,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _table(version: int) -> TableVersion:
+    return TableVersion(
+        operator="main", state="total", table_kind="keyed", path="/wh/t", version=version,
+        rows=1, bytes=10,
+    )  # fmt: skip
+
+
+def test_fencing_a_run_holds_the_job_until_its_lease_expires(job_catalog: Catalog) -> None:
+    catalog = job_catalog
+    first = catalog.acquire_lease(JOB, operation="run 1", owner="host-a:1:x", timeout=SHORT)
+    assert first.epoch == 1 and catalog.maintenance_lock(JOB) == first
+    with pytest.raises(ConcurrentRunError, match=r"the run 'run 1' \(host-a:1:x\).*epoch 1") as e:
+        catalog.acquire_lease(JOB, operation="run 2", owner="host-b:2:y", timeout=SHORT)
+    assert not isinstance(e.value, MaintenanceLockedError)
+    with pytest.raises(ConcurrentRunError, match="'run 1'") as e:  # maintenance waits too
+        catalog.acquire_maintenance_lock(JOB, operation="rescale", owner="host-b:2:y")
+    assert not isinstance(e.value, MaintenanceLockedError)  # that is for maintenance holders
+    time.sleep(0.6)  # expired, but renewed by its holder before anyone took it over
+    assert catalog.renew_lease(JOB, epoch=1, timeout=timedelta(seconds=1)) is not None
+    with pytest.raises(ConcurrentRunError):
+        catalog.acquire_lease(JOB, operation="run 2", owner="host-b:2:y", timeout=SHORT)
+    time.sleep(1.1)  # not renewed: expired, taken over with a larger epoch
+    second = catalog.acquire_lease(JOB, operation="run 2", owner="host-b:2:y", timeout=SHORT)
+    assert second.epoch == 2
+    assert catalog.renew_lease(JOB, epoch=1, timeout=SHORT) is None
+    with pytest.raises(ConcurrentRunError, match=r"epoch 1 was lost.*'run 2' \(host-b:2:y\)"):
+        catalog.check_lease(JOB, epoch=1)
+    catalog.check_lease(JOB, epoch=2)
+    assert catalog.release_maintenance_lock(JOB, owner="host-a:1:x") is None  # not its lease
+    assert catalog.release_maintenance_lock(JOB, owner="host-b:2:y") == second
+    third = catalog.acquire_lease(JOB, operation="ttl-cleanup", owner="h:3:z", timeout=SHORT)
+    assert third.epoch == 3  # epochs never repeat, also after a release
+
+
+def test_fencing_a_stale_writer_neither_begins_completes_nor_fails(job_catalog: Catalog) -> None:
+    catalog = job_catalog
+    catalog.acquire_lease(JOB, operation="run 5", owner="a", timeout=timedelta(0))
+    _begin(catalog, 5, epoch=1)
+    catalog.acquire_lease(JOB, operation="run 5", owner="b", timeout=timedelta(minutes=1))
+    with pytest.raises(ConcurrentRunError, match="epoch 1 was lost"):
+        catalog.complete_checkpoint(JOB, 5, tables=[_table(1)], epoch=1)
+    assert catalog.get_checkpoint(JOB, 5).status is CheckpointStatus.IN_PROGRESS
+    with pytest.raises(ConcurrentRunError):
+        _begin(catalog, 6, epoch=1)
+    _begin(catalog, 5, epoch=2)  # the new holder retries checkpoint 5
+    failed_late = catalog.fail_checkpoint(JOB, 5, error="stale writer gives up", epoch=1)
+    assert failed_late.status is CheckpointStatus.IN_PROGRESS  # left to the new holder
+    with pytest.raises(ConcurrentRunError, match="epoch 1 was lost"):
+        catalog.complete_checkpoint(JOB, 5, tables=[], epoch=1)
+    done = catalog.complete_checkpoint(JOB, 5, tables=[_table(2)], epoch=2)
+    assert done.status is CheckpointStatus.COMPLETED and done.tables == (_table(2),)
+
+
+def test_fencing_a_lease_of_a_process_gone_from_this_host_is_taken_over(
+    job_catalog: Catalog,
+) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    owner = f"{socket.gethostname()}:{gone.stdout.strip()}:dead"
+    job_catalog.acquire_lease(JOB, operation="run 1", owner=owner, timeout=timedelta(hours=1))
+    alive = f"{socket.gethostname()}:{1}:init"  # pid 1 exists
+    taken = job_catalog.acquire_lease(JOB, operation="run 2", owner=alive, timeout=SHORT)
+    assert taken.epoch == 2
+    with pytest.raises(ConcurrentRunError):
+        job_catalog.acquire_lease(JOB, operation="run 3", owner="x", timeout=SHORT)
+
+
+def test_fencing_checkpoint_ids_increase_when_asked(job_catalog: Catalog) -> None:
+    catalog = job_catalog
+    _begin(catalog, 10, increasing=True)
+    catalog.complete_checkpoint(JOB, 10, tables=[])
+    _begin(catalog, 9)  # the catalog alone does not order ids
+    with pytest.raises(CheckpointOrderError, match="checkpoint 8 of job 'clicks' is below.*10"):
+        _begin(catalog, 8, increasing=True)
+    with pytest.raises(CheckpointOrderError):
+        _begin(catalog, 9, increasing=True)  # a retry of an older failed id rewrites history
+    _begin(catalog, 10, increasing=True)  # a replay of a completed id stays a no-op
+    catalog.begin_checkpoint(JOB, 10**18 + 1, kind=CheckpointKind.MAINTENANCE, parallelism=2,
+                             max_parallelism=128)  # fmt: skip
+    catalog.complete_checkpoint(JOB, 10**18 + 1, tables=[])
+    _begin(catalog, 11, increasing=True)  # maintenance ids do not count
+    assert catalog.latest_checkpoint_id(JOB) == 10
+
+
+def test_bad_input_a_replay_with_other_input_is_refused(job_catalog: Catalog) -> None:
+    catalog = job_catalog
+    _begin(catalog, 3, input_identity="files:2:abc")
+    catalog.complete_checkpoint(JOB, 3, tables=[])
+    assert catalog.get_checkpoint(JOB, 3).input_identity == "files:2:abc"
+    _begin(catalog, 3, input_identity="files:2:abc")
+    _begin(catalog, 3)  # no identity given: not checked
+    with pytest.raises(ReplayMismatchError, match="checkpoint 3 of job 'clicks'.*files:2:abc"):
+        _begin(catalog, 3, input_identity="files:2:def")
+    assert catalog.get_checkpoint(JOB, 3).status is CheckpointStatus.COMPLETED

@@ -1,0 +1,258 @@
+"""The job every fault test runs, its input per checkpoint, and how its outcome is read back.
+
+The job keeps, per user, a running ``total`` (ValueState) and the ``seqs`` of its events in order
+(ListState), and per subtask the records it ``processed`` per checkpoint (operator ListState), and
+appends one output row per event (user, seq, amount, running total) to a Delta output table. An
+update lost or applied twice shows in every one of them: a total off by an amount, a seq missing
+or twice in a list, a processed count off, an output row missing, doubled or with another running
+total. The per-record and the vectorized function keep the same state, so their runs compare.
+
+Outcomes are read back by second readers: the state through ``statecore.query`` (DuckDB over the
+checkpoint's Delta versions), the output table with DuckDB's ``delta_scan``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+from duckdb_extensions import import_extension
+from pyspark.sql import types as T
+
+from statecore import errors
+from statecore.catalog import Catalog, CheckpointStatus
+from statecore.config import StatecoreConfig
+from statecore.descriptors import ListStateDescriptor, ValueStateDescriptor
+from statecore.query import open_views
+from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
+from statecore.runtime.functions import (
+    CheckpointedFunction,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+)
+from statecore.spark import keyed_process, keyed_process_batches
+from statecore.vectorized import KeyedBatch, KeyedBatchFunction
+
+JOB = "faults"
+EVENTS_PER_CHECKPOINT = 240
+USERS = 23
+ARROW_BATCH_ROWS = 40  # several batches per task, so `task:process:<n>` lands mid-task
+CHECKPOINTS = (1, 2, 3)
+
+TOTAL = ValueStateDescriptor("total", int, default=0)
+SEQS = ListStateDescriptor("seqs", int)
+PROCESSED = ListStateDescriptor("processed", int)
+INPUT = "user string, seq bigint, amount bigint"
+OUTPUT = T.StructType(
+    [
+        T.StructField("user", T.StringType()),
+        T.StructField("seq", T.LongType()),
+        T.StructField("amount", T.LongType()),
+        T.StructField("running", T.LongType()),
+    ]
+)
+APIS = ("record", "vector")
+BACKENDS = ("heap", "rocksdb")
+
+_RETRYABLE = tuple(
+    cls
+    for cls in (getattr(errors, "ConcurrentRunError", None), errors.MaintenanceLockedError)
+    if isinstance(cls, type)
+)
+"""What a recovery run may meet while the dead run's lease has not expired yet."""
+
+
+def events(checkpoint_id: int) -> pd.DataFrame:
+    """The input of ``checkpoint_id``: the same rows in every run."""
+    seqs = range(checkpoint_id * 1000, checkpoint_id * 1000 + EVENTS_PER_CHECKPOINT)
+    return pd.DataFrame(
+        {
+            "user": [f"u{(s * 7) % USERS}" for s in seqs],
+            "seq": list(seqs),
+            "amount": [(s * 13) % 50 + 1 for s in seqs],
+        }
+    )
+
+
+class _Processed(CheckpointedFunction):
+    """Per subtask, the records processed in each checkpoint (split operator list state)."""
+
+    records = 0
+
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        self.processed = context.operator_state_store.get_list_state(PROCESSED)
+        self.records = 0
+
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        self.processed.add(self.records)
+        self.records = 0
+
+
+class PerRecord(KeyedProcessFunction, _Processed):
+    def open(self, ctx: RuntimeContext) -> None:
+        self.total = ctx.get_state(TOTAL)
+        self.seqs = ctx.get_list_state(SEQS)
+
+    def process_element(self, value: Any, ctx: Context) -> Any:
+        self.records += 1
+        total = self.total.value() + value.amount
+        self.total.update(total)
+        self.seqs.add(value.seq)
+        yield ctx.current_key, value.seq, value.amount, total
+
+
+class Vectorized(KeyedBatchFunction, _Processed):
+    def open(self, ctx: RuntimeContext) -> None:
+        self.total = ctx.get_state(TOTAL)
+        self.seqs = ctx.get_list_state(SEQS)
+
+    def process_batch(self, batch: KeyedBatch) -> pa.Table:
+        self.records += batch.num_rows
+        amounts = batch.rows.column("amount").to_pylist()
+        seqs = batch.rows.column("seq").to_pylist()
+        totals = batch.values(self.total)
+        running = []
+        by_key: list[list[int]] = [[] for _ in batch.keys]
+        for code, amount, seq in zip(batch.codes.tolist(), amounts, seqs):
+            totals[code] += amount
+            running.append(totals[code])
+            by_key[code].append(seq)
+        batch.update(self.total, totals)
+        for i in batch.each_key():
+            self.seqs.add_all(by_key[i])
+        return batch.rows.append_column("running", pa.array(running, pa.int64()))
+
+
+def run_checkpoint(
+    spark: Any,
+    config: StatecoreConfig,
+    *,
+    api: str,
+    backend: str,
+    checkpoint_id: int,
+    retry_for: float = 0.0,
+) -> Any:
+    """One checkpoint of the job; with ``retry_for`` seconds, retried while the job is still
+    held by a run that died (its lease has not expired yet)."""
+    df = spark.createDataFrame(events(checkpoint_id), INPUT)
+    common: dict[str, Any] = {
+        "key": "user",
+        "output_schema": OUTPUT,
+        "job": JOB,
+        "checkpoint_id": checkpoint_id,
+        "parallelism": 2,
+        "order_by": ["seq"],
+        "backend": backend,
+        "config": config,
+        "output_table": output_table(config),
+    }
+    run: Callable[[], Any]
+    if api == "record":
+        run = lambda: keyed_process(df, function=PerRecord(), **common)  # noqa: E731
+    else:
+        run = lambda: keyed_process_batches(  # noqa: E731
+            df, function=Vectorized(), batch_rows=ARROW_BATCH_ROWS, **common
+        )
+    deadline = time.monotonic() + retry_for
+    while True:
+        try:
+            return run()
+        except _RETRYABLE:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def output_table(config: StatecoreConfig) -> str:
+    return f"{config.home}/output"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a sequence of checkpoints left: state, output rows and checkpoint statuses."""
+
+    total: dict[str, int]
+    seqs: dict[str, list[int]]
+    processed: int
+    output: list[tuple[str, int, int, int]]
+    statuses: dict[int, str]
+
+
+def read_outcome(config: StatecoreConfig) -> Outcome:
+    with Catalog.connect(config.catalog_url) as catalog:
+        statuses = {c.checkpoint_id: c.status.name for c in catalog.list_checkpoints(JOB)}
+        views = open_views(catalog, jobs=[JOB])
+        try:
+            total = views.sql(f"SELECT key, value FROM {JOB}.total").to_pylist()
+            seqs = views.sql(f"SELECT key, value FROM {JOB}.seqs").to_pylist()
+            processed = views.sql(f"SELECT value FROM {JOB}.processed").to_pylist()
+        finally:
+            views.close()
+    con = duckdb.connect()
+    try:
+        import_extension("delta", con=con)
+        rows = con.execute(
+            f"SELECT user, seq, amount, running FROM delta_scan('{output_table(config)}')"
+        ).fetchall()
+    finally:
+        con.close()
+    return Outcome(
+        total={r["key"]: r["value"] for r in total},
+        seqs={r["key"]: r["value"] for r in seqs},
+        processed=sum(_flatten(r["value"]) for r in processed),
+        output=sorted(rows),
+        statuses=statuses,
+    )
+
+
+def _flatten(value: Any) -> int:
+    return sum(value) if isinstance(value, list) else int(value)
+
+
+def expected_outcome(checkpoints: tuple[int, ...] = CHECKPOINTS) -> Outcome:
+    """The outcome computed with pandas from the input alone."""
+    frame = pd.concat([events(c) for c in checkpoints], ignore_index=True).sort_values("seq")
+    frame["running"] = frame.groupby("user")["amount"].cumsum()
+    return Outcome(
+        total={u: int(v) for u, v in frame.groupby("user")["amount"].sum().items()},
+        seqs={u: [int(s) for s in v] for u, v in frame.groupby("user")["seq"]},
+        processed=len(frame),
+        output=sorted(
+            (u, int(s), int(a), int(r))
+            for u, s, a, r in zip(frame["user"], frame["seq"], frame["amount"], frame["running"])
+        ),
+        statuses={c: CheckpointStatus.COMPLETED.name for c in checkpoints},
+    )
+
+
+def differences(actual: Outcome, expected: Outcome) -> list[str]:
+    """What was lost or doubled, in words (empty when the outcomes agree)."""
+    found = []
+    for user in sorted(set(actual.total) | set(expected.total)):
+        got, want = actual.total.get(user), expected.total.get(user)
+        if got != want:
+            found.append(f"total[{user}] = {got}, expected {want}")
+        got_seqs, want_seqs = actual.seqs.get(user, []), expected.seqs.get(user, [])
+        if got_seqs != want_seqs:
+            lost = sorted(set(want_seqs) - set(got_seqs))
+            doubled = sorted({s for s in got_seqs if got_seqs.count(s) > 1})
+            found.append(f"seqs[{user}]: lost {lost}, doubled {doubled}")
+    if actual.processed != expected.processed:
+        found.append(f"processed {actual.processed}, expected {expected.processed}")
+    got_rows, want_rows = pd.Series(actual.output), pd.Series(expected.output)
+    if actual.output != expected.output:
+        lost_rows = sorted(set(expected.output) - set(actual.output))
+        extra = sorted(set(actual.output) - set(expected.output))
+        dup = sorted(got_rows[got_rows.duplicated()].tolist())
+        found.append(
+            f"output: {len(actual.output)} rows, expected {len(want_rows)}; lost {lost_rows[:5]}, "
+            f"unexpected {extra[:5]}, doubled {dup[:5]}"
+        )
+    if actual.statuses != expected.statuses:
+        found.append(f"checkpoints {actual.statuses}, expected {expected.statuses}")
+    return found
