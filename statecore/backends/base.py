@@ -18,15 +18,18 @@ whose stored values are ``{"value": v, "ttl_timestamp": ms}`` structs, see
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from statecore.backends.changes import ChangedKeys
 from statecore.backends.context import KeyContext
 from statecore.backends.timers import TimerService
 from statecore.descriptors import StateDescriptor, StateKind
 from statecore.errors import (
+    ConfigError,
     KeyGroupOutOfRangeError,
     StateAccessError,
     StateDescriptorConflictError,
@@ -99,6 +102,7 @@ class KeyedStateBackend(ABC):
         self._ttl: dict[str, TtlStorage] = {}
         self._kg_cache: dict[Key, int] = {}
         self._key_listeners: list[Callable[[], None]] = []
+        self._track_changes = False
         self.key_context = KeyContext()
         """The current key, read by this backend's states and timers (see
         :mod:`statecore.backends.context`)."""
@@ -266,6 +270,58 @@ class KeyedStateBackend(ABC):
         if TTL_TIMESTAMP in rows.column_names:  # TTL turned off
             return rows.drop_columns([TTL_TIMESTAMP])
         return rows
+
+    # -- changelog checkpoints -------------------------------------------------------------
+    def enable_change_tracking(self) -> None:
+        """Record which keys change, not only which key groups (for changelog checkpoints, see
+        :mod:`statecore.backends.changes`); before any state is registered."""
+        if self._track_changes:
+            return
+        if self._descriptors:
+            raise ConfigError(
+                f"changelog: key tracking must be enabled before states are registered; "
+                f"registered already: {sorted(self._descriptors)}"
+            )
+        self._track_changes = True
+
+    @property
+    def tracks_changes(self) -> bool:
+        return self._track_changes
+
+    def _new_dirty_set(self) -> set[int]:
+        """The set a new state marks its written key groups in (keys too, when tracked)."""
+        return ChangedKeys(self.key_context) if self._track_changes else set()
+
+    def changed_keys(self, state_name: str) -> dict[int, set[Any]]:
+        """The keys of each key group written since the last :meth:`mark_snapshotted` (only
+        with :meth:`enable_change_tracking`)."""
+        dirty = self._dirty_set(state_name)
+        if not isinstance(dirty, ChangedKeys):
+            raise ConfigError(f"state {state_name!r}: changed keys are not tracked")
+        return dirty.by_key_group()
+
+    def snapshot_changes(
+        self, state_name: str, key_group: int, keys: Collection[Any]
+    ) -> tuple[pa.Table, list[Any]]:
+        """The rows (:func:`snapshot_schema`) of ``keys`` of one key group, and those of
+        ``keys`` that have no rows left (their tombstones); TTL as :meth:`snapshot_key_group`."""
+        rows = self._snapshot_keys(state_name, key_group, keys)
+        storage = self._ttl.get(state_name)
+        if storage is not None:
+            rows = storage.to_snapshot(rows, now=self.ttl_time_provider.current_timestamp())
+        present = set(rows.column("key").to_pylist())
+        return rows, [k for k in keys if k not in present]
+
+    def _snapshot_keys(self, state_name: str, key_group: int, keys: Collection[Any]) -> pa.Table:
+        """The stored rows of ``keys`` of one key group (by default: the key group's rows,
+        filtered)."""
+        rows = self._snapshot_key_group(state_name, key_group)
+        wanted = pa.array(list(keys), rows.schema.field("key").type)
+        return rows.filter(pc.is_in(rows.column("key"), value_set=wanted))
+
+    def _dirty_set(self, state_name: str) -> set[int]:
+        """The set the states of ``state_name`` mark written key groups in."""
+        raise ConfigError(f"{type(self).__name__} does not track changed keys")
 
     # -- what a backend implements ---------------------------------------------------------
     @abstractmethod

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from statecore.backends.base import KeyedStateBackend, Purge, snapshot_schema
+from statecore.backends.changes import mark_changed
 from statecore.backends.heap.states import (
     HeapAggregatingState,
     HeapListState,
@@ -76,7 +77,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._cleanup_cursors: dict[str, _CleanupCursor] = {}
 
     def _create_state(self, descriptor: StateDescriptor) -> State:
-        table = self._tables[descriptor.name] = StateTable(descriptor)
+        table = self._tables[descriptor.name] = StateTable(descriptor, self._new_dirty_set())
         return _STATE_CLASSES[descriptor.kind](self, table)
 
     def _table(self, state_name: str) -> StateTable:
@@ -111,16 +112,24 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                     del by_key[key]
                 else:
                     by_key[key] = remaining
-                table.dirty.add(cursor.key_group)
+                mark_changed(table.dirty, cursor.key_group, key)
 
     def changed_key_groups(self, state_name: str) -> set[int]:
         return set(self._table(state_name).dirty)
+
+    def _dirty_set(self, state_name: str) -> set[int]:
+        return self._table(state_name).dirty
 
     def mark_snapshotted(self) -> None:
         for table in self._tables.values():
             table.dirty.clear()
 
     def _snapshot_key_group(self, state_name: str, key_group: int) -> pa.Table:
+        return self._snapshot_keys(state_name, key_group, None)
+
+    def _snapshot_keys(
+        self, state_name: str, key_group: int, only: Collection[Any] | None
+    ) -> pa.Table:
         table = self._table(state_name)
         descriptor = table.descriptor
         keys: list[Any] = []
@@ -132,6 +141,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             by_key = by_kg.get(key_group)
             if not by_key:
                 continue
+            if only is not None:
+                by_key = {k: by_key[k] for k in only if k in by_key}
             start = len(keys)
             if is_map:
                 for key, entries in by_key.items():

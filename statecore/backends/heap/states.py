@@ -49,10 +49,10 @@ class StateTable:
 
     __slots__ = ("descriptor", "namespaces", "dirty")
 
-    def __init__(self, descriptor: StateDescriptor) -> None:
+    def __init__(self, descriptor: StateDescriptor, dirty: set[int] | None = None) -> None:
         self.descriptor = descriptor
         self.namespaces: dict[str, dict[int, dict[Any, Any]]] = {}
-        self.dirty: set[int] = set()
+        self.dirty: set[int] = set() if dirty is None else dirty
 
 
 class _HeapState:

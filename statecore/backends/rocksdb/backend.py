@@ -19,7 +19,7 @@ import logging
 import os
 import struct
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -30,7 +30,7 @@ from statecore.backends.base import KeyedStateBackend, Purge, RestoreSource, sna
 from statecore.backends.rocksdb.bulk import ingest_key_groups
 from statecore.backends.rocksdb.cache import ValueCache, cached_class
 from statecore.backends.rocksdb.column import StateColumn
-from statecore.backends.rocksdb.keys import KeyLayout, key_group_bounds
+from statecore.backends.rocksdb.keys import KeyLayout, key_group_bounds, prefix_successor
 from statecore.backends.rocksdb.local import LocalInstance, LocalManifest
 from statecore.backends.rocksdb.options import RocksDBOptions
 from statecore.backends.rocksdb.states import STATE_CLASSES, RocksDBCachedValueState
@@ -300,7 +300,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self._families.add(name)
         cf.set_write_options(self._write_options)
         resources.cfs[descriptor.name] = cf
-        column = self._columns[descriptor.name] = StateColumn(descriptor, cf, self._layout)
+        column = self._columns[descriptor.name] = StateColumn(
+            descriptor, cf, self._layout, self._new_dirty_set()
+        )
         value_class = cached_class(descriptor.value_info)
         capacity = self.options.value_cache_entries
         if descriptor.kind is StateKind.VALUE and value_class is not None and capacity:
@@ -427,6 +429,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def changed_key_groups(self, state_name: str) -> set[int]:
         return set(self._column(state_name).dirty)
 
+    def _dirty_set(self, state_name: str) -> set[int]:
+        return self._column(state_name).dirty
+
     def mark_snapshotted(self) -> None:
         for column in self._columns.values():
             column.dirty.clear()
@@ -435,6 +440,27 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         column = self._column(state_name)
         to_row = column.to_row
         rows = [to_row(k, v) for k, v in self._scan(column, key_group)]
+        schema = snapshot_schema(self.key_type, column.descriptor)
+        try:
+            return pa.Table.from_pydict(column.snapshot_columns(rows), schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+            raise CorruptSnapshotError(
+                f"state {state_name!r}, key group {key_group}: values do not match the declared "
+                f"type {column.descriptor.value_info.arrow}: {exc}"
+            ) from exc
+
+    def _snapshot_keys(self, state_name: str, key_group: int, keys: Collection[Any]) -> pa.Table:
+        """One prefix scan per key: ``[key group][key]`` is self-delimiting."""
+        column = self._flushed(state_name)
+        to_row = column.to_row
+        read = rocksdict.ReadOptions()
+        rows = []
+        for key in keys:
+            prefix = self._layout.prefix(key, key_group)
+            read.set_iterate_upper_bound(prefix_successor(prefix))
+            items = column.cf.items(from_key=prefix, read_opt=read)
+            rows.extend(to_row(k, v) for k, v in items)
+            del items
         schema = snapshot_schema(self.key_type, column.descriptor)
         try:
             return pa.Table.from_pydict(column.snapshot_columns(rows), schema=schema)

@@ -63,13 +63,19 @@ def user_codec(info: TypeInfo) -> Codec:
 class StateColumn:
     """A registered state's column family, codecs, changed key groups and value cache."""
 
-    def __init__(self, descriptor: StateDescriptor, cf: rocksdict.Rdict, layout: KeyLayout) -> None:
+    def __init__(
+        self,
+        descriptor: StateDescriptor,
+        cf: rocksdict.Rdict,
+        layout: KeyLayout,
+        dirty: set[int] | None = None,
+    ) -> None:
         self.descriptor = descriptor
         self.name = descriptor.name
         self.kind = descriptor.kind
         self.cf = cf
         self.layout = layout
-        self.dirty: set[int] = set()
+        self.dirty: set[int] = set() if dirty is None else dirty
         self.cache: ValueCache | None = None  # set by the backend for cached value states
         if isinstance(descriptor, ListStateDescriptor):
             element = descriptor.element_info

@@ -29,6 +29,7 @@ from itertools import islice
 import rocksdict
 
 from statecore.backends.base import Purge
+from statecore.backends.changes import mark_changed
 from statecore.backends.rocksdb.column import StateColumn
 from statecore.backends.rocksdb.keys import KEY_GROUP_PREFIX_BYTES, key_group_bounds
 from statecore.descriptors import StateKind
@@ -70,7 +71,8 @@ class CleanupCursor:
                 column.cf.delete(db_key)
             else:
                 column.cf.put(db_key, remaining)
-            column.dirty.add(int.from_bytes(db_key[:KEY_GROUP_PREFIX_BYTES], "big"))
+            key_group = int.from_bytes(db_key[:KEY_GROUP_PREFIX_BYTES], "big")
+            mark_changed(column.dirty, key_group, column.layout.split(db_key)[0])
             changed += 1
         return len(entries), changed
 
