@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from statecore.backends import HeapKeyedStateBackend
+from statecore.backends.base import KeyedStateBackend
 from statecore.backends.timers import MIN_WATERMARK
 from statecore.catalog import Catalog, CheckpointRecord
 from statecore.checkpoint.coordinator import CheckpointCoordinator
@@ -18,6 +19,7 @@ from statecore.keygroups import assign_to_key_group, compute_key_group_range_for
 from statecore.runtime import KeyedProcessFunction
 from statecore.runtime.task import KeyedOperatorTask, probe_states
 from statecore.snapshot import state_table_uri
+from statecore.snapshot.changelog import ChangelogConfig
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
@@ -36,8 +38,13 @@ def run_checkpoint(
     clock: TtlTimeProvider | None = None,
     watermark: int = MIN_WATERMARK,
     operator: str = "main",
+    changelog: ChangelogConfig | None = None,
+    backend_class: type[KeyedStateBackend] = HeapKeyedStateBackend,
 ) -> tuple[list[Any], CheckpointRecord]:
-    """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint."""
+    """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint.
+
+    ``changelog`` makes the tasks write changelog checkpoints; ``backend_class`` is the keyed
+    state backend of the tasks."""
     key_type = key_type or TypeInfo.of(str)
     with Catalog.connect(config.catalog_url) as catalog:
         coordinator = CheckpointCoordinator(config, catalog, job=job, operator=operator)
@@ -67,7 +74,7 @@ def run_checkpoint(
         results = []
         for index in range(parallelism):
             key_groups = compute_key_group_range_for_operator_index(MAX_P, parallelism, index)
-            backend = HeapKeyedStateBackend(
+            backend = backend_class(
                 key_type=key_type,
                 key_group_range=key_groups,
                 max_parallelism=MAX_P,
@@ -82,6 +89,7 @@ def run_checkpoint(
                 subtask_index=index,
                 parallelism=parallelism,
                 restore=planned.restore,
+                changelog=changelog,
             )
             task.open()
             mine = [(k, None, r) for k, r in records if assign_to_key_group(k, MAX_P) in key_groups]

@@ -31,7 +31,7 @@ __all__ = [
     "TableVersion",
 ]
 
-TABLE_KINDS = frozenset({"keyed", "operator", "timers"})
+TABLE_KINDS = frozenset({"keyed", "operator", "timers", "changes"})
 """The kinds of Delta table a checkpoint names."""
 
 

@@ -19,6 +19,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+import pyarrow as pa
+
 from statecore.catalog import (
     Catalog,
     CheckpointKind,
@@ -40,17 +42,24 @@ from statecore.errors import (
 from statecore.keygroups import check_parallelism
 from statecore.runtime.task import RestoredState, RestorePlan, StateSchema, StateSnapshotResult
 from statecore.snapshot import TIMERS, Fence, SnapshotTable, state_table_uri
+from statecore.snapshot.changelog import CHANGES, changes_schema
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.faults import fault_point
 from statecore.types import schema_from_text
 
-__all__ = ["CheckpointCoordinator", "PlannedCheckpoint", "keyed_table_uri"]
+__all__ = ["CheckpointCoordinator", "PlannedCheckpoint", "keyed_table_uri", "table_schema"]
 
 log = logging.getLogger(__name__)
 
 
 def keyed_table_uri(warehouse: str, job: str, operator: str, state: str) -> str:
     return state_table_uri(warehouse, job, operator, "keyed", state)
+
+
+def table_schema(table_kind: str, state_schema: str) -> pa.Schema:
+    """The row schema of a table of a state registered with ``state_schema``."""
+    schema = schema_from_text(state_schema)
+    return changes_schema(schema) if table_kind == CHANGES else schema
 
 
 def _partition(table_kind: str) -> str:
@@ -159,7 +168,7 @@ class CheckpointCoordinator:
                 continue
             table = SnapshotTable(
                 t.path,
-                schema_from_text(schema),
+                table_schema(t.table_kind, schema),
                 label=f"{self.job}/{t.operator}/{t.state}",
                 partition=_partition(t.table_kind),
             )
@@ -195,7 +204,7 @@ class CheckpointCoordinator:
                 continue
             table = SnapshotTable(
                 t.path,
-                schema_from_text(schemas[t.state]),
+                table_schema(t.table_kind, schemas[t.state]),
                 label=f"{self.job}/{self.operator}/{t.state}",
                 partition=_partition(t.table_kind),
             )
@@ -210,6 +219,7 @@ class CheckpointCoordinator:
             parallelism=base.parallelism,
             operator_states=restored["operator"],
             timers=restored[TIMERS].get(TIMERS),
+            changes=restored[CHANGES],
         )
 
     def check_compatible(
@@ -262,23 +272,24 @@ class CheckpointCoordinator:
             for (table_kind, state), parts in sorted(by_table.items()):
                 base = base_tables.get((table_kind, state))
                 if (
-                    table_kind == TIMERS
+                    table_kind in (TIMERS, CHANGES)
                     and base is None
                     and not any(p.files or p.changed_key_groups for p in parts)
                 ):
-                    continue  # no timers ever: no table
+                    continue  # no timers (no changes) ever: no table
                 first = parts[0]
-                states.append(
-                    StateRecord(
-                        job=self.job,
-                        operator=self.operator,
-                        name=state,
-                        kind=first.catalog_kind,
-                        descriptor=first.descriptor,
-                        schema=first.schema,
-                        ttl=first.descriptor.get("ttl"),
+                if table_kind != CHANGES:  # a changes table belongs to its keyed state
+                    states.append(
+                        StateRecord(
+                            job=self.job,
+                            operator=self.operator,
+                            name=state,
+                            kind=first.catalog_kind,
+                            descriptor=first.descriptor,
+                            schema=first.schema,
+                            ttl=first.descriptor.get("ttl"),
+                        )
                     )
-                )
                 replace_all = first.replace_all or state in planned.restore.migrated
                 table, version = self._commit_table(
                     table_kind, state, parts, base, planned, replace_all
@@ -336,7 +347,8 @@ class CheckpointCoordinator:
             base_version=base.version if base else None,
             app_id=f"{self.job}/{self.operator}/{state}",
             checkpoint_id=planned.checkpoint_id,
-            replace_all=replace_all,
+            replace_all=replace_all and table_kind != CHANGES,
+            append=any(p.append for p in parts),
             fence=self.fence,
             metadata=CommitMetadata(
                 checkpoint_id=planned.checkpoint_id,

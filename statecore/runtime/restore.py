@@ -22,6 +22,7 @@ from statecore.descriptors import StateDescriptor
 from statecore.errors import CorruptSnapshotError
 from statecore.keygroups import KeyGroupRange
 from statecore.snapshot import SnapshotTable, TableFile
+from statecore.snapshot.changelog import CHANGES, apply_changes, changes_schema
 from statecore.types import TypeInfo, schema_from_text
 
 __all__ = ["RestoredState", "RestorePlan"]
@@ -42,7 +43,8 @@ class RestorePlan:
 
     ``states`` are keyed states, ``operator_states`` operator states, ``timers`` the timers table;
     ``parallelism`` is the restored checkpoint's; ``migrated`` names the keyed states whose schema
-    migrates, which the next snapshot rewrites in full.
+    migrates, which the next snapshot rewrites in full; ``changes`` are the pending change files
+    of keyed states (:mod:`statecore.snapshot.changelog`).
     """
 
     job: str
@@ -53,6 +55,9 @@ class RestorePlan:
     operator_states: dict[str, RestoredState] = field(default_factory=dict)
     timers: RestoredState | None = None
     migrated: frozenset[str] = frozenset()
+    changes: dict[str, RestoredState] = field(default_factory=dict)
+    """The changes table of each keyed state that has one (changelog checkpoints): its
+    change files are applied over the state's files on restore."""
 
     @property
     def is_restored(self) -> bool:
@@ -70,9 +75,63 @@ class RestorePlan:
             if restored is None:
                 return iter(())
             expected = snapshot_schema(key_type, descriptor)
-            return self._read(restored, key_groups, expected, self._label(descriptor.name))
+            label = self._label(descriptor.name)
+            changes = self.changes.get(descriptor.name)
+            if changes is not None and changes.files:
+                return self._read_with_changes(restored, changes, key_groups, expected, label)
+            return self._read(restored, key_groups, expected, label)
 
         return read
+
+    def _read_with_changes(
+        self,
+        restored: RestoredState,
+        changes: RestoredState,
+        key_groups: Collection[int] | None,
+        expected: pa.Schema,
+        label: str,
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """The materialized rows of each key group with its pending changes applied (in
+        checkpoint order), then migrated."""
+        stored = schema_from_text(restored.schema)
+        mine = [f for f in restored.files if key_groups is None or f.key_group in key_groups]
+        changed = [f for f in changes.files if key_groups is None or f.key_group in key_groups]
+        by_kg: dict[int, list[TableFile]] = {}
+        for f in mine:
+            by_kg.setdefault(f.key_group, []).append(f)
+        changes_by_kg: dict[int, list[TableFile]] = {}
+        for f in changed:
+            changes_by_kg.setdefault(f.key_group, []).append(f)
+        state_table = SnapshotTable(restored.uri, stored, label=label)
+        changes_table = SnapshotTable(changes.uri, changes_schema(stored), label=label)
+        for kg in sorted(by_kg.keys() | changes_by_kg.keys()):
+            parts = [rows for _, rows in state_table.read_files(by_kg.get(kg, []))]
+            rows = (
+                pa.concat_tables(parts, promote_options="default")
+                if parts
+                else stored.empty_table()
+            )
+            pending = [r for _, r in changes_table.read_files(changes_by_kg.get(kg, []))]
+            merged = apply_changes(rows, pending)
+            if merged.num_rows:
+                yield kg, migrate_rows(merged, expected, label=label)
+
+    def pending_changes(self, state: str) -> dict[int, tuple[int, int]]:
+        """Per key group: the pending change files of ``state`` and their rows."""
+        out: dict[int, tuple[int, int]] = {}
+        changes = self.changes.get(state)
+        for f in changes.files if changes is not None else ():
+            files, rows = out.get(f.key_group, (0, 0))
+            out[f.key_group] = (files + 1, rows + f.rows)
+        return out
+
+    def state_rows(self, state: str) -> dict[int, int]:
+        """Per key group: the materialized rows of ``state``."""
+        out: dict[int, int] = {}
+        restored = self.states.get(state)
+        for f in restored.files if restored is not None else ():
+            out[f.key_group] = out.get(f.key_group, 0) + f.rows
+        return out
 
     def _read(
         self,
@@ -99,17 +158,23 @@ class RestorePlan:
             for f in restored.files:
                 if f.key_group in key_groups:
                     by_kg.setdefault(f.key_group, []).append(f.path)
+            changes = self.changes.get(name)
+            for f in changes.files if changes is not None else ():
+                if f.key_group in key_groups:  # a local copy must have applied these too
+                    by_kg.setdefault(f.key_group, []).append(f"{CHANGES}/{f.path}")
             out[name] = {kg: tuple(sorted(paths)) for kg, paths in sorted(by_kg.items())}
         return out
 
     def restored_key_groups(self, state: str, key_groups: KeyGroupRange) -> set[int]:
         """The key groups of ``key_groups`` that state ``state`` has files for."""
-        restored = self.states.get(state)
-        return (
-            set()
-            if restored is None
-            else {f.key_group for f in restored.files if f.key_group in key_groups}
-        )
+        tables = (self.states.get(state), self.changes.get(state))
+        return {
+            f.key_group
+            for t in tables
+            if t is not None
+            for f in t.files
+            if f.key_group in key_groups
+        }
 
     def timer_rows(
         self, key_groups: KeyGroupRange, key_type: TypeInfo

@@ -39,6 +39,7 @@ from statecore.runtime.functions import (
 from statecore.runtime.restore import RestoredState, RestorePlan
 from statecore.runtime.vectorized import KeyedBatch, KeyedBatchFunction, group_by_key
 from statecore.snapshot import TIMERS, SnapshotFile, write_key_group_files
+from statecore.snapshot.changelog import CHANGES, ChangelogConfig, change_rows, changes_schema
 from statecore.types import TypeInfo, schema_to_text
 
 __all__ = [
@@ -71,6 +72,10 @@ class StateSnapshotResult:
     table_kind: str = "keyed"
     kind: str = ""
     replace_all: bool = False
+    append: bool = False
+    """Add ``files`` without replacing their key groups; remove only the files of
+    ``changed_key_groups`` (a changes table: change files are appended, materialized key groups
+    lose theirs)."""
 
     @property
     def catalog_kind(self) -> str:
@@ -90,6 +95,7 @@ class StateSnapshotResult:
             table_kind=data.get("table_kind", "keyed"),
             kind=data.get("kind", ""),
             replace_all=data.get("replace_all", False),
+            append=data.get("append", False),
         )
 
 
@@ -139,9 +145,13 @@ class KeyedOperatorTask:
         subtask_index: int,
         parallelism: int,
         restore: RestorePlan | None = None,
+        changelog: ChangelogConfig | None = None,
     ) -> None:
         self.function = function
         self.backend = backend
+        self.changelog = changelog
+        if changelog is not None:
+            backend.enable_change_tracking()
         self.subtask_index = subtask_index
         self.parallelism = parallelism
         self.restore = restore or RestorePlan(job, operator)
@@ -391,18 +401,31 @@ class KeyedOperatorTask:
         results += self._snapshot_operator_state(table_uris, checkpoint_id)
         self.backend.mark_snapshotted()
         self.backend.timer_service.mark_snapshotted()
-        self.backend.on_snapshot_written(
-            checkpoint_id,
-            {
-                r.state: {
-                    kg: [f.path for f in r.files if f.key_group == kg]
-                    for kg in r.changed_key_groups
-                }
-                for r in results
-                if r.table_kind == "keyed"
-            },
-        )
+        self.backend.on_snapshot_written(checkpoint_id, self._written_files(results))
         return results
+
+    def _written_files(
+        self, results: list[StateSnapshotResult]
+    ) -> dict[str, dict[int, list[str]]]:
+        """Per keyed state, the files of each key group this snapshot changed, as
+        :meth:`RestorePlan.file_paths` will name them when restoring the checkpoint."""
+        written: dict[str, dict[int, list[str]]] = {}
+        for r in results:
+            if r.table_kind == "keyed":
+                by_kg = written.setdefault(r.state, {})
+                for kg in r.changed_key_groups:
+                    by_kg[kg] = [f.path for f in r.files if f.key_group == kg]
+        restored: dict[str, dict[int, tuple[str, ...]]] = {}
+        for r in results:
+            if r.table_kind != CHANGES or not r.files:
+                continue
+            if not restored:
+                restored = self.restore.file_paths(self.backend.key_group_range)
+            by_kg = written.setdefault(r.state, {})
+            for f in r.files:  # appended to what the key group had
+                before = by_kg.get(f.key_group, list(restored.get(r.state, {}).get(f.key_group, ())))
+                by_kg[f.key_group] = [*before, f"{CHANGES}/{f.path}"]
+        return written
 
     def _write(
         self,
@@ -435,6 +458,9 @@ class KeyedOperatorTask:
         backend = self.backend
         results = []
         for name, descriptor in backend.descriptors.items():
+            if self.changelog is not None and name not in self.restore.migrated:
+                results += self._snapshot_changes(table_uris, checkpoint_id, name, self.changelog)
+                continue
             changed = backend.changed_key_groups(name)
             if name in self.restore.migrated:  # rewrite every key group in the new schema
                 changed |= self.restore.restored_key_groups(name, backend.key_group_range)
@@ -454,7 +480,74 @@ class KeyedOperatorTask:
                     files=files,
                 )
             )
+            applied = sorted(changed & self.restore.pending_changes(name).keys())
+            if applied:  # written whole: their pending changes are in the new files
+                results.append(self._changes_result(name, descriptor, applied, ()))
         return results
+
+    def _snapshot_changes(
+        self, table_uris: TableUris, checkpoint_id: int, name: str, config: ChangelogConfig
+    ) -> list[StateSnapshotResult]:
+        """One state's snapshot as changes: a change file per changed key group, or the key
+        group whole when ``config`` says it is time to materialize it."""
+        backend = self.backend
+        descriptor = backend.descriptor(name)
+        keys = backend.changed_keys(name)
+        pending = self.restore.pending_changes(name)
+        state_rows = self.restore.state_rows(name)
+        whole = [
+            kg
+            for kg in keys
+            if config.materializes(*pending.get(kg, (0, 0)), state_rows.get(kg, 0))
+        ]
+        logged = [kg for kg in keys if kg not in set(whole)]
+
+        def changes() -> Iterable[tuple[int, pa.Table]]:
+            for kg in logged:
+                rows, tombstones = backend.snapshot_changes(name, kg, keys[kg])
+                yield kg, change_rows(rows, tombstones, checkpoint_id=checkpoint_id)
+
+        schema = snapshot_schema(backend.key_type, descriptor)
+        files = self._write(
+            table_uris,
+            "keyed",
+            name,
+            ((kg, backend.snapshot_key_group(name, kg)) for kg in whole),
+            checkpoint_id,
+        )
+        change_files = self._write(table_uris, CHANGES, name, changes(), checkpoint_id)
+        return [
+            StateSnapshotResult(
+                state=name,
+                schema=schema_to_text(schema),
+                descriptor=descriptor.describe(),
+                changed_key_groups=tuple(whole),
+                files=files,
+            ),
+            self._changes_result(
+                name, descriptor, [kg for kg in whole if kg in pending], change_files
+            ),
+        ]
+
+    def _changes_result(
+        self,
+        name: str,
+        descriptor: Any,
+        materialized: list[int],
+        files: tuple[SnapshotFile, ...],
+    ) -> StateSnapshotResult:
+        """The changes table's part: ``files`` appended, the files of ``materialized`` key
+        groups removed."""
+        schema = changes_schema(snapshot_schema(self.backend.key_type, descriptor))
+        return StateSnapshotResult(
+            state=name,
+            schema=schema_to_text(schema),
+            descriptor=descriptor.describe(),
+            changed_key_groups=tuple(materialized),
+            files=files,
+            table_kind=CHANGES,
+            append=True,
+        )
 
     def _snapshot_timers(
         self, table_uris: TableUris, checkpoint_id: int

@@ -227,13 +227,16 @@ class SnapshotTable:
         app_id: str,
         checkpoint_id: int,
         replace_all: bool = False,
+        append: bool = False,
         fence: Fence | None = None,
         metadata: CommitMetadata | None = None,
     ) -> int:
         """Replace ``changed_key_groups`` of ``base_version`` by ``files``; the new version.
 
         With ``replace_all`` the table becomes exactly ``files``, in ``rows_schema`` (which may
-        differ from the table's schema so far). With ``fence``, the commit (and the restore of
+        differ from the table's schema so far). With ``append`` the files of ``changed_key_groups``
+        are removed and ``files`` added beside what their key groups have (a changes table).
+        With ``fence``, the commit (and the restore of
         the base version) is refused once a newer writer committed here. ``metadata`` is
         recorded in the commit.
         """
@@ -268,7 +271,9 @@ class SnapshotTable:
                     commit_properties=properties,
                 )
             else:
-                changed = set(changed_key_groups) | {f.key_group for f in files}
+                changed = set(changed_key_groups)
+                if not append:
+                    changed |= {f.key_group for f in files}
                 now = time.time_ns() // 1_000_000
                 actions: list[AddAction | RemoveAction] = [
                     RemoveAction(f.path, True, now, f.size, {partition: str(f.key_group)})
