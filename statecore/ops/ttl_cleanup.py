@@ -28,6 +28,7 @@ from statecore.checkpoint.lock import commit_maintenance_checkpoint, maintenance
 from statecore.checkpoint.points import RestorePoint, checkpoint_point
 from statecore.checkpoint.recover import commit_metadata
 from statecore.config import StatecoreConfig
+from statecore.ops.materialize import materialize_changes
 from statecore.ops.retention import DEFAULT_VACUUM_GRACE, vacuum_job
 from statecore.progress import Progress, silent
 from statecore.snapshot.files import SnapshotFile, write_in_threads
@@ -274,6 +275,8 @@ def ttl_cleanup(
     catalog.get_job(job)
     now = (time_provider or SystemTimeProvider()).current_timestamp()
     with maintenance_lock(catalog, job, "ttl-cleanup"):
+        if not dry_run:  # expire rows of plain state tables, not of change files
+            materialize_changes(catalog, job, progress=progress, locked=True)
         base = catalog.latest_checkpoint(job)
         if base is None:
             progress(f"ttl-cleanup {job}: no completed checkpoint, nothing to clean")

@@ -42,6 +42,7 @@ from statecore.errors import (
     JobNotFoundError,
     UnknownStateError,
 )
+from statecore.snapshot.changelog import CHANGE_CHECKPOINT, CHANGES, TOMBSTONE
 from statecore.snapshot.rewrite import missing_log_entries
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "run_sql",
     "sandbox",
     "scan_errors",
+    "state_scan",
     "view_names",
 ]
 
@@ -247,13 +249,34 @@ class StateViews:
             shutil.rmtree(self.temp_directory, ignore_errors=True)
 
 
+def state_scan(table: TableVersion, changes: TableVersion | None) -> str:
+    """The SQL query reading a state's rows: ``table`` at its version, with the pending changes
+    of its changes table applied when it has one (changelog checkpoints: the rows of a key's
+    latest change replace its materialized rows, a tombstone deletes them)."""
+    if changes is None:
+        return f"SELECT * FROM {delta_scan(table)}"
+    return (
+        f"WITH _changes AS (SELECT *, max({CHANGE_CHECKPOINT}) OVER (PARTITION BY key) AS _last "
+        f"FROM {delta_scan(changes)}) "
+        f"SELECT * FROM {delta_scan(table)} WHERE key NOT IN (SELECT key FROM _changes) "
+        f"UNION ALL BY NAME "
+        f"SELECT * EXCLUDE ({CHANGE_CHECKPOINT}, {TOMBSTONE}, _last) FROM _changes "
+        f"WHERE {CHANGE_CHECKPOINT} = _last AND NOT {TOMBSTONE}"
+    )
+
+
 def _add_views(con: duckdb.DuckDBPyConnection, point: RestorePoint) -> list[str]:
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(point.job)}")
     views = []
-    for table, view in zip(point.tables, view_names(point.tables)):
+    changes = {(t.operator, t.state): t for t in point.tables if t.table_kind == CHANGES}
+    tables = [t for t in point.tables if t.table_kind != CHANGES]
+    for table, view in zip(tables, view_names(tables)):
+        pending = (
+            changes.get((table.operator, table.state)) if table.table_kind == "keyed" else None
+        )
         con.execute(
             f"CREATE OR REPLACE VIEW {ident(point.job)}.{ident(view)} AS "
-            f"SELECT * FROM {delta_scan(table)}"
+            f"{state_scan(table, pending)}"
         )
         views.append(f"{point.job}.{view}")
     return views

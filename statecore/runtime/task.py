@@ -404,9 +404,7 @@ class KeyedOperatorTask:
         self.backend.on_snapshot_written(checkpoint_id, self._written_files(results))
         return results
 
-    def _written_files(
-        self, results: list[StateSnapshotResult]
-    ) -> dict[str, dict[int, list[str]]]:
+    def _written_files(self, results: list[StateSnapshotResult]) -> dict[str, dict[int, list[str]]]:
         """Per keyed state, the files of each key group this snapshot changed, as
         :meth:`RestorePlan.file_paths` will name them when restoring the checkpoint."""
         written: dict[str, dict[int, list[str]]] = {}
@@ -423,7 +421,9 @@ class KeyedOperatorTask:
                 restored = self.restore.file_paths(self.backend.key_group_range)
             by_kg = written.setdefault(r.state, {})
             for f in r.files:  # appended to what the key group had
-                before = by_kg.get(f.key_group, list(restored.get(r.state, {}).get(f.key_group, ())))
+                before = by_kg.get(
+                    f.key_group, list(restored.get(r.state, {}).get(f.key_group, ()))
+                )
                 by_kg[f.key_group] = [*before, f"{CHANGES}/{f.path}"]
         return written
 

@@ -22,6 +22,7 @@ from statecore.errors import ConfigError, KeyTypeError
 from statecore.keygroups import compute_key_group_range_for_operator_index
 from statecore.runtime.restore import RestorePlan
 from statecore.runtime.task import KeyedOperatorTask, TableUris
+from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.output import OutputWriter
 from statecore.ttl.time import TtlTimeProvider
@@ -65,6 +66,8 @@ class TaskSpec:
     output_table: str | None = None
     """When set, tasks write their output there (committed by the driver) instead of
     returning it to Spark."""
+    changelog: ChangelogConfig | None = None
+    """When set, tasks write changelog checkpoints (:mod:`statecore.snapshot.changelog`)."""
 
     @property
     def result_schema(self) -> pa.Schema:
@@ -155,6 +158,7 @@ def task_function(
             subtask_index=index,
             parallelism=spec.parallelism,
             restore=spec.restore,
+            changelog=spec.changelog,
         )
         result_schema = spec.result_schema
         writer = (

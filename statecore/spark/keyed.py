@@ -43,6 +43,7 @@ from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.task import StateSchema, StateSnapshotResult, probe_states
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot import state_table_uri
+from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.output import OutputFile, OutputTable
 from statecore.spark.executor import (
     META,
@@ -150,6 +151,7 @@ def keyed_process(
     force_restore: bool = False,
     output_table: str | None = None,
     input_fingerprint: str | Mapping[str, Any] | None = None,
+    changelog: bool | ChangelogConfig = False,
 ) -> KeyedRun:
     """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
 
@@ -177,6 +179,10 @@ def keyed_process(
     ``input_fingerprint`` names it (a string, or e.g. ``{"batch_id": ..., "offsets": ...}`` of a
     streaming micro-batch); by default it is a fingerprint of ``df.inputFiles()`` (paths, sizes,
     modification times) when the input is files, and not checked otherwise.
+
+    ``changelog`` (``True`` or a :class:`~statecore.snapshot.changelog.ChangelogConfig`) makes
+    each checkpoint write the changed keys as change files instead of whole key groups (see the
+    README, "Changelog checkpoints").
     """
     return _KeyedRunner(
         df,
@@ -200,6 +206,7 @@ def keyed_process(
             force_restore=force_restore,
             output_table=output_table,
             input_fingerprint=input_fingerprint,
+            changelog=ChangelogConfig.of(changelog),
         ),
     ).run()
 
@@ -225,6 +232,7 @@ def keyed_process_batches(
     output_table: str | None = None,
     batch_rows: int = 1_000_000,
     input_fingerprint: str | Mapping[str, Any] | None = None,
+    changelog: bool | ChangelogConfig = False,
 ) -> KeyedRun:
     """Like :func:`keyed_process`, with a vectorized ``function``
     (:class:`~statecore.runtime.vectorized.KeyedBatchFunction`): each task gathers Spark's Arrow
@@ -260,6 +268,7 @@ def keyed_process_batches(
             force_restore=force_restore,
             output_table=output_table,
             input_fingerprint=input_fingerprint,
+            changelog=ChangelogConfig.of(changelog),
         ),
     ).run()
 
@@ -288,6 +297,7 @@ class KeyedJob:
     force_restore: bool = False
     output_table: str | None = None
     input_fingerprint: str | Mapping[str, Any] | None = None
+    changelog: ChangelogConfig | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,6 +435,7 @@ class _KeyedRunner:
             watermark=watermark,
             processing_time=job.processing_time,
             output_table=job.output_table,
+            changelog=job.changelog,
         )
         return _Plan(checkpoint=planned, spec=spec)
 

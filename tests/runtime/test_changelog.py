@@ -58,7 +58,9 @@ def batches(seed: int, count: int, size: int) -> list[list[tuple[str, Any]]]:
         batch: list[tuple[str, Any]] = []
         for _ in range(size):
             key = rng.choice(KEYS)
-            batch.append((key, None if rng.random() < 0.1 else (rng.choice("abc"), rng.randint(1, 9))))
+            batch.append(
+                (key, None if rng.random() < 0.1 else (rng.choice("abc"), rng.randint(1, 9)))
+            )
         out.append(batch)
     return out
 
@@ -106,11 +108,22 @@ def test_changelog_restore_equals_a_run_without_changelog(
         clock_a.advance(7_000)
         clock_b.advance(7_000)
         a, _ = run_checkpoint(
-            plain, Mixed(), batch, job="j", checkpoint_id=i, clock=clock_a,
+            plain,
+            Mixed(),
+            batch,
+            job="j",
+            checkpoint_id=i,
+            clock=clock_a,
             backend_class=backend_class,
         )
         b, record = run_checkpoint(
-            logged, Mixed(), batch, job="j", checkpoint_id=i, clock=clock_b, changelog=config,
+            logged,
+            Mixed(),
+            batch,
+            job="j",
+            checkpoint_id=i,
+            clock=clock_b,
+            changelog=config,
             backend_class=backend_class,
         )
         assert sorted(a, key=repr) == sorted(b, key=repr), f"checkpoint {i}"

@@ -1,0 +1,143 @@
+"""Materialize a job's pending changes (changelog checkpoints) into its state tables.
+
+Operations that rewrite or copy tables at the file level (TTL cleanup, rescale, repair) work on
+plain state tables: they first call :func:`materialize_changes`, which, under the job's lease,
+applies every pending change file to its key group's rows, writes the key groups whole into the
+state tables and empties the changes tables, as one MAINTENANCE checkpoint (nothing when no
+change is pending). Afterwards each state table alone is the state, for any Delta reader.
+Savepoints copy the changes tables with the state tables, and SQL views merge them, so neither
+needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pyarrow as pa
+
+from statecore.catalog import Catalog, CheckpointRecord, TableVersion
+from statecore.checkpoint.lock import commit_maintenance_checkpoint, maintenance_lock
+from statecore.checkpoint.points import RestorePoint, checkpoint_point
+from statecore.checkpoint.recover import commit_metadata
+from statecore.progress import Progress, silent
+from statecore.snapshot.changelog import CHANGES, apply_changes
+from statecore.snapshot.files import SnapshotFile
+from statecore.snapshot.rewrite import (
+    commit_files,
+    partition_sizes,
+    read_files,
+    table_files,
+    table_layout,
+    write_partition_file,
+)
+from statecore.snapshot.table import TableFile
+
+__all__ = ["materialize_changes", "pending_changes"]
+
+
+def pending_changes(point: RestorePoint) -> list[TableVersion]:
+    """The changes tables of ``point`` that still hold change files."""
+    return [t for t in point.tables if t.table_kind == CHANGES and t.rows]
+
+
+def _versioned(table: TableVersion, version: int) -> TableVersion:
+    sizes = partition_sizes(table.path, version)
+    return replace(
+        table,
+        version=version,
+        key_groups=sizes,
+        rows=sum(r for r, _ in sizes.values()),
+        bytes=sum(b for _, b in sizes.values()),
+    )
+
+
+def _materialize_table(
+    point: RestorePoint, state: TableVersion, changes: TableVersion, checkpoint_id: int, job: str
+) -> tuple[TableVersion, TableVersion]:
+    layout = table_layout(state.path, state.version)
+    by_kg: dict[int, list[TableFile]] = {}
+    for f in table_files(state.path, state.version):
+        by_kg.setdefault(f.key_group, []).append(f)
+    pending: dict[int, list[TableFile]] = {}
+    for f in table_files(changes.path, changes.version):
+        pending.setdefault(f.key_group, []).append(f)
+    written: list[SnapshotFile] = []
+    for kg in sorted(pending):
+        parts = [rows for _, rows in read_files(state.path, by_kg.get(kg, []))]
+        rows = (
+            pa.concat_tables(parts, promote_options="default")
+            if parts
+            else layout.rows_schema.empty_table()
+        )
+        merged = apply_changes(rows, [r for _, r in read_files(changes.path, pending[kg])])
+        if merged.num_rows:
+            written.append(
+                write_partition_file(
+                    state.path, layout, kg, merged, prefix=f"materialized-{checkpoint_id}"
+                )
+            )
+    app_id = f"{job}/{state.operator}/{state.state}"
+    state_version = commit_files(
+        state.path,
+        layout,
+        written,
+        replaced=set(pending),
+        base_version=state.version,
+        app_id=app_id,
+        checkpoint_id=checkpoint_id,
+        metadata=commit_metadata(point, state, checkpoint_id),
+    )
+    changes_version = commit_files(
+        changes.path,
+        table_layout(changes.path, changes.version),
+        [],
+        replaced=set(pending),
+        base_version=changes.version,
+        app_id=app_id,
+        checkpoint_id=checkpoint_id,
+        metadata=commit_metadata(point, changes, checkpoint_id),
+    )
+    return _versioned(state, state_version), _versioned(changes, changes_version)
+
+
+def materialize_changes(
+    catalog: Catalog, job: str, *, progress: Progress = silent, locked: bool = False
+) -> CheckpointRecord | None:
+    """Apply every pending change of ``job``'s latest checkpoint to its state tables, as a
+    MAINTENANCE checkpoint; that checkpoint, or ``None`` when nothing was pending.
+
+    ``locked``: the caller holds the job's lease already (an operation that materializes
+    first)."""
+    if not locked:
+        with maintenance_lock(catalog, job, "materialize"):
+            return materialize_changes(catalog, job, progress=progress, locked=True)
+    base = catalog.latest_checkpoint(job)
+    if base is None:
+        return None
+    point = checkpoint_point(catalog, job, base.checkpoint_id)
+    pending = pending_changes(point)
+    if not pending:
+        return None
+    states = {(t.operator, t.state): t for t in point.tables if t.table_kind == "keyed"}
+
+    def commit(checkpoint_id: int) -> Sequence[TableVersion]:
+        new: dict[tuple[str, str, str], TableVersion] = {}
+        for i, changes in enumerate(pending, 1):
+            progress(f"materialize {job}: {i}/{len(pending)} {changes.operator}/{changes.state}")
+            state = states[changes.operator, changes.state]
+            state_table, changes_table = _materialize_table(
+                point, state, changes, checkpoint_id, job
+            )
+            new[state.operator, "keyed", state.state] = state_table
+            new[changes.operator, CHANGES, changes.state] = changes_table
+        return [new.get((t.operator, t.table_kind, t.state), t) for t in point.tables]
+
+    return commit_maintenance_checkpoint(
+        catalog,
+        job,
+        base=base,
+        parallelism=base.parallelism,
+        max_parallelism=base.max_parallelism,
+        commit=commit,
+    )
