@@ -20,6 +20,7 @@ from statecore.catalog import Catalog, CheckpointRecord, TableVersion
 from statecore.checkpoint.lock import commit_maintenance_checkpoint, maintenance_lock
 from statecore.checkpoint.points import RestorePoint, checkpoint_point
 from statecore.checkpoint.recover import commit_metadata
+from statecore.errors import ConfigError
 from statecore.progress import Progress, silent
 from statecore.snapshot.changelog import CHANGES, apply_changes
 from statecore.snapshot.files import SnapshotFile
@@ -33,12 +34,24 @@ from statecore.snapshot.rewrite import (
 )
 from statecore.snapshot.table import TableFile
 
-__all__ = ["materialize_changes", "pending_changes"]
+__all__ = ["materialize_changes", "pending_changes", "require_materialized"]
 
 
 def pending_changes(point: RestorePoint) -> list[TableVersion]:
     """The changes tables of ``point`` that still hold change files."""
     return [t for t in point.tables if t.table_kind == CHANGES and t.rows]
+
+
+def require_materialized(point: RestorePoint, operation: str) -> None:
+    """Refuse ``operation`` on a restore point with pending changes (it works on plain state
+    tables); the latest checkpoint is materialized by :func:`materialize_changes`."""
+    pending = pending_changes(point)
+    if pending:
+        raise ConfigError(
+            f"{operation}: {point.label} has pending changelog changes for the states "
+            f"{sorted({t.state for t in pending})}; restore it and run statecore materialize "
+            "(materialize_changes) first, or start from the latest checkpoint"
+        )
 
 
 def _versioned(table: TableVersion, version: int) -> TableVersion:

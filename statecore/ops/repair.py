@@ -22,6 +22,7 @@ from statecore.checkpoint.points import RestorePoint, resolve_point
 from statecore.config import StatecoreConfig
 from statecore.errors import KeyTypeError
 from statecore.keygroups import assign_to_key_group
+from statecore.ops.materialize import materialize_changes, require_materialized
 from statecore.ops.savepoint import Rewrite, write_savepoint
 from statecore.progress import Progress, silent
 from statecore.query.apply import apply_statements
@@ -191,7 +192,10 @@ def apply_sql(
     ``<job>.<state>``, as in ``statecore sql``, and in its sandbox: see
     :mod:`statecore.query.apply`) and write the result as a new savepoint."""
     with maintenance_lock(catalog, job, "state-apply"):
+        if source is None:  # statements rewrite whole key groups of plain state tables
+            materialize_changes(catalog, job, progress=progress, locked=True)
         point = _source(catalog, job, source)
+        require_materialized(point, "state apply")
         plans = {
             (c.table.operator, c.table.table_kind, c.table.state): (
                 Rewrite(parts=list(c.parts), replaced=frozenset(c.partitions)),

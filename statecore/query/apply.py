@@ -30,6 +30,7 @@ from statecore.checkpoint.points import RestorePoint
 from statecore.errors import StateRepairError
 from statecore.progress import Progress, silent
 from statecore.query.sql import connect, delta_scan, ident, sandbox, scan_errors, view_names
+from statecore.snapshot.changelog import CHANGES
 from statecore.snapshot.rewrite import table_layout
 
 __all__ = ["TableChange", "apply_statements", "statement_target", "write_targets"]
@@ -128,7 +129,8 @@ def apply_statements(
     views ``<job>.<state>`` of ``statecore sql``); the tables whose rows changed, with the new
     rows of each changed partition. Nothing is written anywhere."""
     job = point.job
-    views = dict(zip(view_names(point.tables), point.tables))
+    tables = [t for t in point.tables if t.table_kind != CHANGES]  # empty: see require_materialized
+    views = dict(zip(view_names(tables), tables))
     statements = write_targets(sql, job, list(views))
     written = sorted({view for _, view in statements})
     con = connect()

@@ -19,10 +19,11 @@ from typing import Any
 import duckdb
 
 from statecore.catalog import TableVersion
-from statecore.checkpoint.points import RestorePoint, tables_by_name
-from statecore.query.sql import connect, delta_scan, ident, sandbox, scan_errors
+from statecore.checkpoint.points import RestorePoint
+from statecore.query.sql import connect, delta_scan, ident, sandbox, scan_errors, state_scan
+from statecore.snapshot.changelog import CHANGES
 
-__all__ = ["StateDiff", "TableChecksum", "checksums", "diff_points"]
+__all__ = ["StateDiff", "TableChecksum", "checksums", "diff_points", "state_tables"]
 
 _PARTITIONS = ("key_group", "subtask")
 
@@ -81,8 +82,24 @@ def _fingerprint(columns: list[str]) -> str:
     return f"hash({', '.join(values)})"
 
 
-def _checksum(con: duckdb.DuckDBPyConnection, table: TableVersion) -> TableChecksum:
-    scan = delta_scan(table)
+def state_tables(point: RestorePoint) -> list[tuple[TableVersion, str]]:
+    """Each table of ``point`` but its changes tables, with the SQL expression reading it: a
+    keyed state's rows with its pending changes applied (changelog checkpoints), so the same
+    state compares equal however much of it is materialized."""
+    changes = {(t.operator, t.state): t for t in point.tables if t.table_kind == CHANGES}
+    return [
+        (
+            t,
+            f"({state_scan(t, changes[t.operator, t.state]).strip()})"
+            if t.table_kind == "keyed" and (t.operator, t.state) in changes
+            else delta_scan(t),
+        )
+        for t in point.tables
+        if t.table_kind != CHANGES
+    ]
+
+
+def _checksum(con: duckdb.DuckDBPyConnection, table: TableVersion, scan: str) -> TableChecksum:
     columns = _columns(con, scan)
     keys = "count(DISTINCT key)" if "key" in columns else "NULL"
     rows, key_count, total = con.execute(
@@ -101,15 +118,12 @@ def _checksum(con: duckdb.DuckDBPyConnection, table: TableVersion) -> TableCheck
 def checksums(point: RestorePoint) -> list[TableChecksum]:
     """The checksum of every table of ``point``."""
     with _sandboxed(point.tables) as con:
-        return [_checksum(con, table) for table in point.tables]
+        return [_checksum(con, table, scan) for table, scan in state_tables(point)]
 
 
-def _per_key(
-    con: duckdb.DuckDBPyConnection, table: TableVersion | None, name: str, keyed: bool
-) -> str:
-    if table is None:
+def _per_key(con: duckdb.DuckDBPyConnection, scan: str | None, name: str, keyed: bool) -> str:
+    if scan is None:
         return f"{name} AS (SELECT NULL::VARCHAR AS k, 0 AS n, 0::HUGEINT AS h WHERE false)"
-    scan = delta_scan(table)
     fingerprint = _fingerprint(_columns(con, scan))
     if keyed:
         return (
@@ -122,16 +136,20 @@ def _per_key(
     )
 
 
-def _has_key(con: duckdb.DuckDBPyConnection, table: TableVersion | None) -> bool:
-    return table is not None and "key" in _columns(con, delta_scan(table))
+def _has_key(con: duckdb.DuckDBPyConnection, scan: str | None) -> bool:
+    return scan is not None and "key" in _columns(con, scan)
 
 
 def _diff_table(
-    con: duckdb.DuckDBPyConnection, a: TableVersion | None, b: TableVersion | None, examples: int
+    con: duckdb.DuckDBPyConnection,
+    a: tuple[TableVersion, str] | None,
+    b: tuple[TableVersion, str] | None,
+    examples: int,
 ) -> StateDiff:
-    keyed = _has_key(con, a) or _has_key(con, b)
+    scan_a, scan_b = (None if a is None else a[1]), (None if b is None else b[1])
+    keyed = _has_key(con, scan_a) or _has_key(con, scan_b)
     query = f"""
-        WITH {_per_key(con, a, "a", keyed)}, {_per_key(con, b, "b", keyed)},
+        WITH {_per_key(con, scan_a, "a", keyed)}, {_per_key(con, scan_b, "b", keyed)},
         joined AS (
             SELECT coalesce(a.k, b.k) AS k,
                    CASE WHEN a.k IS NULL THEN 'added' WHEN b.k IS NULL THEN 'removed'
@@ -142,8 +160,9 @@ def _diff_table(
                (list(how || ' ' || k ORDER BY k) FILTER (WHERE how <> 'unchanged'))[1:{examples}]
         FROM joined"""
     added, removed, changed, unchanged, sample = con.execute(query).fetchone() or (0, 0, 0, 0, [])
-    any_table = a or b
-    assert any_table is not None
+    either = a or b
+    assert either is not None
+    any_table = either[0]
     return StateDiff(
         operator=any_table.operator,
         table_kind=any_table.table_kind,
@@ -156,9 +175,13 @@ def _diff_table(
     )
 
 
+def _by_name(point: RestorePoint) -> dict[tuple[str, str, str], tuple[TableVersion, str]]:
+    return {(t.operator, t.table_kind, t.state): (t, scan) for t, scan in state_tables(point)}
+
+
 def diff_points(a: RestorePoint, b: RestorePoint, *, examples: int = 5) -> list[StateDiff]:
     """Per table of either point: the keys added, removed and changed from ``a`` to ``b``."""
-    left, right = tables_by_name(a), tables_by_name(b)
+    left, right = _by_name(a), _by_name(b)
     with _sandboxed([*a.tables, *b.tables]) as con:
         return [
             _diff_table(con, left.get(name), right.get(name), examples)

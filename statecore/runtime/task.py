@@ -497,8 +497,13 @@ class KeyedOperatorTask:
         state_rows = self.restore.state_rows(name)
         whole = [
             kg
-            for kg in keys
-            if config.materializes(*pending.get(kg, (0, 0)), state_rows.get(kg, 0))
+            for kg, changed in keys.items()
+            if config.materializes(
+                pending_files=pending.get(kg, (0, 0))[0],
+                pending_rows=pending.get(kg, (0, 0))[1],
+                changed_keys=len(changed),
+                state_rows=state_rows.get(kg, 0),
+            )
         ]
         logged = [kg for kg in keys if kg not in set(whole)]
 

@@ -63,7 +63,8 @@ class ChangelogConfig:
 
     A key group touched by a checkpoint is rewritten whole (instead of getting one more change
     file) when it already has ``materialize_every - 1`` pending change files, or when its pending
-    change rows exceed ``max_change_ratio`` times its materialized rows. Larger values write less
+    change rows and the keys changed now exceed ``max_change_ratio`` times its materialized rows
+    (:meth:`materializes`). Larger values write less
     per checkpoint (bytes follow the changed keys) and leave more for restores and readers to
     merge.
 
@@ -95,11 +96,25 @@ class ChangelogConfig:
             return None
         raise ConfigError(f"changelog= takes True, False or a ChangelogConfig, not {value!r}")
 
-    def materializes(self, pending_files: int, pending_rows: int, state_rows: int) -> bool:
-        """Whether a key group with these pending changes is rewritten whole this time."""
+    def materializes(
+        self, *, pending_files: int, pending_rows: int, changed_keys: int, state_rows: int
+    ) -> bool:
+        """Whether a key group is rewritten whole this time: it has ``pending_files`` change
+        files with ``pending_rows`` rows, ``changed_keys`` keys changed now, and
+        ``state_rows`` materialized rows. A key group with no materialized rows yet is written
+        whole (its first checkpoint writes it as a snapshot, not as changes).
+
+        >>> config = ChangelogConfig(materialize_every=3, max_change_ratio=0.5)
+        >>> config.materializes(pending_files=1, pending_rows=10, changed_keys=5, state_rows=100)
+        False
+        >>> config.materializes(pending_files=2, pending_rows=10, changed_keys=5, state_rows=100)
+        True
+        >>> config.materializes(pending_files=1, pending_rows=40, changed_keys=20, state_rows=100)
+        True
+        """
         return (
             pending_files + 1 >= self.materialize_every
-            or pending_rows > self.max_change_ratio * state_rows
+            or pending_rows + changed_keys > self.max_change_ratio * state_rows
         )
 
 

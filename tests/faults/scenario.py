@@ -35,6 +35,7 @@ from statecore.runtime.functions import (
     FunctionInitializationContext,
     FunctionSnapshotContext,
 )
+from statecore.snapshot.changelog import ChangelogConfig
 from statecore.spark import keyed_process, keyed_process_batches
 from statecore.vectorized import KeyedBatch, KeyedBatchFunction
 
@@ -57,7 +58,9 @@ OUTPUT = T.StructType(
     ]
 )
 APIS = ("record", "vector")
-BACKENDS = ("heap", "rocksdb")
+BACKENDS = ("heap", "rocksdb", "heap+changelog", "rocksdb+changelog")
+"""``+changelog``: changelog checkpoints (checkpoint 2 writes change files, 3 materializes)."""
+CHANGELOG = ChangelogConfig(materialize_every=2, max_change_ratio=100.0)
 
 _RETRYABLE = tuple(
     cls
@@ -147,9 +150,10 @@ def run_checkpoint(
         "checkpoint_id": checkpoint_id,
         "parallelism": 2,
         "order_by": ["seq"],
-        "backend": backend,
+        "backend": backend.removesuffix("+changelog"),
         "config": config,
         "output_table": output_table(config),
+        "changelog": CHANGELOG if backend.endswith("+changelog") else False,
     }
     run: Callable[[], Any]
     if api == "record":

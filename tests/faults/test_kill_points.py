@@ -4,7 +4,8 @@ run: 0 updates lost, 0 doubled (state read back with DuckDB, output table too).
 Every point runs on the main combination (per-record API, heap, SQLite, the driver killed at
 checkpoint 2 of 3); the task points also with the Python worker killed (Spark retries the
 task), and a few points on the first checkpoint. A diagonal covers the vectorized API, RocksDB
-and Postgres at several points each. One case alone:
+and Postgres at several points each, and changelog checkpoints (change files committed, the
+catalog not yet completed; a materializing checkpoint). One case alone:
 ``pytest tests/faults -k "commit:keyed:total:after-driver-record-heap-sqlite-cp2"``.
 """
 
@@ -50,9 +51,15 @@ DIAGONAL = [
     Case("catalog:begin", catalog="postgres", faulted=1),
     Case("output:commit:before", catalog="postgres"),
 ]
+CHANGELOG = [  # killed between the change files' commit and the catalog's completion
+    Case("commit:changes:total:after", backend="heap+changelog"),
+    Case("catalog:complete:before", backend="heap+changelog"),
+    Case("commit:changes:seqs:after", backend="rocksdb+changelog", faulted=3),
+    Case("task:snapshot:3", kill="worker", backend="rocksdb+changelog"),
+]
 
 
-@pytest.mark.parametrize("case", MAIN + DIAGONAL, ids=str)
+@pytest.mark.parametrize("case", MAIN + DIAGONAL + CHANGELOG, ids=str)
 def test_kill_point_loses_and_doubles_nothing(
     case: Case, spark: Any, fault_home: Any, clean_outcome: Any, tmp_path: Path
 ) -> None:
