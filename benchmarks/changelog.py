@@ -3,7 +3,8 @@
 In-process (no Spark): one heap task per run keeps its backend warm across checkpoints, each
 micro-batch of ``batch`` events updates a running total of uniformly drawn keys, and each
 checkpoint goes through the real coordinator, catalog and Delta commits. Run it as
-``python -m benchmarks.changelog [--keys 1000000] [--batch 10000] [--checkpoints 10]``.
+``python -m benchmarks.changelog [--keys 1000000] [--batch 10000] [--checkpoints 10]``;
+``--overhead`` measures the per-record cost of tracking changed keys instead.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import random
 import statistics
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from statecore.backends import HeapKeyedStateBackend
@@ -21,7 +23,7 @@ from statecore.catalog import Catalog
 from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.config import StatecoreConfig
 from statecore.descriptors import ValueStateDescriptor
-from statecore.keygroups import KeyGroupRange
+from statecore.keygroups import KeyGroupRange, assign_to_key_group
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
 from statecore.runtime.task import KeyedOperatorTask
 from statecore.snapshot import state_table_uri
@@ -92,22 +94,107 @@ def run(keys: int, batch: int, checkpoints: int, changelog: ChangelogConfig | No
     }
 
 
+def access_ns(backend_class: type, track: bool, keys: int, events: int) -> float:
+    """Nanoseconds per record of ``set_current_key`` + ``value()`` + ``update()`` on a fresh
+    backend, with changed keys tracked or not."""
+    backend = backend_class(
+        key_type=TypeInfo.of(str),
+        key_group_range=KeyGroupRange(0, MAX_P - 1),
+        max_parallelism=MAX_P,
+    )
+    if track:
+        backend.enable_change_tracking()
+    state = backend.get_partitioned_state(ValueStateDescriptor("count", int, default=0))
+    rng = random.Random(7)
+    names = [f"user-{i}" for i in range(keys)]
+    groups = [assign_to_key_group(n, MAX_P) for n in names]
+    picks = [rng.randrange(keys) for _ in range(events)]
+    sequence = [(names[i], groups[i]) for i in picks]  # key groups come from Spark
+    set_key, value, update = backend.set_current_key, state.value, state.update
+    start = time.perf_counter()
+    for key, key_group in sequence:
+        set_key(key, key_group)
+        update(value() + 1)
+    elapsed = time.perf_counter() - start
+    backend.close()
+    return elapsed / events * 1e9
+
+
+def overhead(keys: int = 100_000, events: int = 300_000, rounds: int = 7) -> None:
+    """The per-record cost of tracking changed keys, heap and RocksDB (median of ``rounds``,
+    the variants interleaved)."""
+    from statecore.backends import RocksDBKeyedStateBackend
+
+    print("| backend | ns/record, off | ns/record, changelog | overhead |")
+    print("|---|---:|---:|---:|")
+    for cls in (HeapKeyedStateBackend, RocksDBKeyedStateBackend):
+        off, on = [], []
+        for _ in range(rounds):
+            off.append(access_ns(cls, False, keys, events))
+            on.append(access_ns(cls, True, keys, events))
+        a, b = statistics.median(off), statistics.median(on)
+        print(f"| {cls.__name__} | {a:.0f} | {b:.0f} | {b / a - 1:+.0%} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--checkpoints", type=int, default=10)
+    parser.add_argument("--overhead", action="store_true", help="the per-record tracking cost")
+    parser.add_argument(
+        "--write", metavar="RESULTS", help="also (re)write the section in this Markdown file"
+    )
     args = parser.parse_args()
-    print("| keys | changelog | median s | max s | median bytes | max bytes |")
-    print("|---:|---|---:|---:|---:|---:|")
+    if args.overhead:
+        overhead()
+        return
+    lines = [
+        "| keys | changelog | median s | max s | median bytes | max bytes |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    print("\n".join(lines), flush=True)
     for keys in args.keys:
         for changelog in (None, ChangelogConfig()):
             r = run(keys, args.batch, args.checkpoints, changelog)
-            print(
+            lines.append(
                 f"| {r['keys']:,} | {'yes' if r['changelog'] else 'no'} | {r['median_s']:.3f} "
-                f"| {r['max_s']:.3f} | {r['median_bytes']:,} | {r['max_bytes']:,} |",
-                flush=True,
+                f"| {r['max_s']:.3f} | {int(r['median_bytes']):,} | {r['max_bytes']:,} |"
             )
+            print(lines[-1], flush=True)
+    if args.write:
+        write_section(Path(args.write), args, lines)
+
+
+SECTION = "## Changelog checkpoints"
+
+
+def write_section(path: Path, args: argparse.Namespace, table: list[str]) -> None:
+    """Replace (or append) this benchmark's section of ``path``."""
+    body = [
+        SECTION,
+        "",
+        f"`python -m benchmarks.changelog --keys {' '.join(map(str, args.keys))} --batch "
+        f"{args.batch} --checkpoints {args.checkpoints}` (in-process, no Spark; one heap task "
+        "kept warm, the real coordinator, SQLite catalog and Delta commits). The first "
+        "checkpoint loads every key; then each checkpoint processes a micro-batch of "
+        f"{args.batch:,} events over uniformly drawn keys. Time is the snapshot and the "
+        "commit; bytes are the Parquet files written (state and change files). Changelog "
+        "with the default `ChangelogConfig()` (materialize every 50 change files or past "
+        "half the key group's rows).",
+        "",
+        *table,
+        "",
+    ]
+    text = path.read_text() if path.exists() else ""
+    start = text.find(SECTION)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(body)
+    else:
+        end = text.find("\n## ", start + len(SECTION))
+        rest = "" if end < 0 else text[end + 1 :]
+        text = text[:start] + "\n".join(body) + ("\n" + rest if rest else "")
+    path.write_text(text)
 
 
 if __name__ == "__main__":

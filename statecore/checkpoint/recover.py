@@ -42,6 +42,7 @@ from statecore.errors import (
 )
 from statecore.progress import Progress, silent
 from statecore.snapshot import state_table_uri
+from statecore.snapshot.changelog import CHANGES
 from statecore.snapshot.commits import (
     CommitMetadata,
     TableCommit,
@@ -273,7 +274,8 @@ def scan_warehouse(config: StatecoreConfig, job: str) -> CatalogRecovery:
             schema=commits[-1].metadata.schema,
             ttl=commits[-1].metadata.ttl,
         )
-        for (operator, _, state), commits in sorted(by_table.items())
+        for (operator, table_kind, state), commits in sorted(by_table.items())
+        if table_kind != CHANGES  # a changes table's commits describe its rows, not the state
     )
     last = checkpoints[-1]
     return CatalogRecovery(

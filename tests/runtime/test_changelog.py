@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from statecore.backends import HeapKeyedStateBackend, RocksDBKeyedStateBackend
 from statecore.backends.base import KeyedStateBackend
 from statecore.catalog import Catalog
 from statecore.checkpoint.coordinator import CheckpointCoordinator
+from statecore.checkpoint.recover import recover_catalog
 from statecore.config import StatecoreConfig
 from statecore.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from statecore.keygroups import KeyGroupRange
@@ -78,9 +80,7 @@ def restored_state(config: StatecoreConfig, job: str) -> dict[str, list[tuple[An
         ttl_time_provider=ManualTimeProvider(0),
     )
     function = Mixed()
-    from statecore.runtime.functions import RuntimeContext as RC
-
-    function.open(RC(backend, job=job, operator="main", subtask_index=0, parallelism=1))
+    function.open(RuntimeContext(backend, job=job, operator="main", subtask_index=0, parallelism=1))
     out = {}
     for name in backend.descriptors:
         rows = []
@@ -130,3 +130,34 @@ def test_changelog_restore_equals_a_run_without_changelog(
         kinds |= {t.table_kind for t in record.tables}
     assert "changes" in kinds
     assert restored_state(plain, "j") == restored_state(logged, "j")
+
+
+def test_changelog_lost_catalog_is_recovered_with_its_changes_tables(tmp_path: Any) -> None:
+    """The changes tables' commits name their checkpoints like every statecore commit: a lost
+    catalog comes back from the Delta logs with both tables, and the state reads the same."""
+    config = StatecoreConfig.resolve(env={"STATECORE_HOME": str(tmp_path / "home")})
+    pending = ChangelogConfig(materialize_every=100, max_change_ratio=100.0)
+    for i, batch in enumerate(batches(11, 3, 40), start=1):
+        run_checkpoint(
+            config,
+            Mixed(),
+            batch,
+            job="j",
+            checkpoint_id=i,
+            changelog=pending,
+            clock=ManualTimeProvider(0),
+        )
+    with Catalog.connect(config.catalog_url) as catalog:
+        before = catalog.latest_checkpoint("j")
+        states = [(s.name, s.schema) for s in catalog.list_states("j")]
+    expected = restored_state(config, "j")
+    Path(config.catalog_url.removeprefix("sqlite:///")).unlink()
+    with Catalog.connect(config.catalog_url) as catalog:
+        recover_catalog(config, catalog, "j")
+        after = catalog.latest_checkpoint("j")
+        assert [(s.name, s.schema) for s in catalog.list_states("j")] == states
+    assert sorted((t.table_kind, t.state, t.version) for t in after.tables) == sorted(
+        (t.table_kind, t.state, t.version) for t in before.tables
+    )
+    assert any(t.table_kind == "changes" and t.rows for t in after.tables)
+    assert restored_state(config, "j") == expected

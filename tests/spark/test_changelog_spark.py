@@ -63,9 +63,7 @@ def _bytes(
     return int(written or 0) + (changes.bytes if changes else 0), state.bytes
 
 
-def test_changelog_one_percent_change_writes_about_one_percent(
-    spark: Any, tmp_path: Any
-) -> None:
+def test_changelog_one_percent_change_writes_about_one_percent(spark: Any, tmp_path: Any) -> None:
     plain = StatecoreConfig.resolve(env={"STATECORE_HOME": str(tmp_path / "plain")})
     logged = StatecoreConfig.resolve(env={"STATECORE_HOME": str(tmp_path / "logged")})
     whole, state = _bytes(plain, False, spark)
