@@ -454,13 +454,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         column = self._flushed(state_name)
         to_row = column.to_row
         read = rocksdict.ReadOptions()
-        rows = []
+        rows: list[tuple[Any, str, Any, Any]] = []
         for key in keys:
             prefix = self._layout.prefix(key, key_group)
             read.set_iterate_upper_bound(prefix_successor(prefix))
             items = column.cf.items(from_key=prefix, read_opt=read)
-            rows.extend(to_row(k, v) for k, v in items)
-            del items
+            rows.extend(to_row(k, v) for k, v in items)  # type: ignore[arg-type]
+            del items  # release the iterator (it keeps the database open)
         schema = snapshot_schema(self.key_type, column.descriptor)
         try:
             return pa.Table.from_pydict(column.snapshot_columns(rows), schema=schema)
