@@ -8,6 +8,7 @@
     statecore rescale JOB --parallelism P [--max-parallelism M] [--savepoint FOLDER]
     statecore retention JOB --retain N [--vacuum-retention-hours H | --no-vacuum] [--dry-run]
     statecore ttl-cleanup JOB [--dry-run] [--no-compact] [--vacuum-retention-hours H | --no-vacuum]
+    statecore materialize JOB
     statecore state delete JOB --key K [--from REF] [--name N] [--target DIR]
     statecore state apply JOB --sql "UPDATE|DELETE ..." [--from REF] [--name N] [--target DIR]
     statecore diff JOB A B [--examples N]
@@ -159,6 +160,12 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     cleanup.add_argument("--now-ms", type=int, help="processing time to expire against")
     _vacuum_options(cleanup)
     cleanup.set_defaults(run=commands.ttl_cleanup)
+
+    materialize = _formatted(
+        sub.add_parser("materialize", help="apply pending changelog changes to the state tables")
+    )
+    materialize.add_argument("job")
+    materialize.set_defaults(run=commands.materialize)
 
     state = sub.add_parser("state", help="repair state into a new savepoint")
     st_sub = state.add_subparsers(dest="action", required=True)

@@ -29,6 +29,7 @@ __all__ = [
     "checkpoints",
     "demo",
     "diff",
+    "materialize",
     "rescale",
     "retention",
     "savepoint",
@@ -265,6 +266,26 @@ def catalog(args: argparse.Namespace, config: StatecoreConfig) -> str:
     with Catalog.connect(config.catalog_url) as opened:
         found = recover_catalog(config, opened, args.job, dry_run=args.dry_run, progress=to_stderr)
         return format_rows(found.rows(), args.format)
+
+
+def materialize(args: argparse.Namespace, config: StatecoreConfig) -> str:
+    from statecore.ops.materialize import materialize_changes
+
+    with Catalog.connect(config.catalog_url) as catalog:
+        catalog.get_job(args.job)  # JobNotFoundError names the known jobs
+        record = materialize_changes(catalog, args.job, progress=to_stderr)
+        if record is None:
+            return f"job {args.job!r}: no pending changes; nothing materialized"
+        changes = [t for t in record.tables if t.table_kind == "changes"]
+        return format_rows(
+            [
+                {
+                    "checkpoint_id": record.checkpoint_id,
+                    "states": ", ".join(sorted(t.state for t in changes)),
+                }
+            ],
+            args.format,
+        )
 
 
 def unlock(args: argparse.Namespace, config: StatecoreConfig) -> str:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pytest
 from duckdb_extensions import import_extension
 
 from statecore.catalog import Catalog
+from statecore.cli import main
 from statecore.config import StatecoreConfig
 from statecore.ops.materialize import materialize_changes
 from statecore.query import run_sql
@@ -27,7 +29,9 @@ def _run(config: StatecoreConfig, changelog: ChangelogConfig | None) -> None:
         run_checkpoint(config, Mixed(), batch, job="j", checkpoint_id=i, changelog=changelog)
 
 
-def test_changelog_sql_views_merge_pending_changes_then_materialize(tmp_path: Path) -> None:
+def test_changelog_sql_views_merge_pending_changes_then_materialize(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     plain = StatecoreConfig.resolve(env={"STATECORE_HOME": str(tmp_path / "plain")})
     logged = StatecoreConfig.resolve(env={"STATECORE_HOME": str(tmp_path / "logged")})
     _run(plain, None)
@@ -37,8 +41,10 @@ def test_changelog_sql_views_merge_pending_changes_then_materialize(tmp_path: Pa
         assert {n: run_sql(b, q).to_pylist() for n, q in QUERIES.items()} == expected
         tables = b.latest_checkpoint("j").tables
         assert {t.state for t in tables if t.table_kind == "changes" and t.rows}
-        record = materialize_changes(b, "j")
-        assert record is not None
+        home = ["--home", logged.home, "--catalog-url", logged.catalog_url]
+        assert main([*home, "materialize", "j", "--format", "json"]) == 0
+        assert '"states": "pages, recent, total"' in capsys.readouterr().out
+        record = b.latest_checkpoint("j")
         by_kind = {(t.table_kind, t.state): t for t in record.tables}
         assert all(t.rows == 0 for (kind, _), t in by_kind.items() if kind == "changes")
         assert {n: run_sql(b, q).to_pylist() for n, q in QUERIES.items()} == expected
@@ -51,3 +57,5 @@ def test_changelog_sql_views_merge_pending_changes_then_materialize(tmp_path: Pa
         ).fetchall()
         assert [{"key": k, "value": v} for k, v in alone] == expected["total"]
         assert materialize_changes(b, "j") is None  # nothing pending any more
+        assert main([*home, "materialize", "j"]) == 0
+        assert "no pending changes" in capsys.readouterr().out
