@@ -161,3 +161,22 @@ def test_changelog_lost_catalog_is_recovered_with_its_changes_tables(tmp_path: A
     )
     assert any(t.table_kind == "changes" and t.rows for t in after.tables)
     assert restored_state(config, "j") == expected
+
+
+def test_changelog_turned_off_and_on_again_loses_nothing(tmp_path: Any) -> None:
+    """Changelog on, then off (touched key groups are written whole and their pending changes
+    dropped; the others keep theirs), then on again: the same state as never on."""
+    plain = StatecoreConfig.resolve(env={"STATECORE_HOME": str(tmp_path / "plain")})
+    mixed = StatecoreConfig.resolve(env={"STATECORE_HOME": str(tmp_path / "mixed")})
+    pending = ChangelogConfig(materialize_every=100, max_change_ratio=100.0)
+    modes = [pending, pending, None, None, pending]
+    for i, (batch, mode) in enumerate(zip(batches(13, 5, 30), modes), start=1):
+        clock = ManualTimeProvider(0)
+        a, _ = run_checkpoint(plain, Mixed(), batch, job="j", checkpoint_id=i, clock=clock)
+        b, record = run_checkpoint(
+            mixed, Mixed(), batch, job="j", checkpoint_id=i, clock=clock, changelog=mode
+        )
+        assert sorted(a, key=repr) == sorted(b, key=repr), f"checkpoint {i}"
+        if i == 4:  # off: pending changes of untouched key groups are still there
+            assert any(t.table_kind == "changes" and t.rows for t in record.tables)
+    assert restored_state(plain, "j") == restored_state(mixed, "j")
