@@ -8,6 +8,7 @@
     statecore rescale JOB --parallelism P [--max-parallelism M] [--savepoint FOLDER]
     statecore retention JOB --retain N [--vacuum-retention-hours H | --no-vacuum] [--dry-run]
     statecore ttl-cleanup JOB [--dry-run] [--no-compact] [--vacuum-retention-hours H | --no-vacuum]
+    statecore state get JOB STATE KEY [--namespace N] [--user-key K] [--checkpoint ID|--savepoint S]
     statecore state delete JOB --key K [--from REF] [--name N] [--target DIR]
     statecore state apply JOB --sql "UPDATE|DELETE ..." [--from REF] [--name N] [--target DIR]
     statecore diff JOB A B [--examples N]
@@ -160,8 +161,18 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _vacuum_options(cleanup)
     cleanup.set_defaults(run=commands.ttl_cleanup)
 
-    state = sub.add_parser("state", help="repair state into a new savepoint")
+    state = sub.add_parser("state", help="look up one key; repair state into a new savepoint")
     st_sub = state.add_subparsers(dest="action", required=True)
+    get = _formatted(st_sub.add_parser("get", help="one key's value, reading only its key group"))
+    get.add_argument("job")
+    get.add_argument("state")
+    get.add_argument("key")
+    get.add_argument("--namespace", default="")
+    get.add_argument("--user-key", help="one entry of a map state")
+    get.add_argument("--operator", help="when two operators have a state of that name")
+    at = get.add_mutually_exclusive_group()
+    at.add_argument("--checkpoint", type=int, help="a completed checkpoint (default: latest)")
+    at.add_argument("--savepoint", help="a savepoint name or folder")
     delete = _formatted(st_sub.add_parser("delete", help="erase one key from every state"))
     delete.add_argument("job")
     delete.add_argument("--key", required=True)

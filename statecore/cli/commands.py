@@ -7,6 +7,8 @@ print on standard output; progress goes to standard error.
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -176,6 +178,8 @@ def ttl_cleanup(args: argparse.Namespace, config: StatecoreConfig) -> str:
 def state(args: argparse.Namespace, config: StatecoreConfig) -> str:
     from statecore.ops.repair import apply_sql, delete_key
 
+    if args.action == "get":
+        return _lookup(args, config)
     with Catalog.connect(config.catalog_url) as catalog:
         if args.action == "delete":
             result = delete_key(
@@ -296,3 +300,33 @@ def demo(args: argparse.Namespace, config: StatecoreConfig) -> str:
         f"\n$ statecore checkpoints list\n{listing}\n\n"
         f'$ statecore sql "<top users by total amount>"{DEMO_QUERY}\n{top}'
     )
+
+
+def _lookup(args: argparse.Namespace, config: StatecoreConfig) -> str:
+    from statecore.query.lookup import lookup
+
+    found = lookup(
+        args.job,
+        args.state,
+        args.key,
+        namespace=args.namespace,
+        user_key=args.user_key,
+        checkpoint=args.checkpoint,
+        savepoint=args.savepoint,
+        operator=args.operator,
+        config=config,
+    )
+    row = found.to_dict()
+    if isinstance(row["key"], bytes):
+        row["key"] = row["key"].decode("utf-8", "backslashreplace")
+    if args.format == "json":
+        return json.dumps([row], default=_json_default)
+    row["value"] = json.dumps(row["value"], default=_json_default)
+    return format_rows([row], args.format)
+
+
+def _json_default(value: object) -> object:
+    """Bytes (a binary or ``PICKLED`` value, never unpickled) as base64 text."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return str(value)
