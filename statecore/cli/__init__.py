@@ -68,6 +68,10 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show.add_argument("job")
     show.add_argument("checkpoint_id", type=int)
     show.add_argument("--key-groups", action="store_true", help="sizes per key group")
+    show.add_argument(
+        "--latency", action="store_true", help="state-access latency percentiles (µs)"
+    )
+    show.add_argument("--restore", action="store_true", help="each subtask's restore")
     cps.set_defaults(run=commands.checkpoints)
 
     sps = sub.add_parser("savepoints", help="list, show or restore savepoints")
@@ -114,6 +118,11 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="store_true",
         help="accept states of the savepoint the job no longer has",
     )
+    check.add_argument(
+        "--parallelism",
+        type=int,
+        help="estimate each subtask's restore time at this parallelism (default: the job's)",
+    )
     check.set_defaults(run=commands.check)
 
     sql = _formatted(
@@ -144,6 +153,11 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="a new max parallelism: the state is rewritten with new key groups",
     )
     rescale.add_argument("--savepoint", help="a savepoint of the latest checkpoint, if taken")
+    rescale.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="change nothing: print each subtask's estimated restore time at the new parallelism",
+    )
     rescale.set_defaults(run=commands.rescale)
 
     retention = _formatted(

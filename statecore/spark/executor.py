@@ -9,6 +9,7 @@ stay on the driver, so a cold Python worker starts in a fraction of a second.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import chain
@@ -20,6 +21,7 @@ from pyspark import TaskContext
 from statecore.backends import BackendParameters, KeyedStateBackend, TaskScope, create_backend
 from statecore.errors import ConfigError, KeyTypeError
 from statecore.keygroups import compute_key_group_range_for_operator_index
+from statecore.runtime.latency import LatencyTracking
 from statecore.runtime.restore import RestorePlan
 from statecore.runtime.task import KeyedOperatorTask, TableUris
 from statecore.snapshot.faults import fault_point
@@ -65,6 +67,8 @@ class TaskSpec:
     output_table: str | None = None
     """When set, tasks write their output there (committed by the driver) instead of
     returning it to Spark."""
+    latency: LatencyTracking | None = None
+    """State-access latency tracking (off when ``None``)."""
 
     @property
     def result_schema(self) -> pa.Schema:
@@ -155,6 +159,7 @@ def task_function(
             subtask_index=index,
             parallelism=spec.parallelism,
             restore=spec.restore,
+            latency=spec.latency,
         )
         result_schema = spec.result_schema
         writer = (
@@ -168,7 +173,13 @@ def task_function(
             )
         )
         try:
-            task.open()
+            started = time.perf_counter()
+            task.open()  # timers, operator state and (as the function registers it) keyed state
+            restore_timing = {
+                "subtask": index,
+                "bytes": spec.restore.bytes_to_restore(backend.key_group_range),
+                "seconds": round(time.perf_counter() - started, 6),
+            }
             for output in process(task, _with_keys(batches, spec)):
                 fault_point("task:process")
                 for batch in output_batches(output, spec.output_schema):
@@ -193,6 +204,8 @@ def task_function(
                 "subtask": index,
                 "records": task.records,
                 "restore": restored,
+                "restore_timing": restore_timing,
+                "latency": None if task.tracker is None else task.tracker.report(),
                 "states": [s.to_json_dict() for s in snapshot],
                 "output": None if written is None else written.to_json_dict(),
             }
