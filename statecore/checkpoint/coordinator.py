@@ -248,10 +248,11 @@ class CheckpointCoordinator:
         results: Iterable[StateSnapshotResult],
         *,
         metrics: Mapping[str, Any] | None = None,
+        watermark: int | None = None,
     ) -> CheckpointRecord:
-        """Commit every table and complete the checkpoint (with the run's ``metrics``); fail it
-        on any error, with every table it committed rolled back to the base checkpoint's
-        version."""
+        """Commit every table and complete the checkpoint (with the run's ``metrics`` and its
+        event-time ``watermark``, epoch ms); fail it on any error, with every table it committed
+        rolled back to the base checkpoint's version."""
         checkpoint_id = planned.checkpoint_id
         committed: list[tuple[SnapshotTable, int]] = []
         try:
@@ -296,7 +297,12 @@ class CheckpointCoordinator:
             self.catalog.register_states(self.job, self.operator, states)
             fault_point("catalog:complete:before")
             record = self.catalog.complete_checkpoint(
-                self.job, checkpoint_id, tables=tables, epoch=self.epoch, metrics=metrics
+                self.job,
+                checkpoint_id,
+                tables=tables,
+                epoch=self.epoch,
+                metrics=metrics,
+                watermark=watermark,
             )
             fault_point("catalog:complete:after")
             return record
