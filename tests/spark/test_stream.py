@@ -57,6 +57,8 @@ def totals(config: StatecoreConfig, job: str) -> dict[str, int]:
 
 def completed(config: StatecoreConfig, job: str) -> list[Any]:
     with Catalog.connect(config.catalog_url) as catalog:
+        if job not in {j.name for j in catalog.list_jobs()}:
+            return []
         return sorted(
             catalog.list_checkpoints(job, status=CheckpointStatus.COMPLETED),
             key=lambda c: c.checkpoint_id,
@@ -259,6 +261,7 @@ def test_stream_rate_source_with_processing_time_trigger(spark, statecore_home, 
 
         deadline = time.monotonic() + 60
         while len(completed(statecore_home, "rate")) < 3 and time.monotonic() < deadline:
+            assert query.exception() is None, query.exception()
             time.sleep(0.5)
     finally:
         query.stop()
