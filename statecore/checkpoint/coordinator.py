@@ -288,7 +288,7 @@ class CheckpointCoordinator:
                 )
                 replace_all = first.replace_all or state in planned.restore.migrated
                 table, version = self._commit_table(
-                    table_kind, state, parts, base, planned, replace_all
+                    table_kind, state, parts, base, planned, replace_all, watermark
                 )
                 if base is not None:
                     committed.append((table, base.version))
@@ -333,6 +333,7 @@ class CheckpointCoordinator:
         base: TableVersion | None,
         planned: PlannedCheckpoint,
         replace_all: bool,
+        watermark: int | None = None,
     ) -> tuple[SnapshotTable, TableVersion]:
         uri = self.table_uri(state, table_kind)
         table = SnapshotTable(
@@ -361,6 +362,7 @@ class CheckpointCoordinator:
                 ttl=parts[0].descriptor.get("ttl"),
                 parallelism=planned.parallelism,
                 max_parallelism=planned.max_parallelism,
+                watermark=watermark,
             ),
         )
         fault_point(f"commit:{table_kind}:{state}:after")

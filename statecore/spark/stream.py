@@ -59,6 +59,11 @@ _TICK = "__statecore_tick"
 
 _TRIGGERS = {"processingTime": str, "once": bool, "availableNow": bool}
 
+_EXCLUDED_RULES = "spark.sql.adaptive.optimizer.excludedRules"
+_EMPTY_RELATION_RULE = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
+"""Adaptive execution replaces an empty shuffle by an empty relation, and then no task runs:
+a micro-batch without records would fire no timer. The stream's session excludes the rule."""
+
 
 def keyed_stream(
     stream_df: DataFrame,
@@ -301,6 +306,7 @@ class _MicroBatch:
             if self._idle(df):
                 log.debug("job %s: micro-batch %d has nothing to do", template.job, batch_id)
                 return
+        _run_every_task(df)
         job = dataclasses.replace(
             template,
             checkpoint_id=self.base + batch_id,
@@ -323,6 +329,15 @@ class _MicroBatch:
             if self.next_timer <= now:
                 return False
         return df.isEmpty()
+
+
+def _run_every_task(df: DataFrame) -> None:
+    """Every task runs, with records or without (see :data:`_EMPTY_RELATION_RULE`); set on the
+    micro-batch's session (Spark's clone of the session that started the query)."""
+    conf = df.sparkSession.conf
+    rules = [r for r in (conf.get(_EXCLUDED_RULES, None) or "").split(",") if r]
+    if _EMPTY_RELATION_RULE not in rules:
+        conf.set(_EXCLUDED_RULES, ",".join([*rules, _EMPTY_RELATION_RULE]))
 
 
 def _now_ms() -> int:
