@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 
 from statecore.descriptors import ValueStateDescriptor
 from statecore.runtime import Context, KeyedProcessFunction, OnTimerContext, RuntimeContext
+from statecore.snapshot.faults import FAULT_PID_ENV
 
 INPUT = "user string, ts long, amount long"
 OUTPUT = T.StructType(
@@ -69,6 +70,7 @@ def start(spark: SparkSession, spec: dict[str, Any], **options: Any) -> Any:
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    os.environ[FAULT_PID_ENV] = str(os.getpid())  # a kill point in a task kills this driver
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = (
         SparkSession.builder.master("local[1]")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from duckdb_extensions import import_extension
 
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.checkpoint.points import load_savepoint
+from statecore.cli.output import checkpoint_rows
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
 from statecore.ops.savepoint import take_savepoint
@@ -220,6 +222,8 @@ def test_stream_replayed_micro_batch_is_a_no_op(spark, statecore_home, tmp_path)
     assert totals(statecore_home, "replay") == {"u1": 3}
     assert len(delta_rows(table)) == 2
     assert [c.watermark for c in completed(statecore_home, "replay")] == [2000]
+    listed = checkpoint_rows(completed(statecore_home, "replay"))  # `statecore checkpoints list`
+    assert listed[0]["watermark"] == datetime(1970, 1, 1, 0, 0, 2, tzinfo=UTC)
 
 
 def test_stream_rate_source_with_processing_time_trigger(spark, statecore_home, tmp_path) -> None:  # type: ignore[no-untyped-def]
