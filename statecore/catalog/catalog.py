@@ -282,9 +282,10 @@ class Catalog:
         tables: Sequence[TableVersion],
         epoch: int | None = None,
         metrics: Mapping[str, Any] | None = None,
+        watermark: int | None = None,
     ) -> CheckpointRecord:
-        """Record ``tables`` (and the run's ``metrics``, JSON) and complete the checkpoint, in one
-        transaction.
+        """Record ``tables`` (the run's ``metrics``, JSON, and its event-time ``watermark``, epoch
+        ms) and complete the checkpoint, in one transaction.
 
         :class:`CheckpointCommitError` if the checkpoint is not IN_PROGRESS or the commit fails,
         :class:`ConcurrentRunError` if ``epoch`` is given and its lease no longer holds the job
@@ -315,6 +316,7 @@ class Catalog:
                 row.completion_seq = job_row.last_completion_seq
                 row.error = None
                 row.metrics = dict(metrics) if metrics else None
+                row.watermark = watermark
                 session.flush()
                 record = row.to_record(job)
         except sa.exc.SQLAlchemyError as exc:

@@ -204,6 +204,13 @@ def _v4_checkpoint_metrics(connection: sa.Connection) -> None:
     connection.exec_driver_sql(f"ALTER TABLE statecore_checkpoints ADD COLUMN metrics {json}")
 
 
+def _v5_checkpoint_watermark(connection: sa.Connection) -> None:
+    # The event-time watermark belongs to the checkpoint (epoch ms; NULL: none known, or a
+    # checkpoint written before this version), so a stream or a batch run continues from it.
+    bigint = sa.BigInteger().compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE statecore_checkpoints ADD COLUMN watermark {bigint}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -224,6 +231,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=4,
         description="checkpoints' metrics (latency percentiles, restore timings)",
         apply=_v4_checkpoint_metrics,
+    ),
+    Migration(
+        version=5,
+        description="checkpoints' event-time watermark",
+        apply=_v5_checkpoint_watermark,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

@@ -135,6 +135,7 @@ class CheckpointRow(Base):
     epoch: Mapped[int | None] = mapped_column(sa.BigInteger)
     input_identity: Mapped[str | None] = mapped_column(sa.Text)
     metrics: Mapped[dict[str, Any] | None]
+    watermark: Mapped[int | None] = mapped_column(sa.BigInteger)
 
     tables: Mapped[list[CheckpointTableRow]] = relationship(
         order_by="CheckpointTableRow.id",
@@ -158,6 +159,7 @@ class CheckpointRow(Base):
             error=self.error,
             input_identity=self.input_identity,
             metrics=self.metrics or {},
+            watermark=self.watermark,
         )
 
 

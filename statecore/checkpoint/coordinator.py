@@ -248,10 +248,11 @@ class CheckpointCoordinator:
         results: Iterable[StateSnapshotResult],
         *,
         metrics: Mapping[str, Any] | None = None,
+        watermark: int | None = None,
     ) -> CheckpointRecord:
-        """Commit every table and complete the checkpoint (with the run's ``metrics``); fail it
-        on any error, with every table it committed rolled back to the base checkpoint's
-        version."""
+        """Commit every table and complete the checkpoint (with the run's ``metrics`` and its
+        event-time ``watermark``, epoch ms); fail it on any error, with every table it committed
+        rolled back to the base checkpoint's version."""
         checkpoint_id = planned.checkpoint_id
         committed: list[tuple[SnapshotTable, int]] = []
         try:
@@ -287,7 +288,7 @@ class CheckpointCoordinator:
                 )
                 replace_all = first.replace_all or state in planned.restore.migrated
                 table, version = self._commit_table(
-                    table_kind, state, parts, base, planned, replace_all
+                    table_kind, state, parts, base, planned, replace_all, watermark
                 )
                 if base is not None:
                     committed.append((table, base.version))
@@ -296,7 +297,12 @@ class CheckpointCoordinator:
             self.catalog.register_states(self.job, self.operator, states)
             fault_point("catalog:complete:before")
             record = self.catalog.complete_checkpoint(
-                self.job, checkpoint_id, tables=tables, epoch=self.epoch, metrics=metrics
+                self.job,
+                checkpoint_id,
+                tables=tables,
+                epoch=self.epoch,
+                metrics=metrics,
+                watermark=watermark,
             )
             fault_point("catalog:complete:after")
             return record
@@ -327,6 +333,7 @@ class CheckpointCoordinator:
         base: TableVersion | None,
         planned: PlannedCheckpoint,
         replace_all: bool,
+        watermark: int | None = None,
     ) -> tuple[SnapshotTable, TableVersion]:
         uri = self.table_uri(state, table_kind)
         table = SnapshotTable(
@@ -355,6 +362,7 @@ class CheckpointCoordinator:
                 ttl=parts[0].descriptor.get("ttl"),
                 parallelism=planned.parallelism,
                 max_parallelism=planned.max_parallelism,
+                watermark=watermark,
             ),
         )
         fault_point(f"commit:{table_kind}:{state}:after")
