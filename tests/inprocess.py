@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group, compute_key_group_range_for_operator_index
 from statecore.runtime import KeyedProcessFunction
+from statecore.runtime.latency import LatencyTracking, latency_percentiles
 from statecore.runtime.task import KeyedOperatorTask, probe_states
 from statecore.snapshot import state_table_uri
 from statecore.snapshot.changelog import ChangelogConfig
@@ -40,8 +42,11 @@ def run_checkpoint(
     operator: str = "main",
     changelog: ChangelogConfig | None = None,
     backend_class: type[KeyedStateBackend] = HeapKeyedStateBackend,
+    latency: LatencyTracking | None = None,
 ) -> tuple[list[Any], CheckpointRecord]:
-    """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint.
+    """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint (with
+    each subtask's restore timing and, with ``latency``, the latency percentiles, as the Spark
+    runtime records them).
 
     ``changelog`` makes the tasks write changelog checkpoints; ``backend_class`` is the keyed
     state backend of the tasks."""
@@ -72,6 +77,8 @@ def run_checkpoint(
         uris = functools.partial(state_table_uri, config.warehouse, job, operator)
         outputs: list[Any] = []
         results = []
+        timings: list[dict[str, Any]] = []
+        reports = []
         for index in range(parallelism):
             key_groups = compute_key_group_range_for_operator_index(MAX_P, parallelism, index)
             backend = backend_class(
@@ -90,12 +97,26 @@ def run_checkpoint(
                 parallelism=parallelism,
                 restore=planned.restore,
                 changelog=changelog,
+                latency=latency,
             )
+            started = time.perf_counter()
             task.open()
+            timings.append(
+                {
+                    "subtask": index,
+                    "bytes": planned.restore.bytes_to_restore(key_groups),
+                    "seconds": time.perf_counter() - started,
+                }
+            )
             mine = [(k, None, r) for k, r in records if assign_to_key_group(k, MAX_P) in key_groups]
             outputs += task.process(mine)
             outputs += task.advance_watermark(watermark)
             outputs += task.advance_processing_time()
             results += task.snapshot(uris, checkpoint_id=checkpoint_id)
+            if task.tracker is not None:
+                reports.append(task.tracker.report())
             task.close()
-        return outputs, coordinator.commit(planned, results)
+        metrics: dict[str, Any] = {"restore": timings}
+        if reports:
+            metrics["latency"] = latency_percentiles(reports)
+        return outputs, coordinator.commit(planned, results, metrics=metrics)

@@ -105,6 +105,17 @@ class _TimerQueue:
                 return timestamp, key_group, key, namespace
         return None
 
+    def first(self) -> int | None:
+        """The timestamp of the earliest live timer (dropping dead heap entries on the way)."""
+        heap = self.heap
+        while heap:
+            timestamp, key_group, key, namespace = heap[0]
+            live = self.by_key_group.get(key_group)
+            if live is not None and (timestamp, key, namespace) in live:
+                return timestamp
+            heapq.heappop(heap)
+        return None
+
     def __len__(self) -> int:
         return sum(len(s) for s in self.by_key_group.values())
 
@@ -191,6 +202,10 @@ class TimerService:
             self._dirty.add(key_group)
             self._backend.set_current_key(key, key_group)
             yield Timer(timestamp, key, namespace, domain)
+
+    def next_timestamp(self, domain: TimeDomain) -> int | None:
+        """When the earliest timer of ``domain`` is due (``None``: no timer)."""
+        return self._queues[domain].first()
 
     def timers(self, domain: TimeDomain) -> list[Timer]:
         """Every registered timer of ``domain``, by timestamp, key group, key and namespace."""

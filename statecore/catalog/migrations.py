@@ -197,6 +197,20 @@ def _v3_leases_and_input_identity(connection: sa.Connection) -> None:
         connection.exec_driver_sql(statement)
 
 
+def _v4_checkpoint_metrics(connection: sa.Connection) -> None:
+    # What a checkpoint measured besides its tables: state-access latency percentiles and each
+    # subtask's restore (bytes, seconds), as one JSON document.
+    json = sa.JSON().compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE statecore_checkpoints ADD COLUMN metrics {json}")
+
+
+def _v5_checkpoint_watermark(connection: sa.Connection) -> None:
+    # The event-time watermark belongs to the checkpoint (epoch ms; NULL: none known, or a
+    # checkpoint written before this version), so a stream or a batch run continues from it.
+    bigint = sa.BigInteger().compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE statecore_checkpoints ADD COLUMN watermark {bigint}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -212,6 +226,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=3,
         description="job leases (epoch, expiry) and checkpoints' epoch and input identity",
         apply=_v3_leases_and_input_identity,
+    ),
+    Migration(
+        version=4,
+        description="checkpoints' metrics (latency percentiles, restore timings)",
+        apply=_v4_checkpoint_metrics,
+    ),
+    Migration(
+        version=5,
+        description="checkpoints' event-time watermark",
+        apply=_v5_checkpoint_watermark,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

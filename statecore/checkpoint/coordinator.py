@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -252,10 +253,16 @@ class CheckpointCoordinator:
         return replace(planned, restore=replace(planned.restore, migrated=frozenset(migrated)))
 
     def commit(
-        self, planned: PlannedCheckpoint, results: Iterable[StateSnapshotResult]
+        self,
+        planned: PlannedCheckpoint,
+        results: Iterable[StateSnapshotResult],
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        watermark: int | None = None,
     ) -> CheckpointRecord:
-        """Commit every table and complete the checkpoint; fail it on any error, with every
-        table it committed rolled back to the base checkpoint's version."""
+        """Commit every table and complete the checkpoint (with the run's ``metrics`` and its
+        event-time ``watermark``, epoch ms); fail it on any error, with every table it committed
+        rolled back to the base checkpoint's version."""
         checkpoint_id = planned.checkpoint_id
         committed: list[tuple[SnapshotTable, int]] = []
         try:
@@ -292,7 +299,7 @@ class CheckpointCoordinator:
                     )
                 replace_all = first.replace_all or state in planned.restore.migrated
                 table, version = self._commit_table(
-                    table_kind, state, parts, base, planned, replace_all
+                    table_kind, state, parts, base, planned, replace_all, watermark
                 )
                 if base is not None:
                     committed.append((table, base.version))
@@ -301,7 +308,12 @@ class CheckpointCoordinator:
             self.catalog.register_states(self.job, self.operator, states)
             fault_point("catalog:complete:before")
             record = self.catalog.complete_checkpoint(
-                self.job, checkpoint_id, tables=tables, epoch=self.epoch
+                self.job,
+                checkpoint_id,
+                tables=tables,
+                epoch=self.epoch,
+                metrics=metrics,
+                watermark=watermark,
             )
             fault_point("catalog:complete:after")
             return record
@@ -332,6 +344,7 @@ class CheckpointCoordinator:
         base: TableVersion | None,
         planned: PlannedCheckpoint,
         replace_all: bool,
+        watermark: int | None = None,
     ) -> tuple[SnapshotTable, TableVersion]:
         uri = self.table_uri(state, table_kind)
         table = SnapshotTable(
@@ -361,6 +374,7 @@ class CheckpointCoordinator:
                 ttl=parts[0].descriptor.get("ttl"),
                 parallelism=planned.parallelism,
                 max_parallelism=planned.max_parallelism,
+                watermark=watermark,
             ),
         )
         fault_point(f"commit:{table_kind}:{state}:after")

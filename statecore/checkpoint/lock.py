@@ -184,9 +184,11 @@ def commit_maintenance_checkpoint(
     parallelism: int,
     max_parallelism: int,
     commit: Callable[[int], Sequence[TableVersion]],
+    watermark: int | None = None,
 ) -> CheckpointRecord:
     """Begin a MAINTENANCE checkpoint on ``base``, run ``commit(checkpoint_id)`` (the Delta
-    commits; it returns every table of the new checkpoint) and complete it.
+    commits; it returns every table of the new checkpoint) and complete it with the event-time
+    ``watermark`` of the state it holds (the base's, or the restored point's).
 
     The checkpoint records ``parallelism``: the parallelism its operator state was written with.
     It fails, and nothing builds on it, if ``commit`` fails or another checkpoint completed since
@@ -210,7 +212,7 @@ def commit_maintenance_checkpoint(
                 f"maintenance checkpoint {checkpoint_id} was being written on checkpoint "
                 f"{base and base.checkpoint_id}; run the operation again"
             )
-        return catalog.complete_checkpoint(job, checkpoint_id, tables=tables)
+        return catalog.complete_checkpoint(job, checkpoint_id, tables=tables, watermark=watermark)
     except BaseException as exc:
         catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
         raise

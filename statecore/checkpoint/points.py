@@ -68,6 +68,8 @@ class RestorePoint:
     states: tuple[StateRecord, ...]
     created_at: datetime | None = None
     reason: str | None = None
+    watermark: int | None = None
+    """The event-time watermark (epoch ms) of the state; ``None``: none known."""
 
     @property
     def label(self) -> str:
@@ -114,6 +116,7 @@ class RestorePoint:
             "source_checkpoint": self.checkpoint_id,
             "parallelism": self.parallelism,
             "max_parallelism": self.max_parallelism,
+            "watermark": self.watermark,
             "operators": self.operators,
             "states": [
                 {
@@ -164,6 +167,7 @@ class RestorePoint:
             max_parallelism=int(data["max_parallelism"]),
             reason=data.get("reason"),
             created_at=datetime.fromisoformat(created) if created else None,
+            watermark=None if data.get("watermark") is None else int(data["watermark"]),
             states=tuple(
                 StateRecord(
                     job=job,
@@ -249,6 +253,7 @@ def checkpoint_point(catalog: Catalog, job: str, checkpoint_id: int | None = Non
         states=tuple(catalog.list_states(job)),
         created_at=record.completed_at,
         reason=record.kind.name.lower(),
+        watermark=record.watermark,
     )
 
 

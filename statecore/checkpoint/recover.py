@@ -73,6 +73,7 @@ class RecoveredCheckpoint:
     max_parallelism: int
     committed_at: datetime
     tables: tuple[TableVersion, ...]
+    watermark: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +188,7 @@ def commit_metadata(
         ttl=None if state.ttl is None else dict(state.ttl),
         parallelism=point.parallelism,
         max_parallelism=point.max_parallelism,
+        watermark=point.watermark,
     )
 
 
@@ -254,6 +256,12 @@ def scan_warehouse(config: StatecoreConfig, job: str) -> CatalogRecovery:
                 )
             )
         meta = first_commit[checkpoint_id].metadata
+        marks = [
+            c.metadata.watermark
+            for commits in by_table.values()
+            for c in commits
+            if c.metadata.checkpoint_id == checkpoint_id and c.metadata.watermark is not None
+        ]
         checkpoints.append(
             RecoveredCheckpoint(
                 checkpoint_id=checkpoint_id,
@@ -262,6 +270,7 @@ def scan_warehouse(config: StatecoreConfig, job: str) -> CatalogRecovery:
                 max_parallelism=meta.max_parallelism,
                 committed_at=first_commit[checkpoint_id].timestamp,
                 tables=tuple(tables),
+                watermark=max(marks, default=None),
             )
         )
     states = tuple(
@@ -335,7 +344,12 @@ def recover_catalog(
                     max_parallelism=checkpoint.max_parallelism,
                     restored_from=previous,
                 )
-                catalog.complete_checkpoint(job, checkpoint.checkpoint_id, tables=checkpoint.tables)
+                catalog.complete_checkpoint(
+                    job,
+                    checkpoint.checkpoint_id,
+                    tables=checkpoint.tables,
+                    watermark=checkpoint.watermark,
+                )
             previous = checkpoint.checkpoint_id
         catalog.set_job_parallelism(
             job, parallelism=found.parallelism, max_parallelism=found.max_parallelism

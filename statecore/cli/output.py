@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -21,9 +21,11 @@ __all__ = [
     "format_rows",
     "format_table",
     "key_group_rows",
+    "latency_rows",
     "point_rows",
     "savepoint_rows",
     "table_rows",
+    "watermark_time",
 ]
 
 FORMATS = ("table", "csv", "json")
@@ -75,6 +77,11 @@ def _json_value(value: object) -> object:
     return str(value)
 
 
+def watermark_time(watermark: int | None) -> datetime | None:
+    """An event-time watermark (epoch ms) as a UTC time, for people (``None``: none yet)."""
+    return None if watermark is None else datetime.fromtimestamp(watermark / 1000, UTC)
+
+
 def checkpoint_rows(records: Sequence[CheckpointRecord]) -> list[dict[str, Any]]:
     return [
         {
@@ -89,8 +96,18 @@ def checkpoint_rows(records: Sequence[CheckpointRecord]) -> list[dict[str, Any]]
             "bytes": c.total_bytes,
             "duration_s": round(c.duration.total_seconds(), 1) if c.duration else None,
             "completed_at": c.completed_at,
+            "watermark": watermark_time(c.watermark),
         }
         for c in records
+    ]
+
+
+def latency_rows(record: CheckpointRecord) -> list[dict[str, Any]]:
+    """The checkpoint's state-access latency percentiles, a row per state and access."""
+    return [
+        {"state": state, "access": access, **percentiles}
+        for state, accesses in record.metrics.get("latency", {}).items()
+        for access, percentiles in accesses.items()
     ]
 
 
@@ -125,6 +142,7 @@ def point_rows(point: RestorePoint) -> list[dict[str, Any]]:
             "rows": point.total_rows,
             "bytes": point.total_bytes,
             "created_at": point.created_at,
+            "watermark": watermark_time(point.watermark),
             "path": point.savepoint,
         }
     ]

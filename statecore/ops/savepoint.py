@@ -3,7 +3,8 @@
 A savepoint is a folder (by default ``<warehouse>/_savepoints/<job>/<name>``) holding its own
 Delta tables, laid out as in the warehouse (``<operator>/keyed/<state>``, ``<operator>/operator/
 <state>``, ``<operator>/timers``), and ``_savepoint.json``: job, operators, state descriptors and
-schemas, parallelism, max parallelism and the checkpoint it was taken from. The metadata file is
+schemas, parallelism, max parallelism, the checkpoint it was taken from and its event-time
+watermark (a stream restored from it starts there). The metadata file is
 written last, so a folder without one is not a savepoint. Files are copied, never shared, so
 checkpoint retention and VACUUM cannot touch a savepoint.
 
@@ -346,6 +347,7 @@ def import_point(
         parallelism=point.parallelism,
         max_parallelism=point.max_parallelism,
         commit=commit,
+        watermark=point.watermark,
     )
     catalog.set_job_parallelism(
         job, parallelism=min(wanted, point.max_parallelism), max_parallelism=point.max_parallelism

@@ -327,6 +327,7 @@ def ttl_cleanup(
                 parallelism=base.parallelism,
                 max_parallelism=base.max_parallelism,
                 commit=commit,
+                watermark=base.watermark,
             )
             checkpoint_id = record.checkpoint_id
         vacuumed: list[VacuumResult] = []

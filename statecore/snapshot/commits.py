@@ -63,12 +63,17 @@ class CommitMetadata:
     ttl: dict[str, Any] | None
     parallelism: int
     max_parallelism: int
+    watermark: int | None = None
+    """The event-time watermark (epoch ms) the checkpoint completes with (optional: commits
+    of older statecores and of maintenance operations may not name it)."""
 
     def to_properties(self) -> dict[str, str]:
         """The commit's ``custom_metadata`` (string values, prefixed ``statecore.``)."""
         values: dict[str, Any] = {name: getattr(self, name) for name in _FIELDS}
         values["descriptor"] = json.dumps(self.descriptor, sort_keys=True)
         values["ttl"] = json.dumps(self.ttl, sort_keys=True)
+        if self.watermark is not None:
+            values["watermark"] = self.watermark
         return {f"{_PREFIX}{name}": str(value) for name, value in values.items()}
 
     @classmethod
@@ -90,6 +95,11 @@ class CommitMetadata:
                 ttl=json.loads(raw["ttl"]),
                 parallelism=int(raw["parallelism"]),
                 max_parallelism=int(raw["max_parallelism"]),
+                watermark=(
+                    None
+                    if info.get(f"{_PREFIX}watermark") is None
+                    else int(info[f"{_PREFIX}watermark"])
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptSnapshotError(

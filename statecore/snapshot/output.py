@@ -75,6 +75,10 @@ class OutputWriter:
         self._footer: list[pq.FileMetaData] = []
         self._rows = 0
 
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return

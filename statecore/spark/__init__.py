@@ -1,6 +1,7 @@
 """The PySpark runtime (``pyspark`` is used only here and in ``jobs/``).
 
-The driver API (``keyed_process``, ``keyed_process_batches``) loads on first use, so a Spark
+The driver API (``keyed_process``, ``keyed_process_batches``, ``keyed_stream``,
+``keyed_stream_batches``) loads on first use, so a Spark
 task's Python worker, which imports only :mod:`statecore.spark.executor`, never loads the
 driver's catalog and planning code.
 """
@@ -9,11 +10,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from statecore.spark.keyed import KeyedRun, keyed_process, keyed_process_batches
+    from statecore.spark.stream import keyed_stream, keyed_stream_batches
 
-__all__ = ["KeyedRun", "keyed_process", "keyed_process_batches"]
+__all__ = [
+    "KeyedRun",
+    "keyed_process",
+    "keyed_process_batches",
+    "keyed_stream",
+    "keyed_stream_batches",
+]
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("keyed_stream", "keyed_stream_batches"):
+        from statecore.spark import stream
+
+        return getattr(stream, name)
     if name in __all__:
         from statecore.spark import keyed
 

@@ -8,7 +8,9 @@ stay on the driver, so a cold Python worker starts in a fraction of a second.
 
 from __future__ import annotations
 
+import functools
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import chain
@@ -18,8 +20,11 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from statecore.backends import BackendParameters, KeyedStateBackend, TaskScope, create_backend
+from statecore.backends.timers import MIN_WATERMARK, TimeDomain
 from statecore.errors import ConfigError, KeyTypeError
 from statecore.keygroups import compute_key_group_range_for_operator_index
+from statecore.runtime.latency import LatencyTracking
+from statecore.runtime.lateness import EventTimeGate
 from statecore.runtime.restore import RestorePlan
 from statecore.runtime.task import KeyedOperatorTask, TableUris
 from statecore.snapshot.changelog import ChangelogConfig
@@ -62,12 +67,22 @@ class TaskSpec:
     output_schema: pa.Schema
     event_time: str | None
     watermark: int
+    """The watermark the task advances to after its records (its timers up to it fire)."""
     processing_time: TtlTimeProvider | None
     output_table: str | None = None
     """When set, tasks write their output there (committed by the driver) instead of
     returning it to Spark."""
     changelog: ChangelogConfig | None = None
     """When set, tasks write changelog checkpoints (:mod:`statecore.snapshot.changelog`)."""
+    latency: LatencyTracking | None = None
+    """State-access latency tracking (off when ``None``)."""
+    start_watermark: int = MIN_WATERMARK
+    """The watermark of the restored checkpoint: the task advances to it before its records
+    (its timers up to it fire), and records at or below it are late."""
+    late_output_table: str | None = None
+    """When set, late records are written there (committed by the driver), else dropped."""
+    late_schema: pa.Schema | None = None
+    """The columns of a late record (the input's)."""
 
     @property
     def result_schema(self) -> pa.Schema:
@@ -111,6 +126,7 @@ def per_record(spec: TaskSpec) -> Process:
     """Each record through ``process_element``, then the timers due at the end of the run."""
 
     def process(task: KeyedOperatorTask, batches: Iterator[pa.RecordBatch]) -> Iterator[Output]:
+        yield task.advance_watermark(spec.start_watermark)
         for batch in batches:
             yield task.process_batch(
                 batch, key=spec.key, key_group=spec.key_group_column, event_time=spec.event_time
@@ -159,6 +175,7 @@ def task_function(
             parallelism=spec.parallelism,
             restore=spec.restore,
             changelog=spec.changelog,
+            latency=spec.latency,
         )
         result_schema = spec.result_schema
         writer = (
@@ -171,9 +188,30 @@ def task_function(
                 subtask=index,
             )
         )
+        late_writer = (
+            None
+            if spec.late_output_table is None or spec.late_schema is None
+            else OutputWriter(
+                spec.late_output_table,
+                spec.late_schema,
+                checkpoint_id=spec.checkpoint_id,
+                subtask=index,
+            )
+        )
+        gate = EventTimeGate(
+            spec.event_time,
+            watermark=spec.start_watermark,
+            on_late=None if late_writer is None else functools.partial(_write_late, late_writer),
+        )
         try:
-            task.open()
-            for output in process(task, _with_keys(batches, spec)):
+            started = time.perf_counter()
+            task.open()  # timers, operator state and (as the function registers it) keyed state
+            restore_timing = {
+                "subtask": index,
+                "bytes": spec.restore.bytes_to_restore(backend.key_group_range),
+                "seconds": round(time.perf_counter() - started, 6),
+            }
+            for output in process(task, gate.on_time(_with_keys(batches, spec))):
                 fault_point("task:process")
                 for batch in output_batches(output, spec.output_schema):
                     if writer is not None:
@@ -185,11 +223,14 @@ def task_function(
                         )
             snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
             written = None if writer is None else writer.close()
+            late = None if late_writer is None else late_writer.close()
             restored = backend.restore_metrics()
+            next_timer = backend.timer_service.next_timestamp(TimeDomain.PROCESSING_TIME)
         except BaseException:
             backend.close()  # a failed attempt must not keep its local state open
-            if writer is not None:
-                writer.abort()
+            for w in (writer, late_writer):
+                if w is not None:
+                    w.abort()
             raise
         task.close()
         meta = json.dumps(
@@ -197,8 +238,14 @@ def task_function(
                 "subtask": index,
                 "records": task.records,
                 "restore": restored,
+                "restore_timing": restore_timing,
+                "latency": None if task.tracker is None else task.tracker.report(),
                 "states": [s.to_json_dict() for s in snapshot],
                 "output": None if written is None else written.to_json_dict(),
+                "max_event_time": gate.max_event_time,
+                "late_rows": gate.late_rows,
+                "late_output": None if late is None else late.to_json_dict(),
+                "next_processing_timer": next_timer,
             }
         )
         columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
@@ -206,6 +253,15 @@ def task_function(
         yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
 
     return run
+
+
+def _write_late(writer: OutputWriter, batch: pa.RecordBatch) -> None:
+    """Late records in the input's columns (without the key group Spark added)."""
+    writer.write(
+        pa.RecordBatch.from_arrays(
+            [batch.column(n) for n in writer.schema.names], schema=writer.schema
+        )
+    )
 
 
 def _with_keys(batches: Iterator[pa.RecordBatch], spec: TaskSpec) -> Iterator[pa.RecordBatch]:

@@ -5,10 +5,16 @@ record, fires the timers that came due, snapshots what changed, commits and comp
 checkpoint. A batch job calls it once per logical date; a Structured Streaming job calls it from
 ``foreachBatch`` with the micro-batch id as ``checkpoint_id``, so a replayed micro-batch is a no-op.
 
-With an ``event_time`` column the watermark advances, at the end of the run, to the run's largest
-event time minus ``allowed_lateness`` (computed on the driver, the same for every task), and every
-event-time timer up to it fires; processing-time timers due by the end of the run fire too. As in
-Flink after a restore, each run starts from the minimum watermark.
+The event-time watermark belongs to the checkpoint (``CheckpointRecord.watermark``): a run starts
+from the watermark of the checkpoint it restores (every task advances to it before its records,
+firing the event-time timers up to it; records at or below it are late, see
+:mod:`statecore.runtime.lateness`), and completes with a watermark never below it. A batch run
+then advances, at the end of the run, to the largest event time of its input minus
+``allowed_lateness`` (computed on the driver, the same for every task) and fires the timers up to
+it. A micro-batch of a stream (:mod:`statecore.spark.stream`) follows Spark's rule instead: it
+runs entirely at the restored watermark, and its checkpoint completes with the watermark its
+tasks' event times allow (see :func:`next_watermark`), which the next micro-batch starts from.
+Processing-time timers due by the end of a run fire in it.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from pyspark import StorageLevel, cloudpickle
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -40,6 +46,7 @@ from statecore.errors import ConfigError
 from statecore.keygroups import compute_default_max_parallelism
 from statecore.ops.savepoint import restore_savepoint
 from statecore.runtime.functions import KeyedProcessFunction
+from statecore.runtime.latency import LatencyTracking, latency_percentiles
 from statecore.runtime.task import StateSchema, StateSnapshotResult, probe_states
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot import state_table_uri
@@ -58,7 +65,7 @@ from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, 
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
-__all__ = ["KeyedJob", "KeyedRun", "keyed_process", "keyed_process_batches"]
+__all__ = ["KeyedJob", "KeyedRun", "keyed_process", "keyed_process_batches", "next_watermark"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,17 @@ class KeyedRun:
     restore: dict[str, int] = field(default_factory=dict)
     """Summed over tasks: how the backends got their state (e.g. ``reused_key_groups``,
     ``ingested_rows``), and ``tasks``."""
+    late_rows: int = 0
+    """Records at or below the watermark the run started from: written to the late-data table,
+    or dropped (Spark's ``numRowsDroppedByWatermark``)."""
+    next_processing_timer: int | None = None
+    """When the earliest pending processing-time timer is due (epoch ms; ``None``: none, or
+    not known on a replay)."""
+
+    @property
+    def watermark(self) -> int | None:
+        """The event-time watermark (epoch ms) the checkpoint completed with."""
+        return self.checkpoint.watermark
 
 
 def _key_info(df: DataFrame, key: str) -> TypeInfo:
@@ -107,26 +125,53 @@ def _probe_states(
     )
 
 
-def _watermark(df: DataFrame, event_time: str | None, allowed_lateness: timedelta) -> int:
-    """The run's largest event time (epoch ms) minus the allowed lateness."""
-    if event_time is None:
-        return MIN_WATERMARK
+def _event_time_column(df: DataFrame, event_time: str) -> Column:
+    """The event-time column as epoch milliseconds; :class:`ConfigError` if it is missing or
+    neither a timestamp nor an integer."""
     if event_time not in df.columns:
         raise ConfigError(f"event-time column {event_time!r} is not in {df.columns}")
     data_type = df.schema[event_time].dataType
     if isinstance(data_type, T.TimestampType | T.TimestampNTZType):
-        column = F.unix_millis(F.col(event_time).cast("timestamp"))
-    elif isinstance(data_type, T.LongType | T.IntegerType):
-        column = F.col(event_time)
-    else:
-        raise ConfigError(
-            f"event-time column {event_time!r} has type "
-            f"{data_type.simpleString()}; use a timestamp or epoch milliseconds"
-        )
+        return F.unix_millis(F.col(event_time).cast("timestamp"))
+    if isinstance(data_type, T.LongType | T.IntegerType):
+        return F.col(event_time)
+    raise ConfigError(
+        f"event-time column {event_time!r} has type "
+        f"{data_type.simpleString()}; use a timestamp or epoch milliseconds"
+    )
+
+
+def _lateness_ms(allowed_lateness: timedelta) -> int:
+    return int(allowed_lateness / timedelta(milliseconds=1))
+
+
+def next_watermark(
+    restored: int, max_event_times: list[int | None], allowed_lateness: timedelta
+) -> int:
+    """Spark's rule for the watermark a micro-batch completes with: the smallest of the tasks'
+    largest event times (a task without records does not hold it back, as an idle Flink
+    instance) minus ``allowed_lateness``, never below the ``restored`` one.
+
+    >>> next_watermark(100, [300, None, 250], timedelta(milliseconds=50))
+    200
+    >>> next_watermark(100, [None], timedelta(0))
+    100
+    """
+    seen = [t for t in max_event_times if t is not None]
+    if not seen:
+        return restored
+    return max(restored, min(seen) - _lateness_ms(allowed_lateness))
+
+
+def _watermark(df: DataFrame, event_time: str | None, allowed_lateness: timedelta) -> int:
+    """The run's largest event time (epoch ms) minus the allowed lateness."""
+    if event_time is None:
+        return MIN_WATERMARK
+    column = _event_time_column(df, event_time)
     latest = df.agg(F.max(column)).first()
     if latest is None or latest[0] is None:
         return MIN_WATERMARK
-    return int(latest[0]) - int(allowed_lateness / timedelta(milliseconds=1))
+    return int(latest[0]) - _lateness_ms(allowed_lateness)
 
 
 def keyed_process(
@@ -152,6 +197,7 @@ def keyed_process(
     output_table: str | None = None,
     input_fingerprint: str | Mapping[str, Any] | None = None,
     changelog: bool | ChangelogConfig = False,
+    late_output_table: str | None = None,
 ) -> KeyedRun:
     """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
 
@@ -171,7 +217,10 @@ def keyed_process(
     and it is committed exactly once with the checkpoint (see
     :mod:`statecore.snapshot.output`); the run's ``output`` then reads this checkpoint's rows
     from the table, also on a replay. This is the faster way: the rows never go back through
-    Spark.
+    Spark. Late records (event time at or below the restored watermark) never touch state; with
+    ``late_output_table`` (a Delta path) they are appended there, in the input's columns,
+    exactly once with the checkpoint; without it they are dropped and counted
+    (``KeyedRun.late_rows``).
 
     A run holds the job's lease (a second writer fails with :class:`ConcurrentRunError`), its
     ``checkpoint_id`` must not be below the latest completed one (:class:`CheckpointOrderError`),
@@ -207,6 +256,7 @@ def keyed_process(
             output_table=output_table,
             input_fingerprint=input_fingerprint,
             changelog=ChangelogConfig.of(changelog),
+            late_output_table=late_output_table,
         ),
     ).run()
 
@@ -298,6 +348,9 @@ class KeyedJob:
     output_table: str | None = None
     input_fingerprint: str | Mapping[str, Any] | None = None
     changelog: ChangelogConfig | None = None
+    late_output_table: str | None = None
+    stream: bool = False
+    """A micro-batch of a stream: Spark's watermark rule (see the module docstring)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -336,6 +389,28 @@ class _KeyedRunner:
                 job.output_table, self.arrow_output, app_id=f"statecore:{job.job}/{job.operator}"
             )
         )
+        if job.event_time is not None:
+            _event_time_column(df, job.event_time)
+        elif job.late_output_table is not None:
+            raise ConfigError(
+                f"job {job.job!r}: a late-data table ({job.late_output_table}) needs an "
+                "event_time column"
+            )
+        self.arrow_input = to_arrow_schema(df.schema, timezone=time_zone)
+        self.late_sink = (
+            None
+            if job.late_output_table is None
+            else OutputTable(
+                job.late_output_table,
+                self.arrow_input,
+                app_id=f"statecore:{job.job}/{job.operator}/late",
+            )
+        )
+
+    @property
+    def sinks(self) -> list[OutputTable]:
+        """The tables committed with the checkpoint besides the state: output, late data."""
+        return [s for s in (self.sink, self.late_sink) if s is not None]
 
     def run(self) -> KeyedRun:
         job = self.job
@@ -394,14 +469,14 @@ class _KeyedRunner:
             self.config, catalog, job=job.job, operator=job.operator, lease=lease
         )
         coordinator.resolve_abandoned()
-        if self.sink is not None:
+        for sink in self.sinks:
             completed = catalog.latest_checkpoint_id(job.job)
-            if self.sink.roll_back(completed=completed, fence=coordinator.fence) is not None:
+            if sink.roll_back(completed=completed, fence=coordinator.fence) is not None:
                 log.warning(
                     "job %s: rolled the output table %s back past the output of checkpoints "
                     "after %s that never completed",
                     job.job,
-                    self.sink.uri,
+                    sink.uri,
                     completed,
                 )
         return coordinator
@@ -412,9 +487,14 @@ class _KeyedRunner:
         planned = coordinator.check_compatible(
             planned, _probe_states(job.function, self.key_type, planned, job.job, job.operator)
         )
-        watermark = _watermark(self.df, job.event_time, job.allowed_lateness)
-        if self.sink is not None:
-            self.sink.check_schema()
+        base = planned.base
+        start = MIN_WATERMARK if base is None or base.watermark is None else base.watermark
+        if job.stream:  # Spark's rule: the whole micro-batch at the restored watermark
+            watermark = start
+        else:
+            watermark = max(start, _watermark(self.df, job.event_time, job.allowed_lateness))
+        for sink in self.sinks:
+            sink.check_schema()
         spec = TaskSpec(
             key=job.key,
             key_type=self.key_type,
@@ -436,8 +516,18 @@ class _KeyedRunner:
             processing_time=job.processing_time,
             output_table=job.output_table,
             changelog=job.changelog,
+            latency=self.config_latency(),
+            start_watermark=start,
+            late_output_table=job.late_output_table,
+            late_schema=self.arrow_input,
         )
         return _Plan(checkpoint=planned, spec=spec)
+
+    def config_latency(self) -> LatencyTracking | None:
+        interval = self.config.latency_sample_interval
+        if not interval:
+            return None
+        return LatencyTracking(interval, self.config.latency_history_size)
 
     def execute(
         self, coordinator: CheckpointCoordinator, plan: _Plan
@@ -485,30 +575,56 @@ class _KeyedRunner:
         does not complete, the output commit is rolled back."""
         job, checkpoint_id = self.job, self.job.checkpoint_id
         output_committed = False
-        if self.sink is not None:
-            files = [OutputFile(**m["output"]) for m in metas if m.get("output")]
+        for sink, field_name in ((self.sink, "output"), (self.late_sink, "late_output")):
+            if sink is None:
+                continue
+            files = [OutputFile(**m[field_name]) for m in metas if m.get(field_name)]
             try:
-                output_committed = self.sink.commit(
-                    files, checkpoint_id=checkpoint_id, fence=coordinator.fence
-                )
-                if not output_committed:
+                committed = sink.commit(files, checkpoint_id=checkpoint_id, fence=coordinator.fence)
+                output_committed = output_committed or committed
+                if not committed:
                     log.warning(
-                        "job %s: the output of checkpoint %s was committed by an earlier "
-                        "attempt; this attempt's output files were dropped",
+                        "job %s: the %s of checkpoint %s was committed by an earlier "
+                        "attempt; this attempt's files were dropped",
                         job.job,
+                        field_name.replace("_", " "),
                         checkpoint_id,
                     )
             except Exception as exc:
+                if output_committed and not isinstance(exc, errors.ConcurrentRunError):
+                    self._roll_back_output(coordinator)
                 coordinator.fail(checkpoint_id, exc)
                 raise
         snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
+        watermark = plan.spec.watermark
+        if job.stream:
+            watermark = next_watermark(
+                plan.spec.start_watermark,
+                [m.get("max_event_time") for m in metas],
+                job.allowed_lateness,
+            )
         try:
-            record = coordinator.commit(plan.checkpoint, snapshots)
+            record = coordinator.commit(
+                plan.checkpoint,
+                snapshots,
+                metrics=_metrics(metas),
+                watermark=None if watermark == MIN_WATERMARK else watermark,
+            )
         except Exception as exc:
             if output_committed and not isinstance(exc, errors.ConcurrentRunError):
                 self._roll_back_output(coordinator)
             raise
         records = sum(m["records"] for m in metas)
+        late_rows = sum(m.get("late_rows", 0) for m in metas)
+        if late_rows:
+            log.warning(
+                "job %s: checkpoint %s: %d late record(s) at or below the watermark %s %s",
+                job.job,
+                checkpoint_id,
+                late_rows,
+                plan.spec.start_watermark,
+                "went to the late-data table" if self.late_sink is not None else "were dropped",
+            )
         restore = _sum_restore_metrics(metas)
         log.info(
             "job %s: checkpoint %s complete (%d records, %d rows of state)",
@@ -531,15 +647,22 @@ class _KeyedRunner:
             output = result.where(F.col(META).isNull()).drop(META)
         else:
             output = self.committed_output()
-        return KeyedRun(output, record, False, records, restore)
+        pending = [
+            m["next_processing_timer"] for m in metas if m.get("next_processing_timer") is not None
+        ]
+        return KeyedRun(
+            output, record, False, records, restore, late_rows, min(pending, default=None)
+        )
 
     def _roll_back_output(self, coordinator: CheckpointCoordinator) -> None:
-        assert self.sink is not None
-        try:
-            completed = coordinator.catalog.latest_checkpoint_id(self.job.job)
-            self.sink.roll_back(completed=completed, fence=coordinator.fence)
-        except errors.StateError as exc:  # the next run rolls it back first
-            log.warning("job %s: rollback of the output table failed: %s", self.job.job, exc)
+        for sink in self.sinks:
+            try:
+                completed = coordinator.catalog.latest_checkpoint_id(self.job.job)
+                sink.roll_back(completed=completed, fence=coordinator.fence)
+            except errors.StateError as exc:  # the next run rolls it back first
+                log.warning(
+                    "job %s: rollback of the table %s failed: %s", self.job.job, sink.uri, exc
+                )
 
     def committed_output(self) -> DataFrame:
         return _committed_output(
@@ -579,6 +702,21 @@ def _task_error(exc: Exception, job: str, checkpoint_id: int) -> Exception:
     return errors.CheckpointCommitError(
         f"job {job!r}, checkpoint {checkpoint_id} failed in a Spark task: {exc}"
     )
+
+
+def _metrics(metas: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the catalog keeps of the tasks' reports: each subtask's restore (bytes, seconds)
+    and, with latency tracking on, the latency percentiles over every task's samples."""
+    metrics: dict[str, Any] = {
+        "restore": sorted(
+            (m["restore_timing"] for m in metas if m.get("restore_timing")),
+            key=lambda t: t["subtask"],
+        )
+    }
+    reports = [m["latency"] for m in metas if m.get("latency")]
+    if reports:
+        metrics["latency"] = latency_percentiles(reports)
+    return metrics
 
 
 def _sum_restore_metrics(metas: list[dict[str, Any]]) -> dict[str, int]:

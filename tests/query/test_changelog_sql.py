@@ -14,6 +14,7 @@ from statecore.cli import main
 from statecore.config import StatecoreConfig
 from statecore.ops.materialize import materialize_changes
 from statecore.query import run_sql
+from statecore.query.lookup import lookup
 from statecore.snapshot.changelog import ChangelogConfig
 from tests.inprocess import run_checkpoint
 from tests.runtime.test_changelog import Mixed, batches
@@ -39,6 +40,9 @@ def test_changelog_sql_views_merge_pending_changes_then_materialize(
     with Catalog.connect(plain.catalog_url) as a, Catalog.connect(logged.catalog_url) as b:
         expected = {n: run_sql(a, q).to_pylist() for n, q in QUERIES.items()}
         assert {n: run_sql(b, q).to_pylist() for n, q in QUERIES.items()} == expected
+        for row in expected["total"][:5]:  # a point lookup applies its key group's changes
+            found = lookup("j", "total", row["key"], config=logged)
+            assert (found.found, found.value) == (True, row["value"])
         tables = b.latest_checkpoint("j").tables
         assert {t.state for t in tables if t.table_kind == "changes" and t.rows}
         home = ["--home", logged.home, "--catalog-url", logged.catalog_url]

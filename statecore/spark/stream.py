@@ -1,0 +1,344 @@
+"""``keyed_stream``: a Structured Streaming query whose micro-batches are keyed checkpoints.
+
+Each micro-batch runs the same keyed runtime as :func:`~statecore.spark.keyed.keyed_process`
+(restore, process, snapshot, commit) from ``foreachBatch``, as checkpoint ``base + batch_id``
+with the input identity ``{"batch_id": batch_id}``: Spark replays a micro-batch whose commit it
+did not record (after a driver crash) with the same id, and the replay of a completed
+checkpoint is a no-op, so state and output tables change exactly once per micro-batch. ``base`` is
+0 for a job without checkpoints (the checkpoint id *is* the batch id); a stream that continues
+the state of a batch job starts above that job's latest checkpoint id. It is fixed when the query
+first starts and kept in ``<checkpoint_location>/statecore.json``, beside Spark's offsets.
+
+Event time follows Spark's rule: micro-batch *n* runs at the watermark its restored checkpoint
+completed with, and completes with the smallest of its tasks' largest event times minus
+``allowed_lateness`` (never lower). The watermark is computed from what the tasks report, never
+by a second Spark job over the input. Records at or below the watermark are late
+(:mod:`statecore.runtime.lateness`).
+
+Processing-time timers fire in the first micro-batch after they are due. With a
+``processingTime`` trigger the query also reads Spark's ``rate`` source (one row a second), so a
+micro-batch runs every trigger even when no data arrives; a micro-batch with no records and no
+timer due is skipped without a checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming import StreamingQuery
+
+from statecore.backends.registry import BackendParameters
+from statecore.catalog import Catalog
+from statecore.config import StatecoreConfig
+from statecore.errors import ConfigError
+from statecore.runtime.functions import KeyedProcessFunction
+from statecore.runtime.vectorized import KeyedBatchFunction
+from statecore.snapshot.files import table_filesystem
+from statecore.spark.executor import per_batch, per_record
+from statecore.spark.keyed import KeyedJob, KeyedRun, _KeyedRunner
+from statecore.ttl.time import TtlTimeProvider
+
+__all__ = ["STREAM_METADATA", "keyed_stream", "keyed_stream_batches"]
+
+log = logging.getLogger(__name__)
+
+STREAM_METADATA = "statecore.json"
+"""The file in the query's checkpoint location that fixes its checkpoint id base."""
+
+_TICK = "__statecore_tick"
+"""The column that marks the ``rate`` source's rows (ticks) in a ``processingTime`` query."""
+
+_TRIGGERS = {"processingTime": str, "once": bool, "availableNow": bool}
+
+_EXCLUDED_RULES = "spark.sql.adaptive.optimizer.excludedRules"
+_EMPTY_RELATION_RULE = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
+"""Adaptive execution replaces an empty shuffle by an empty relation, and then no task runs:
+a micro-batch without records would fire no timer. The stream's session excludes the rule."""
+
+
+def keyed_stream(
+    stream_df: DataFrame,
+    *,
+    key: str,
+    function: KeyedProcessFunction,
+    output_schema: T.StructType,
+    job: str,
+    checkpoint_location: str,
+    trigger: dict[str, Any] | None = None,
+    output_table: str | None = None,
+    late_output_table: str | None = None,
+    operator: str = "main",
+    parallelism: int | None = None,
+    max_parallelism: int | None = None,
+    order_by: list[str] | None = None,
+    backend: str | BackendParameters = "heap",
+    backend_options: object = None,
+    config: StatecoreConfig | None = None,
+    event_time: str | None = None,
+    allowed_lateness: timedelta = timedelta(0),
+    processing_time: TtlTimeProvider | None = None,
+    query_name: str | None = None,
+) -> StreamingQuery:
+    """Start a streaming query that runs ``function`` keyed by ``key`` over ``stream_df``.
+
+    The arguments are those of :func:`~statecore.spark.keyed.keyed_process`, plus Spark's:
+    ``checkpoint_location`` holds the query's offsets (statecore's state lives in the catalog
+    and warehouse, as for batch); ``trigger`` is passed to ``DataStreamWriter.trigger``
+    (``{"availableNow": True}``, ``{"processingTime": "5 seconds"}``; ``None``: Spark's
+    default); ``query_name`` names the query. Output rows go to ``output_table`` (a Delta path,
+    appended exactly once per micro-batch); without it they are dropped. Late records go to
+    ``late_output_table`` (input columns) or are dropped and counted. Arguments are checked
+    (:class:`~statecore.errors.ConfigError`) before the query starts.
+    """
+    if not isinstance(function, KeyedProcessFunction):
+        raise ConfigError(
+            f"{type(function).__name__} is not a KeyedProcessFunction; use "
+            "keyed_stream_batches for a KeyedBatchFunction"
+        )
+    template = KeyedJob(
+        key=key,
+        function=function,
+        process=per_record,
+        output_schema=output_schema,
+        job=job,
+        checkpoint_id=0,
+        operator=operator,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        order_by=order_by,
+        backend=BackendParameters.of(backend, backend_options),
+        config=config,
+        event_time=event_time,
+        allowed_lateness=allowed_lateness,
+        processing_time=processing_time,
+        output_table=output_table,
+        late_output_table=late_output_table,
+        stream=True,
+    )
+    return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=True)
+
+
+def keyed_stream_batches(
+    stream_df: DataFrame,
+    *,
+    key: str,
+    function: KeyedBatchFunction,
+    output_schema: T.StructType,
+    job: str,
+    checkpoint_location: str,
+    trigger: dict[str, Any] | None = None,
+    output_table: str | None = None,
+    operator: str = "main",
+    parallelism: int | None = None,
+    max_parallelism: int | None = None,
+    order_by: list[str] | None = None,
+    backend: str | BackendParameters = "heap",
+    backend_options: object = None,
+    config: StatecoreConfig | None = None,
+    processing_time: TtlTimeProvider | None = None,
+    batch_rows: int = 1_000_000,
+    query_name: str | None = None,
+) -> StreamingQuery:
+    """Like :func:`keyed_stream`, with a vectorized ``function`` (as
+    :func:`~statecore.spark.keyed.keyed_process_batches`: no timers, no event time)."""
+    if not isinstance(function, KeyedBatchFunction):
+        raise ConfigError(
+            f"{type(function).__name__} is not a KeyedBatchFunction; use "
+            "keyed_stream for a KeyedProcessFunction"
+        )
+    if batch_rows < 1:
+        raise ConfigError(f"batch_rows must be positive, not {batch_rows}")
+    template = KeyedJob(
+        key=key,
+        function=function,
+        process=functools.partial(per_batch, batch_rows=batch_rows),
+        output_schema=output_schema,
+        job=job,
+        checkpoint_id=0,
+        operator=operator,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        order_by=order_by,
+        backend=BackendParameters.of(backend, backend_options),
+        config=config,
+        processing_time=processing_time,
+        output_table=output_table,
+        stream=True,
+    )
+    return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=False)
+
+
+def _check_trigger(job: str, trigger: dict[str, Any] | None) -> None:
+    if trigger is None:
+        return
+    if not isinstance(trigger, dict) or len(trigger) != 1:
+        raise ConfigError(
+            f"job {job!r}: trigger must be a dict of one of {sorted(_TRIGGERS)}, e.g. "
+            f'{{"availableNow": True}} or {{"processingTime": "5 seconds"}}; got {trigger!r}'
+        )
+    ((name, value),) = trigger.items()
+    if name == "continuous":
+        raise ConfigError(
+            f"job {job!r}: a continuous trigger has no micro-batches, so no checkpoints; use "
+            "processingTime"
+        )
+    kind = _TRIGGERS.get(name)
+    if kind is None or not isinstance(value, kind) or (kind is bool and value is not True):
+        raise ConfigError(
+            f"job {job!r}: trigger {trigger!r} is not one of "
+            '{"processingTime": "<interval>"}, {"availableNow": True}, {"once": True}'
+        )
+
+
+def _start(
+    stream_df: DataFrame,
+    template: KeyedJob,
+    checkpoint_location: str,
+    trigger: dict[str, Any] | None,
+    query_name: str | None,
+    *,
+    ticks: bool,
+) -> StreamingQuery:
+    """Check everything on the driver, fix the checkpoint id base, start the query."""
+    if not isinstance(stream_df, DataFrame) or not stream_df.isStreaming:
+        raise ConfigError(
+            f"job {template.job!r}: keyed_stream needs a streaming DataFrame "
+            "(spark.readStream...); for a batch DataFrame use keyed_process"
+        )
+    if not checkpoint_location or not isinstance(checkpoint_location, str):
+        raise ConfigError(
+            f"job {template.job!r}: checkpoint_location (the query's offsets) is required"
+        )
+    _check_trigger(template.job, trigger)
+    if _TICK in stream_df.columns:
+        raise ConfigError(f"job {template.job!r}: the column name {_TICK!r} is reserved")
+    _KeyedRunner(stream_df, template)  # the checks of a run: names, key, order_by, event time
+    config = template.config or StatecoreConfig.resolve()
+    template = dataclasses.replace(template, config=config)
+    base = _checkpoint_id_base(config, template.job, checkpoint_location)
+    source = stream_df
+    ticking = ticks and trigger is not None and "processingTime" in trigger
+    if ticking:
+        source = _with_ticks(stream_df)
+    writer = (
+        source.writeStream.foreachBatch(
+            _MicroBatch(template, base, tick=ticking)  # type: ignore[arg-type]
+        )
+        .option("checkpointLocation", checkpoint_location)
+        .queryName(query_name or f"statecore:{template.job}/{template.operator}")
+    )
+    if trigger is not None:
+        writer = writer.trigger(**trigger)
+    log.info(
+        "job %s: starting a stream (checkpoint ids %d + batch id, offsets in %s)",
+        template.job,
+        base,
+        checkpoint_location,
+    )
+    return writer.start()
+
+
+def _with_ticks(stream_df: DataFrame) -> DataFrame:
+    """``stream_df`` and Spark's ``rate`` source (one row a second, marked in ``_TICK``)."""
+    spark = stream_df.sparkSession
+    rate = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    ticks = rate.select(
+        *[F.lit(None).cast(f.dataType).alias(f.name) for f in stream_df.schema.fields],
+        F.lit(True).alias(_TICK),
+    )
+    return stream_df.withColumn(_TICK, F.lit(None).cast("boolean")).unionByName(ticks)
+
+
+def _checkpoint_id_base(config: StatecoreConfig, job: str, checkpoint_location: str) -> int:
+    """The base of the query's checkpoint ids: read from the checkpoint location, or fixed now
+    (0 for a new job, else above its latest checkpoint) and written there."""
+    fs, root = table_filesystem(checkpoint_location.rstrip("/"))
+    path = f"{root}/{STREAM_METADATA}"
+    try:
+        with fs.open_input_stream(path) as stream:
+            data = json.loads(stream.read())
+    except FileNotFoundError:
+        data = None
+    if data is not None:
+        if data.get("job") != job:
+            raise ConfigError(
+                f"checkpoint location {checkpoint_location} belongs to the stream of job "
+                f"{data.get('job')!r}, not {job!r}: give each query its own location"
+            )
+        return int(data["checkpoint_id_base"])
+    with Catalog.connect(config.catalog_url) as catalog:
+        known = job in {j.name for j in catalog.list_jobs()}
+        latest = catalog.latest_checkpoint_id(job) if known else None
+    base = 0 if latest is None else latest + 1
+    fs.create_dir(root, recursive=True)
+    with fs.open_output_stream(f"{path}.tmp") as out:
+        out.write(json.dumps({"job": job, "checkpoint_id_base": base}).encode())
+    fs.move(f"{path}.tmp", path)
+    return base
+
+
+class _MicroBatch:
+    """The ``foreachBatch`` function: one keyed run per micro-batch (see the module)."""
+
+    def __init__(self, template: KeyedJob, base: int, *, tick: bool) -> None:
+        self.template = template
+        self.base = base
+        self.tick = tick
+        self.next_timer: int | None = None
+        """The earliest pending processing-time timer after the last run (``None``: unknown
+        or none; after a restart it is unknown, so the first micro-batch runs)."""
+        self.known = False
+        self.last_run: KeyedRun | None = None
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        template = self.template
+        if self.tick:
+            df = df.where(F.col(_TICK).isNull()).drop(_TICK)
+            if self._idle(df):
+                log.debug("job %s: micro-batch %d has nothing to do", template.job, batch_id)
+                return
+        _run_every_task(df)
+        job = dataclasses.replace(
+            template,
+            checkpoint_id=self.base + batch_id,
+            input_fingerprint={"batch_id": batch_id},
+        )
+        run = _KeyedRunner(df, job).run()
+        if job.output_table is None and not run.replayed:
+            run.output.unpersist()
+        self.known = not run.replayed
+        self.next_timer = run.next_processing_timer
+        self.last_run = run
+
+    def _idle(self, df: DataFrame) -> bool:
+        """No records and no processing-time timer due (known from the last run)."""
+        if not self.known:
+            return False
+        if self.next_timer is not None:
+            provider = self.template.processing_time
+            now = _now_ms() if provider is None else provider.current_timestamp()
+            if self.next_timer <= now:
+                return False
+        return df.isEmpty()
+
+
+def _run_every_task(df: DataFrame) -> None:
+    """Every task runs, with records or without (see :data:`_EMPTY_RELATION_RULE`); set on the
+    micro-batch's session (Spark's clone of the session that started the query)."""
+    conf = df.sparkSession.conf
+    rules = [r for r in (conf.get(_EXCLUDED_RULES, None) or "").split(",") if r]
+    if _EMPTY_RELATION_RULE not in rules:
+        conf.set(_EXCLUDED_RULES, ",".join([*rules, _EMPTY_RELATION_RULE]))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
