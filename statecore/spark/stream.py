@@ -42,6 +42,7 @@ from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
 from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.vectorized import KeyedBatchFunction
+from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.files import table_filesystem
 from statecore.spark.executor import per_batch, per_record
 from statecore.spark.keyed import KeyedJob, KeyedRun, _KeyedRunner
@@ -87,6 +88,7 @@ def keyed_stream(
     allowed_lateness: timedelta = timedelta(0),
     processing_time: TtlTimeProvider | None = None,
     query_name: str | None = None,
+    changelog: bool | ChangelogConfig = True,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``function`` keyed by ``key`` over ``stream_df``.
 
@@ -96,7 +98,9 @@ def keyed_stream(
     (``{"availableNow": True}``, ``{"processingTime": "5 seconds"}``; ``None``: Spark's
     default); ``query_name`` names the query. Output rows go to ``output_table`` (a Delta path,
     appended exactly once per micro-batch); without it they are dropped. Late records go to
-    ``late_output_table`` (input columns) or are dropped and counted. Arguments are checked
+    ``late_output_table`` (input columns) or are dropped and counted. ``changelog`` is on by
+    default for a stream: a micro-batch writes the keys it changed, not whole key groups (see
+    :mod:`statecore.snapshot.changelog`; ``False`` turns it off). Arguments are checked
     (:class:`~statecore.errors.ConfigError`) before the query starts.
     """
     if not isinstance(function, KeyedProcessFunction):
@@ -123,6 +127,7 @@ def keyed_stream(
         output_table=output_table,
         late_output_table=late_output_table,
         stream=True,
+        changelog=ChangelogConfig.of(changelog),
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=True)
 
@@ -147,6 +152,7 @@ def keyed_stream_batches(
     processing_time: TtlTimeProvider | None = None,
     batch_rows: int = 1_000_000,
     query_name: str | None = None,
+    changelog: bool | ChangelogConfig = True,
 ) -> StreamingQuery:
     """Like :func:`keyed_stream`, with a vectorized ``function`` (as
     :func:`~statecore.spark.keyed.keyed_process_batches`: no timers, no event time)."""
@@ -173,6 +179,7 @@ def keyed_stream_batches(
         processing_time=processing_time,
         output_table=output_table,
         stream=True,
+        changelog=ChangelogConfig.of(changelog),
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=False)
 
