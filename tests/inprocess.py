@@ -4,6 +4,7 @@ without Spark."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from statecore.backends import HeapKeyedStateBackend
 from statecore.backends.timers import MIN_WATERMARK
 from statecore.catalog import Catalog, CheckpointRecord
 from statecore.checkpoint.coordinator import CheckpointCoordinator
+from statecore.checkpoint.retain import retain_checkpoints as retain
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group, compute_key_group_range_for_operator_index
 from statecore.runtime import KeyedProcessFunction
@@ -36,10 +38,15 @@ def run_checkpoint(
     clock: TtlTimeProvider | None = None,
     watermark: int = MIN_WATERMARK,
     operator: str = "main",
+    retain_checkpoints: int | None = None,
+    catalog: Catalog | None = None,
 ) -> tuple[list[Any], CheckpointRecord]:
-    """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint."""
+    """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint.
+    With ``retain_checkpoints``, the run's retention follows, as in ``keyed_process``;
+    ``catalog`` is an open catalog to use (default: one connected for this checkpoint)."""
     key_type = key_type or TypeInfo.of(str)
-    with Catalog.connect(config.catalog_url) as catalog:
+    opened = contextlib.nullcontext(catalog) if catalog else Catalog.connect(config.catalog_url)
+    with opened as catalog:
         coordinator = CheckpointCoordinator(config, catalog, job=job, operator=operator)
         planned = coordinator.plan(
             checkpoint_id,
@@ -47,6 +54,8 @@ def run_checkpoint(
             max_parallelism=MAX_P,
             default_parallelism=parallelism,
         )
+        if planned.replayed:
+            return [], catalog.get_checkpoint(job, checkpoint_id)
         try:
             planned = coordinator.check_compatible(
                 planned,
@@ -90,4 +99,7 @@ def run_checkpoint(
             outputs += task.advance_processing_time()
             results += task.snapshot(uris, checkpoint_id=checkpoint_id)
             task.close()
-        return outputs, coordinator.commit(planned, results)
+        record = coordinator.commit(planned, results)
+        if retain_checkpoints is not None:
+            retain(catalog, job, retain=retain_checkpoints)
+        return outputs, record

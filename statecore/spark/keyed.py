@@ -35,6 +35,7 @@ from statecore.backends.timers import MIN_WATERMARK
 from statecore.catalog import RUN_OPERATION, Catalog, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint.coordinator import CheckpointCoordinator, PlannedCheckpoint
 from statecore.checkpoint.lock import hold_lease
+from statecore.checkpoint.retain import retain_checkpoints
 from statecore.config import StatecoreConfig, check_name
 from statecore.errors import ConfigError
 from statecore.keygroups import compute_default_max_parallelism
@@ -150,6 +151,7 @@ def keyed_process(
     force_restore: bool = False,
     output_table: str | None = None,
     input_fingerprint: str | Mapping[str, Any] | None = None,
+    retain_checkpoints: int | None = None,
 ) -> KeyedRun:
     """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
 
@@ -177,6 +179,12 @@ def keyed_process(
     ``input_fingerprint`` names it (a string, or e.g. ``{"batch_id": ..., "offsets": ...}`` of a
     streaming micro-batch); by default it is a fingerprint of ``df.inputFiles()`` (paths, sizes,
     modification times) when the input is files, and not checked otherwise.
+
+    ``retain_checkpoints=N`` bounds the job's catalog rows, as a stream needs: once the
+    checkpoint completed, the run keeps the job's last ``N`` completed checkpoints, expires the
+    older ones and deletes expired rows beyond ``N`` (:mod:`statecore.checkpoint.retain`; an id
+    whose row was deleted is then refused with :class:`CheckpointOrderError`, not replayed).
+    Files are only deleted by VACUUM (``statecore retention``).
     """
     return _KeyedRunner(
         df,
@@ -200,6 +208,7 @@ def keyed_process(
             force_restore=force_restore,
             output_table=output_table,
             input_fingerprint=input_fingerprint,
+            retain_checkpoints=retain_checkpoints,
         ),
     ).run()
 
@@ -225,6 +234,7 @@ def keyed_process_batches(
     output_table: str | None = None,
     batch_rows: int = 1_000_000,
     input_fingerprint: str | Mapping[str, Any] | None = None,
+    retain_checkpoints: int | None = None,
 ) -> KeyedRun:
     """Like :func:`keyed_process`, with a vectorized ``function``
     (:class:`~statecore.runtime.vectorized.KeyedBatchFunction`): each task gathers Spark's Arrow
@@ -260,6 +270,7 @@ def keyed_process_batches(
             force_restore=force_restore,
             output_table=output_table,
             input_fingerprint=input_fingerprint,
+            retain_checkpoints=retain_checkpoints,
         ),
     ).run()
 
@@ -288,6 +299,7 @@ class KeyedJob:
     force_restore: bool = False
     output_table: str | None = None
     input_fingerprint: str | Mapping[str, Any] | None = None
+    retain_checkpoints: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -311,6 +323,10 @@ class _KeyedRunner:
             raise ConfigError(
                 f"job {job.job!r}, checkpoint {job.checkpoint_id}: order_by names {missing}, "
                 f"which are not in the input columns {df.columns}"
+            )
+        if job.retain_checkpoints is not None and job.retain_checkpoints < 1:
+            raise ConfigError(
+                f"job {job.job!r}: retain_checkpoints={job.retain_checkpoints}; keep at least 1"
             )
         self.df = df
         self.job = job
@@ -497,6 +513,8 @@ class _KeyedRunner:
             if output_committed and not isinstance(exc, errors.ConcurrentRunError):
                 self._roll_back_output(coordinator)
             raise
+        if job.retain_checkpoints is not None:
+            _retain(coordinator.catalog, job.job, job.retain_checkpoints)
         records = sum(m["records"] for m in metas)
         restore = _sum_restore_metrics(metas)
         log.info(
@@ -544,6 +562,24 @@ def _committed_output(
     if not uris:
         return spark.createDataFrame([], output_schema)
     return spark.read.schema(output_schema).parquet(*uris)
+
+
+def _retain(catalog: Catalog, job: str, retain: int) -> None:
+    """The run's retention, under its lease; a failure leaves the checkpoint complete (the
+    next run retries it)."""
+    try:
+        retained = retain_checkpoints(catalog, job, retain=retain)
+    except errors.StateError as exc:
+        log.warning("job %s: retention of the last %d checkpoints failed: %s", job, retain, exc)
+        return
+    if retained.expired or retained.deleted:
+        log.info(
+            "job %s: expired checkpoints %s, deleted the rows of %s (retaining %d)",
+            job,
+            list(retained.expired),
+            list(retained.deleted),
+            retain,
+        )
 
 
 def _is_complete(catalog: Catalog, job: str, checkpoint_id: int) -> bool:
