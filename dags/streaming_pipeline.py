@@ -78,7 +78,7 @@ def streaming_pipeline() -> None:
     def checkpoints(**context: Any) -> dict[str, Any]:
         """The query's progress, and the checkpoints this run completed as the Asset event."""
         from statecore.ops.streams import (
-            checkpoints_completed_since,
+            checkpoints_after,
             default_checkpoint_location,
             stream_progress,
         )
@@ -90,7 +90,11 @@ def streaming_pipeline() -> None:
             progress = stream_progress(
                 catalog, job=JOB, checkpoint_location=default_checkpoint_location(config, JOB)
             ).to_dict()
-            completed = checkpoints_completed_since(catalog, JOB, context["dag_run"].start_date)
+            # this run's checkpoints: those after the last one the previous run published
+            previous = context["ti"].xcom_pull(task_ids="checkpoints", include_prior_dates=True)
+            completed = checkpoints_after(
+                catalog, JOB, previous["last_checkpoint"] if previous else None
+            )
         progress["completed"] = completed
         context["outlet_events"][CHECKPOINTS].extra = {
             "job": JOB,

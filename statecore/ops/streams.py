@@ -42,7 +42,7 @@ __all__ = [
     "RUNNING",
     "StreamProgress",
     "StreamStatus",
-    "checkpoints_completed_since",
+    "checkpoints_after",
     "clear_stop",
     "default_checkpoint_location",
     "read_status",
@@ -255,18 +255,15 @@ def stream_progress(
     )
 
 
-def checkpoints_completed_since(catalog: Catalog, job: str, since: datetime) -> list[int]:
-    """Ids of ``job``'s checkpoints (not maintenance) completed at or after ``since`` and still
-    in the catalog (completed or expired), in completion order."""
+def checkpoints_after(catalog: Catalog, job: str, after: int | None) -> list[int]:
+    """Ids of ``job``'s checkpoints (not maintenance) above ``after`` (all when ``None``) still
+    in the catalog, completed or expired since, in id order."""
     if job not in {j.name for j in catalog.list_jobs()}:
         return []
-    rows = catalog.list_checkpoints(job, with_tables=False)
-    done = [
-        c
-        for c in rows
+    return [
+        c.checkpoint_id
+        for c in catalog.list_checkpoints(job, with_tables=False)
         if c.kind == CheckpointKind.CHECKPOINT
         and c.status in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
-        and c.completed_at is not None
-        and c.completed_at >= since
+        and (after is None or c.checkpoint_id > after)
     ]
-    return [c.checkpoint_id for c in sorted(done, key=lambda c: (c.completed_at, c.checkpoint_id))]
