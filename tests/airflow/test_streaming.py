@@ -55,7 +55,7 @@ def test_streaming_pipeline_runs_available_now_increments(tmp_path: Path) -> Non
     assert _output_rows(home) == 2 * EVENTS
 
     _data(home, days=1, start_day=3)  # a file arrives; the next increment takes only it
-    [second] = run_dags(home, [("streaming_pipeline", conf)])
+    [second] = run_dags(home, [("streaming_pipeline", conf)], first_minute=1)
     progress = second["xcom"]["checkpoints"]
     assert progress["completed"] == [2]
     assert progress["processed_files"] == 3 and progress["lag_files"] == 0
