@@ -62,6 +62,7 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
 	$(PY) -m benchmarks.changelog --write benchmarks/RESULTS.md
+	$(PY) -m benchmarks.soak
 
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks.run --events 200000

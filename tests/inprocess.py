@@ -4,6 +4,7 @@ without Spark."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import time
@@ -15,6 +16,7 @@ from statecore.backends.base import KeyedStateBackend
 from statecore.backends.timers import MIN_WATERMARK
 from statecore.catalog import Catalog, CheckpointRecord
 from statecore.checkpoint.coordinator import CheckpointCoordinator
+from statecore.checkpoint.retain import retain_checkpoints as retain
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group, compute_key_group_range_for_operator_index
 from statecore.runtime import KeyedProcessFunction
@@ -43,15 +45,20 @@ def run_checkpoint(
     changelog: ChangelogConfig | None = None,
     backend_class: type[KeyedStateBackend] = HeapKeyedStateBackend,
     latency: LatencyTracking | None = None,
+    retain_checkpoints: int | None = None,
+    catalog: Catalog | None = None,
 ) -> tuple[list[Any], CheckpointRecord]:
     """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint (with
     each subtask's restore timing and, with ``latency``, the latency percentiles, as the Spark
     runtime records them).
 
     ``changelog`` makes the tasks write changelog checkpoints; ``backend_class`` is the keyed
-    state backend of the tasks."""
+    state backend of the tasks. With ``retain_checkpoints``, the run's retention follows, as in
+    ``keyed_process``; ``catalog`` is an open catalog to use (default: one connected for this
+    checkpoint)."""
     key_type = key_type or TypeInfo.of(str)
-    with Catalog.connect(config.catalog_url) as catalog:
+    opened = contextlib.nullcontext(catalog) if catalog else Catalog.connect(config.catalog_url)
+    with opened as catalog:
         coordinator = CheckpointCoordinator(config, catalog, job=job, operator=operator)
         planned = coordinator.plan(
             checkpoint_id,
@@ -59,6 +66,8 @@ def run_checkpoint(
             max_parallelism=MAX_P,
             default_parallelism=parallelism,
         )
+        if planned.replayed:
+            return [], catalog.get_checkpoint(job, checkpoint_id)
         try:
             planned = coordinator.check_compatible(
                 planned,
@@ -119,4 +128,7 @@ def run_checkpoint(
         metrics: dict[str, Any] = {"restore": timings}
         if reports:
             metrics["latency"] = latency_percentiles(reports)
-        return outputs, coordinator.commit(planned, results, metrics=metrics)
+        record = coordinator.commit(planned, results, metrics=metrics)
+        if retain_checkpoints is not None:
+            retain(catalog, job, retain=retain_checkpoints)
+        return outputs, record

@@ -1,5 +1,6 @@
 """statecore for Airflow: a provider (the ``statecore`` connection type), a hook for the statecore
-configuration and catalog, operators for savepoint, rescale, TTL cleanup and retention, and the
+configuration and catalog, operators for savepoint, rescale, TTL cleanup and retention, a sensor
+and an operator that watch and stop a streaming query, and the
 Assets completed checkpoints are published as.
 
 The package is part of the ``statecore`` distribution, registered with Airflow through the entry
@@ -24,12 +25,15 @@ if TYPE_CHECKING:
         SavepointOperator,
         TtlCleanupOperator,
     )
+    from statecore_airflow.streams import StreamSensor, StreamStopOperator
 
 __all__ = [
     "RescaleOperator",
     "RetentionOperator",
     "SavepointOperator",
     "StatecoreHook",
+    "StreamSensor",
+    "StreamStopOperator",
     "TtlCleanupOperator",
     "checkpoint_asset",
 ]
@@ -40,6 +44,8 @@ _MODULES = {
     "SavepointOperator": "operators",
     "TtlCleanupOperator": "operators",
     "StatecoreHook": "hooks",
+    "StreamSensor": "streams",
+    "StreamStopOperator": "streams",
     "checkpoint_asset": "assets",
 }
 

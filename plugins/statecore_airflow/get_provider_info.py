@@ -60,7 +60,13 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "statecore",
-                "python-modules": ["statecore_airflow.operators"],
+                "python-modules": ["statecore_airflow.operators", "statecore_airflow.streams"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "statecore",
+                "python-modules": ["statecore_airflow.streams"],
             }
         ],
         "hooks": [

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, noload, sessionmaker
 
 from statecore.catalog.engine import WRITE, catalog_location, create_engine, redacted
 from statecore.catalog.lookup import find_checkpoint, load_checkpoint, load_job
@@ -370,12 +370,15 @@ class Catalog:
             return load_checkpoint(session, job_row, checkpoint_id).to_record(job)
 
     def list_checkpoints(
-        self, job: str, *, status: CheckpointStatus | None = None
+        self, job: str, *, status: CheckpointStatus | None = None, with_tables: bool = True
     ) -> list[CheckpointRecord]:
-        """The checkpoints of ``job`` (with ``status`` if given), by checkpoint id."""
+        """The checkpoints of ``job`` (with ``status`` if given), by checkpoint id; without
+        their table versions (``tables`` empty, one query less) unless ``with_tables``."""
         with self._read.begin() as session:
             job_row = load_job(session, job)
             query = sa.select(CheckpointRow).where(CheckpointRow.job_id == job_row.id)
+            if not with_tables:
+                query = query.options(noload(CheckpointRow.tables))
             if status is not None:
                 query = query.where(CheckpointRow.status == status.name)
             rows = session.scalars(query.order_by(CheckpointRow.checkpoint_id))

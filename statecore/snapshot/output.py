@@ -11,11 +11,13 @@ A file's name carries its checkpoint id, so the rows of one checkpoint can be re
 Each commit also carries the writer's fencing epoch (see :mod:`statecore.snapshot.table`) and
 names its checkpoint in the commit's metadata: a run first rolls the table back past every commit
 of a checkpoint that never completed (:meth:`OutputTable.roll_back`), so a failed checkpoint's
-rows never stay in the table.
+rows never stay in the table. Like the state tables, it gets a Delta log checkpoint every
+:data:`~statecore.snapshot.log.LOG_CHECKPOINT_INTERVAL` commits.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -31,6 +33,7 @@ from deltalake.transaction import AddAction
 from statecore.errors import CheckpointCommitError, ConfigError
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
+from statecore.snapshot.log import checkpoint_log
 from statecore.snapshot.table import (
     CHECKPOINT_METADATA,
     Fence,
@@ -39,6 +42,8 @@ from statecore.snapshot.table import (
 )
 
 __all__ = ["OutputFile", "OutputWriter", "OutputTable"]
+
+log = logging.getLogger(__name__)
 
 
 def _prefix(checkpoint_id: int) -> str:
@@ -186,6 +191,12 @@ class OutputTable:
                 raise fenced from exc
             raise CheckpointCommitError(f"{where}: commit failed: {exc}") from exc
         fault_point("output:commit:after")
+        try:
+            table.update_incremental()
+        except DeltaError as exc:  # committed: only the log checkpoint is skipped
+            log.warning("%s: reading the new version back failed: %s", where, exc)
+        else:
+            checkpoint_log(table, self.uri)
         return True
 
     def roll_back(self, *, completed: int | None, fence: Fence | None = None) -> int | None:

@@ -12,6 +12,10 @@ commit (:class:`~statecore.errors.ConcurrentRunError`), and two writers committi
 conflict in Delta's own log (both name the same application id), so a writer that was taken over
 never rolls back, nor adds to, the tables of the one that took over.
 
+Every :data:`~statecore.snapshot.log.LOG_CHECKPOINT_INTERVAL` commits, a commit also writes a
+Delta log checkpoint (:mod:`statecore.snapshot.log`), so a long stream's tables open in bounded
+time.
+
 Operator-state tables are partitioned by ``subtask`` instead and replaced as a whole each
 checkpoint; so is a keyed table whose schema migrated (every key group is rewritten).
 """
@@ -33,6 +37,7 @@ from statecore.errors import CheckpointCommitError, ConcurrentRunError, CorruptS
 from statecore.keygroups import KeyGroupRange
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem
+from statecore.snapshot.log import checkpoint_log
 
 __all__ = ["Fence", "SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
 
@@ -300,6 +305,7 @@ class SnapshotTable:
             raise CheckpointCommitError(
                 f"checkpoint {checkpoint_id}: commit of {self.label} at {self.uri} failed: {exc}"
             ) from exc
+        checkpoint_log(table, self.uri)
         self._opened = table
         return table.version()
 

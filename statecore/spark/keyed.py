@@ -41,6 +41,7 @@ from statecore.backends.timers import MIN_WATERMARK
 from statecore.catalog import RUN_OPERATION, Catalog, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint.coordinator import CheckpointCoordinator, PlannedCheckpoint
 from statecore.checkpoint.lock import hold_lease
+from statecore.checkpoint.retain import retain_checkpoints
 from statecore.config import StatecoreConfig, check_name
 from statecore.errors import ConfigError
 from statecore.keygroups import compute_default_max_parallelism
@@ -198,6 +199,7 @@ def keyed_process(
     input_fingerprint: str | Mapping[str, Any] | None = None,
     changelog: bool | ChangelogConfig = False,
     late_output_table: str | None = None,
+    retain_checkpoints: int | None = None,
 ) -> KeyedRun:
     """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
 
@@ -232,6 +234,11 @@ def keyed_process(
     ``changelog`` (``True`` or a :class:`~statecore.snapshot.changelog.ChangelogConfig`) makes
     each checkpoint write the changed keys as change files instead of whole key groups (see the
     README, "Changelog checkpoints").
+    ``retain_checkpoints=N`` bounds the job's catalog rows, as a stream needs: once the
+    checkpoint completed, the run keeps the job's last ``N`` completed checkpoints, expires the
+    older ones and deletes expired rows beyond ``N`` (:mod:`statecore.checkpoint.retain`; an id
+    whose row was deleted is then refused with :class:`CheckpointOrderError`, not replayed).
+    Files are only deleted by VACUUM (``statecore retention``).
     """
     return _KeyedRunner(
         df,
@@ -257,6 +264,7 @@ def keyed_process(
             input_fingerprint=input_fingerprint,
             changelog=ChangelogConfig.of(changelog),
             late_output_table=late_output_table,
+            retain_checkpoints=retain_checkpoints,
         ),
     ).run()
 
@@ -283,6 +291,7 @@ def keyed_process_batches(
     batch_rows: int = 1_000_000,
     input_fingerprint: str | Mapping[str, Any] | None = None,
     changelog: bool | ChangelogConfig = False,
+    retain_checkpoints: int | None = None,
 ) -> KeyedRun:
     """Like :func:`keyed_process`, with a vectorized ``function``
     (:class:`~statecore.runtime.vectorized.KeyedBatchFunction`): each task gathers Spark's Arrow
@@ -319,6 +328,7 @@ def keyed_process_batches(
             output_table=output_table,
             input_fingerprint=input_fingerprint,
             changelog=ChangelogConfig.of(changelog),
+            retain_checkpoints=retain_checkpoints,
         ),
     ).run()
 
@@ -351,6 +361,7 @@ class KeyedJob:
     late_output_table: str | None = None
     stream: bool = False
     """A micro-batch of a stream: Spark's watermark rule (see the module docstring)."""
+    retain_checkpoints: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -374,6 +385,10 @@ class _KeyedRunner:
             raise ConfigError(
                 f"job {job.job!r}, checkpoint {job.checkpoint_id}: order_by names {missing}, "
                 f"which are not in the input columns {df.columns}"
+            )
+        if job.retain_checkpoints is not None and job.retain_checkpoints < 1:
+            raise ConfigError(
+                f"job {job.job!r}: retain_checkpoints={job.retain_checkpoints}; keep at least 1"
             )
         self.df = df
         self.job = job
@@ -614,6 +629,8 @@ class _KeyedRunner:
             if output_committed and not isinstance(exc, errors.ConcurrentRunError):
                 self._roll_back_output(coordinator)
             raise
+        if job.retain_checkpoints is not None:
+            _retain(coordinator.catalog, job.job, job.retain_checkpoints)
         records = sum(m["records"] for m in metas)
         late_rows = sum(m.get("late_rows", 0) for m in metas)
         if late_rows:
@@ -678,6 +695,24 @@ def _committed_output(
     if not uris:
         return spark.createDataFrame([], output_schema)
     return spark.read.schema(output_schema).parquet(*uris)
+
+
+def _retain(catalog: Catalog, job: str, retain: int) -> None:
+    """The run's retention, under its lease; a failure leaves the checkpoint complete (the
+    next run retries it)."""
+    try:
+        retained = retain_checkpoints(catalog, job, retain=retain)
+    except errors.StateError as exc:
+        log.warning("job %s: retention of the last %d checkpoints failed: %s", job, retain, exc)
+        return
+    if retained.expired or retained.deleted:
+        log.info(
+            "job %s: expired checkpoints %s, deleted the rows of %s (retaining %d)",
+            job,
+            list(retained.expired),
+            list(retained.deleted),
+            retain,
+        )
 
 
 def _is_complete(catalog: Catalog, job: str, checkpoint_id: int) -> bool:

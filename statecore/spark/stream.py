@@ -58,6 +58,9 @@ STREAM_METADATA = "statecore.json"
 _TICK = "__statecore_tick"
 """The column that marks the ``rate`` source's rows (ticks) in a ``processingTime`` query."""
 
+DEFAULT_RETAINED = 10
+"""Completed checkpoints a stream keeps by default (older ones expire; their rows go)."""
+
 _TRIGGERS = {"processingTime": str, "once": bool, "availableNow": bool}
 
 _EXCLUDED_RULES = "spark.sql.adaptive.optimizer.excludedRules"
@@ -89,6 +92,7 @@ def keyed_stream(
     processing_time: TtlTimeProvider | None = None,
     query_name: str | None = None,
     changelog: bool | ChangelogConfig = True,
+    retain_checkpoints: int | None = DEFAULT_RETAINED,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``function`` keyed by ``key`` over ``stream_df``.
 
@@ -100,7 +104,9 @@ def keyed_stream(
     appended exactly once per micro-batch); without it they are dropped. Late records go to
     ``late_output_table`` (input columns) or are dropped and counted. ``changelog`` is on by
     default for a stream: a micro-batch writes the keys it changed, not whole key groups (see
-    :mod:`statecore.snapshot.changelog`; ``False`` turns it off). Arguments are checked
+    :mod:`statecore.snapshot.changelog`; ``False`` turns it off). A stream keeps its last
+    ``retain_checkpoints`` completed checkpoints (default :data:`DEFAULT_RETAINED`; ``None``:
+    all), so its catalog rows stay bounded (see ``keyed_process``). Arguments are checked
     (:class:`~statecore.errors.ConfigError`) before the query starts.
     """
     if not isinstance(function, KeyedProcessFunction):
@@ -128,6 +134,7 @@ def keyed_stream(
         late_output_table=late_output_table,
         stream=True,
         changelog=ChangelogConfig.of(changelog),
+        retain_checkpoints=retain_checkpoints,
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=True)
 
@@ -153,6 +160,7 @@ def keyed_stream_batches(
     batch_rows: int = 1_000_000,
     query_name: str | None = None,
     changelog: bool | ChangelogConfig = True,
+    retain_checkpoints: int | None = DEFAULT_RETAINED,
 ) -> StreamingQuery:
     """Like :func:`keyed_stream`, with a vectorized ``function`` (as
     :func:`~statecore.spark.keyed.keyed_process_batches`: no timers, no event time)."""
@@ -180,6 +188,7 @@ def keyed_stream_batches(
         output_table=output_table,
         stream=True,
         changelog=ChangelogConfig.of(changelog),
+        retain_checkpoints=retain_checkpoints,
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=False)
 

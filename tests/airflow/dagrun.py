@@ -26,7 +26,7 @@ from airflow.utils.db import initdb
 from airflow.utils.session import create_session
 
 initdb()
-base = pendulum.datetime(2026, 2, 1, tz="UTC")
+base = pendulum.datetime(2026, 2, 1, tz="UTC").add(minutes=int(sys.argv[3]))
 for i, (dag_id, conf) in enumerate(json.loads(sys.argv[2])):
     bag = DagBag(dag_folder=sys.argv[1])  # afresh: dag.test() keeps a run's conf in its params
     assert not bag.import_errors, bag.import_errors
@@ -50,19 +50,22 @@ def run_dags(
     steps: list[tuple[str, dict[str, Any]]],
     *,
     timeout: float = 1500,
+    first_minute: int = 0,
 ) -> list[dict[str, Any]]:
     """Run ``steps`` with STATECORE_HOME ``home``; the result of each step (the runs' output is
-    kept in ``home/dag-runs.log``)."""
+    kept in ``home/dag-runs.log``). Step ``i``'s logical date is 2026-02-01 plus
+    ``first_minute + i`` minutes (a later call continues with a larger ``first_minute``)."""
     env = airflow_environment(REPO, home)
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(REPO / "dags"), json.dumps(steps)],
+        [sys.executable, "-c", DRIVER, str(REPO / "dags"), json.dumps(steps), str(first_minute)],
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
-    (home / "dag-runs.log").write_text(done.stdout + done.stderr)
+    with (home / "dag-runs.log").open("a") as log:
+        log.write(done.stdout + done.stderr)
     results = [
         json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("STEP ")
     ]

@@ -1,0 +1,109 @@
+"""
+### streaming_pipeline
+
+Runs the clickstream job **as a stream** (`jobs/clickstream_stream.py`) in scheduled
+`availableNow` increments, the usual way to orchestrate Structured Streaming with Airflow: each
+run submits the query with the Spark provider's `SparkSubmitOperator`; it takes every input file
+that arrived since the last run (Spark's checkpoint under `$STATECORE_HOME/streaming/` remembers
+which), as micro-batches of at most `max_files_per_trigger` files, then exits. Each micro-batch is
+one statecore checkpoint (its id is the micro-batch id, so a replayed micro-batch is a no-op), its
+output committed with it to the Delta table `$STATECORE_HOME/output/clickstream_stream`, and the
+catalog keeps the job's last 10 checkpoints. The `checkpoints` task then reports the query's
+progress and publishes the checkpoints the run completed as an event of the Asset
+`statecore://clickstream_stream` (its extra names them).
+
+For a continuous query instead, see the `streaming_query` DAG.
+
+**Params**
+- `parallelism`: parallel instances of the keyed operator; default: the job's current one.
+- `backend`: the keyed state backend, `heap` or `rocksdb`.
+- `max_files_per_trigger`: input files per micro-batch (default: all that are there).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Param, dag, task
+
+from statecore_airflow import checkpoint_asset
+
+JOB = "clickstream_stream"
+JOB_FILE = Path(__file__).resolve().parents[1] / "jobs" / "clickstream_stream.py"
+CHECKPOINTS = checkpoint_asset(JOB)
+
+
+@dag(
+    schedule="@hourly",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["statecore", "streaming"],
+    doc_md=__doc__,
+    params={
+        "parallelism": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            maximum=32768,
+            description="default: the job's current parallelism",
+        ),
+        "backend": Param("heap", enum=["heap", "rocksdb"]),
+        "max_files_per_trigger": Param(
+            None, type=["null", "integer"], minimum=1, description="default: all new files"
+        ),
+    },
+)
+def streaming_pipeline() -> None:
+    increment = SparkSubmitOperator(
+        task_id="increment",
+        conn_id="spark_default",
+        application=str(JOB_FILE),
+        name="statecore-clickstream-stream",
+        application_args=[
+            "--trigger",
+            "availableNow",
+            "--parallelism={{ params.parallelism or '' }}",
+            "--max-files-per-trigger={{ params.max_files_per_trigger or '' }}",
+            "--backend",
+            "{{ params.backend }}",
+        ],
+        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
+    )
+
+    @task(outlets=[CHECKPOINTS])
+    def checkpoints(**context: Any) -> dict[str, Any]:
+        """The query's progress, and the checkpoints this run completed as the Asset event."""
+        from statecore.ops.streams import (
+            checkpoints_after,
+            default_checkpoint_location,
+            stream_progress,
+        )
+        from statecore_airflow import StatecoreHook
+
+        hook = StatecoreHook()
+        config = hook.get_config()
+        with hook.catalog() as catalog:
+            progress = stream_progress(
+                catalog, job=JOB, checkpoint_location=default_checkpoint_location(config, JOB)
+            ).to_dict()
+            # this run's checkpoints: those after the last one the previous run published
+            previous = context["ti"].xcom_pull(task_ids="checkpoints", include_prior_dates=True)
+            completed = checkpoints_after(
+                catalog, JOB, previous["last_checkpoint"] if previous else None
+            )
+        progress["completed"] = completed
+        context["outlet_events"][CHECKPOINTS].extra = {
+            "job": JOB,
+            "checkpoints": completed,
+            "last_checkpoint": progress["last_checkpoint"],
+        }
+        return progress
+
+    increment >> checkpoints()
+
+
+streaming_pipeline()

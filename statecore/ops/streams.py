@@ -1,0 +1,269 @@
+"""Watch and stop a streaming query from outside its driver (an Airflow sensor, the command line).
+
+A statecore streaming job (``jobs/clickstream_stream.py``) runs a Structured Streaming query
+whose micro-batches are statecore checkpoints. Three things tell how it is doing, and none needs
+the driver to answer a call:
+
+- **Spark's checkpoint folder** (``checkpoint_location``): ``offsets/<n>`` is written when
+  micro-batch ``n`` is planned, ``commits/<n>`` when it finished; a file source also logs, in
+  ``sources/0/<n>`` (compacted every 10 batches into ``<n>.compact``), the input files each
+  micro-batch took. Input files not in that log are the **lag**.
+- **The catalog**: the job's latest completed checkpoint (a micro-batch's id is its checkpoint id).
+- **A status file the driver keeps** (``<checkpoint_location>/_statecore/status.json``): its state
+  (``RUNNING``, ``STOPPED``, ``FINISHED``, ``FAILED`` with the error), process, host, the last
+  micro-batch, rewritten at least every few seconds while it runs. A ``RUNNING`` status older than
+  ``stale_after`` means the driver died without a word (a SIGKILL, a lost node).
+
+A graceful stop is a marker file (``<checkpoint_location>/_statecore/stop``, :func:`request_stop`)
+that the driver polls between micro-batches: it then stops the query (``query.stop()``) and
+records ``STOPPED``. A micro-batch interrupted anyway (the marker arrived as one began) is a
+checkpoint that never completed: the next start rolls it back and Spark replays the micro-batch
+from its offsets, so nothing is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow.fs as pafs
+
+from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus
+from statecore.config import StatecoreConfig, check_name
+from statecore.snapshot.files import table_filesystem
+
+__all__ = [
+    "RUNNING",
+    "StreamProgress",
+    "StreamStatus",
+    "checkpoints_after",
+    "clear_stop",
+    "default_checkpoint_location",
+    "read_status",
+    "request_stop",
+    "stop_requested",
+    "stream_progress",
+    "write_status",
+]
+
+RUNNING, STOPPED, FINISHED, FAILED = "RUNNING", "STOPPED", "FINISHED", "FAILED"
+STALE, NOT_STARTED = "STALE", "NOT_STARTED"
+_FOLDER = "_statecore"
+
+
+def default_checkpoint_location(config: StatecoreConfig, job: str) -> str:
+    """Where a job's streaming query keeps Spark's checkpoint unless told otherwise:
+    ``<statecore home>/streaming/<job>``."""
+    return f"{config.home}/streaming/{check_name('job', job)}"
+
+
+def _path(checkpoint_location: str, name: str) -> tuple[pafs.FileSystem, str]:
+    fs, root = table_filesystem(checkpoint_location.rstrip("/"))
+    return fs, f"{root}/{_FOLDER}/{name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamStatus:
+    """What the driver of a streaming query last said about it."""
+
+    job: str
+    state: str
+    pid: int = field(default_factory=os.getpid)
+    host: str = field(default_factory=socket.gethostname)
+    updated_at: float = field(default_factory=time.time)
+    query_id: str | None = None
+    batch_id: int | None = None
+    error: str | None = None
+    input_path: str | None = None
+    """The folder the query's file source reads, for the lag."""
+
+
+def write_status(checkpoint_location: str, status: StreamStatus) -> None:
+    """Replace the query's status file (written to a temporary name, then moved)."""
+    fs, path = _path(checkpoint_location, "status.json")
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with fs.open_output_stream(temporary) as out:
+        out.write(json.dumps(asdict(status)).encode())
+    fs.move(temporary, path)
+
+
+def read_status(checkpoint_location: str) -> StreamStatus | None:
+    """The query's last status, or ``None`` if its driver never wrote one."""
+    fs, path = _path(checkpoint_location, "status.json")
+    try:
+        with fs.open_input_stream(path) as f:
+            fields = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    known = set(StreamStatus.__dataclass_fields__)
+    return StreamStatus(**{k: v for k, v in fields.items() if k in known})
+
+
+def request_stop(checkpoint_location: str) -> str:
+    """Ask the query's driver to stop after its current micro-batch; the marker's path."""
+    fs, path = _path(checkpoint_location, "stop")
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(str(time.time()).encode())
+    return path
+
+
+def stop_requested(checkpoint_location: str) -> bool:
+    fs, path = _path(checkpoint_location, "stop")
+    return bool(fs.get_file_info(path).type == pafs.FileType.File)
+
+
+def clear_stop(checkpoint_location: str) -> None:
+    """Remove a stop marker (a driver does this as it starts)."""
+    fs, path = _path(checkpoint_location, "stop")
+    if fs.get_file_info(path).type == pafs.FileType.File:
+        fs.delete_file(path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamProgress:
+    """Where a streaming query is: its driver's state, Spark's offset and commit logs, the
+    input files it has not taken yet, and the job's latest completed checkpoint."""
+
+    job: str
+    checkpoint_location: str
+    state: str
+    """RUNNING, STOPPED, FINISHED, FAILED, STALE (RUNNING but silent past ``stale_after``) or
+    NOT_STARTED (no status file)."""
+    heartbeat_age_s: float | None
+    planned_batch: int | None
+    committed_batch: int | None
+    processed_files: int
+    pending_files: tuple[str, ...]
+    last_checkpoint: int | None
+    last_checkpoint_at: datetime | None
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the query died: it failed, or its driver went silent."""
+        return self.state in (FAILED, STALE)
+
+    @property
+    def lag_files(self) -> int:
+        return len(self.pending_files)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["pending_files"] = list(self.pending_files)
+        out["lag_files"] = self.lag_files
+        out["last_checkpoint_at"] = (
+            None if self.last_checkpoint_at is None else self.last_checkpoint_at.isoformat()
+        )
+        return out
+
+
+def _batch_ids(fs: pafs.FileSystem, folder: str) -> list[int]:
+    infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    return sorted(int(i.base_name) for i in infos if i.base_name.isdigit())
+
+
+def _source_log_files(fs: pafs.FileSystem, root: str) -> set[str]:
+    """The input files Spark's file source logged as taken (the newest compaction and the
+    batches after it), as local paths or URIs without the ``file:`` scheme."""
+    folder = f"{root}/sources/0"
+    infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    entries = {}
+    for info in infos:
+        name = info.base_name
+        number = name.removesuffix(".compact")
+        if number.isdigit():
+            entries[int(number)] = info.path
+    compacted = [n for n, p in entries.items() if p.endswith(".compact")]
+    start = max(compacted, default=-1)
+    files = set()
+    for n in sorted(entries):
+        if n < start:
+            continue
+        with fs.open_input_stream(entries[n]) as f:
+            lines = f.read().decode().splitlines()
+        for line in lines[1:]:  # the first line is the log's version ("v1")
+            if line.strip():
+                files.add(_normalize(json.loads(line)["path"]))
+    return files
+
+
+def _normalize(uri: str) -> str:
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return os.path.normpath(unquote(parsed.path))
+    return uri
+
+
+def _input_files(input_path: str) -> list[str]:
+    fs, root = table_filesystem(input_path.rstrip("/"))
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    local = "://" not in input_path
+    return sorted(
+        _normalize(i.path) if local else i.path
+        for i in infos
+        if i.type == pafs.FileType.File
+        and not any(part.startswith(("_", ".")) for part in i.path[len(root) :].split("/"))
+    )
+
+
+def stream_progress(
+    catalog: Catalog,
+    *,
+    job: str,
+    checkpoint_location: str,
+    input_path: str | None = None,
+    stale_after: timedelta = timedelta(seconds=60),
+) -> StreamProgress:
+    """The progress of ``job``'s query at ``checkpoint_location``; with ``input_path`` (the
+    folder its file source reads) also the input files it has not taken yet."""
+    fs, root = table_filesystem(checkpoint_location.rstrip("/"))
+    status = read_status(checkpoint_location)
+    age = None if status is None else max(0.0, time.time() - status.updated_at)
+    state = NOT_STARTED if status is None else status.state
+    if state == RUNNING and age is not None and age > stale_after.total_seconds():
+        state = STALE
+    planned = _batch_ids(fs, f"{root}/offsets")
+    committed = _batch_ids(fs, f"{root}/commits")
+    taken = _source_log_files(fs, root)
+    input_path = input_path or (None if status is None else status.input_path)
+    pending = (
+        () if input_path is None else tuple(f for f in _input_files(input_path) if f not in taken)
+    )
+    latest = None
+    if job in {j.name for j in catalog.list_jobs()}:
+        latest = catalog.latest_checkpoint(job)
+    return StreamProgress(
+        job=job,
+        checkpoint_location=checkpoint_location,
+        state=state,
+        heartbeat_age_s=None if age is None else round(age, 1),
+        planned_batch=planned[-1] if planned else None,
+        committed_batch=committed[-1] if committed else None,
+        processed_files=len(taken),
+        pending_files=pending,
+        last_checkpoint=None if latest is None else latest.checkpoint_id,
+        last_checkpoint_at=None if latest is None else latest.completed_at,
+        error=None if status is None else status.error,
+    )
+
+
+def checkpoints_after(catalog: Catalog, job: str, after: int | None) -> list[int]:
+    """Ids of ``job``'s checkpoints (not maintenance) above ``after`` (all when ``None``) still
+    in the catalog, completed or expired since, in id order."""
+    if job not in {j.name for j in catalog.list_jobs()}:
+        return []
+    return [
+        c.checkpoint_id
+        for c in catalog.list_checkpoints(job, with_tables=False)
+        if c.kind == CheckpointKind.CHECKPOINT
+        and c.status in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
+        and (after is None or c.checkpoint_id > after)
+    ]

@@ -1,0 +1,85 @@
+"""Watching a streaming query from outside (statecore.ops.streams), without Spark: the driver's
+status file and stop marker, a silent driver detected as STALE, a FAILED one reported with its
+error, and the lag read from a file source log in Spark's format (compacted every 10 batches).
+The end-to-end version, against a real query, is tests/airflow/test_streaming.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from statecore.catalog import Catalog
+from statecore.config import StatecoreConfig
+from statecore.ops.streams import (
+    FAILED,
+    RUNNING,
+    STALE,
+    StreamStatus,
+    checkpoints_after,
+    clear_stop,
+    read_status,
+    request_stop,
+    stop_requested,
+    stream_progress,
+    write_status,
+)
+from tests.inprocess import run_checkpoint
+from tests.runtime.test_task import Counting
+
+
+def _source_log(location: Path, batch: str, files: list[Path]) -> None:
+    folder = location / "sources" / "0"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["v1"] + [
+        json.dumps({"path": f"file://{f}", "timestamp": 0, "batchId": int(batch.split(".")[0])})
+        for f in files
+    ]
+    (folder / batch).write_text("\n".join(lines))
+    for log in ("offsets", "commits"):
+        (location / log).mkdir(exist_ok=True)
+        (location / log / batch.split(".")[0]).write_text("v1")
+
+
+def test_status_stop_marker_and_lag(statecore_home: StatecoreConfig, tmp_path: Path) -> None:
+    location = tmp_path / "checkpoint"
+    inputs = tmp_path / "input"
+    files = []
+    for day in range(13):
+        folder = inputs / f"date=2026-01-{day + 1:02d}"
+        folder.mkdir(parents=True)
+        (folder / "events.parquet").write_bytes(b"x")
+        files.append(folder / "events.parquet")
+    (inputs / "_SUCCESS").write_text("")  # hidden files are not input
+    for batch in range(9):
+        _source_log(location, str(batch), [files[batch]])
+    _source_log(location, "9.compact", files[:10])  # batches 0-9
+    _source_log(location, "10", [files[10]])
+    run_checkpoint(statecore_home, Counting(), [("a", 1)], job="s", checkpoint_id=10)
+
+    write_status(str(location), StreamStatus(job="s", state=RUNNING, input_path=str(inputs)))
+    assert read_status(str(location)).state == RUNNING  # type: ignore[union-attr]
+    with Catalog.connect(statecore_home.catalog_url) as catalog:
+        progress = stream_progress(catalog, job="s", checkpoint_location=str(location))
+        assert progress.state == RUNNING and not progress.failed
+        assert (progress.planned_batch, progress.committed_batch) == (10, 10)
+        assert progress.processed_files == 11
+        assert progress.pending_files == tuple(str(f) for f in files[11:])
+        assert progress.last_checkpoint == 10
+        assert checkpoints_after(catalog, "s", None) == [10]
+        assert checkpoints_after(catalog, "s", 10) == []
+
+        # a driver that stopped writing its status is dead
+        write_status(
+            str(location), StreamStatus(job="s", state=RUNNING, updated_at=time.time() - 120)
+        )
+        assert stream_progress(catalog, job="s", checkpoint_location=str(location)).state == STALE
+        write_status(str(location), StreamStatus(job="s", state=FAILED, error="boom"))
+        failed = stream_progress(catalog, job="s", checkpoint_location=str(location))
+        assert failed.failed and failed.error == "boom"
+
+    assert not stop_requested(str(location))
+    request_stop(str(location))
+    assert stop_requested(str(location))
+    clear_stop(str(location))
+    assert not stop_requested(str(location))
