@@ -124,7 +124,14 @@ class StatecoreConfig:
         }
         if latency_sample_interval is not None:
             latency["latency_sample_interval"] = latency_sample_interval
-        return cls(**values, lease_timeout=lease_timeout or DEFAULT_LEASE_TIMEOUT, **latency)
+        return cls(
+            home=values["home"],
+            catalog_url=values["catalog_url"],
+            warehouse=values["warehouse"],
+            lease_timeout=lease_timeout or DEFAULT_LEASE_TIMEOUT,
+            latency_sample_interval=latency.get("latency_sample_interval", 0),
+            latency_history_size=latency.get("latency_history_size", 128),
+        )
 
 
 def _count(key: str, text: str) -> int:

@@ -106,7 +106,7 @@ class LatencyTracker:
         known = self._states.get(name)
         if known is not None and known[1] is state:
             return known[0]  # type: ignore[no-any-return]
-        stand_in = object.__new__(_stand_in_class(type(state)))
+        stand_in: Any = object.__new__(_stand_in_class(type(state)))
         object.__setattr__(stand_in, "_tracked_inner", state)
         public = {
             a: getattr(state, a)

@@ -34,7 +34,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from statecore.backends.registry import BackendParameters
 from statecore.catalog import Catalog
@@ -246,9 +246,7 @@ def _start(
     if ticking:
         source = _with_ticks(stream_df)
     writer = (
-        source.writeStream.foreachBatch(
-            _MicroBatch(template, base, tick=ticking)  # type: ignore[arg-type]
-        )
+        source.writeStream.foreachBatch(_MicroBatch(template, base, tick=ticking))
         .option("checkpointLocation", checkpoint_location)
         .queryName(query_name or f"statecore:{template.job}/{template.operator}")
     )
