@@ -74,11 +74,17 @@ def _page(base: str, title: str, body: str, *, script: str = "") -> str:
     )
 
 
-def _cell(value: Any) -> str:
+_GROUPED = frozenset({"rows", "bytes", "bytes_read", "state_bytes"})
+"""Columns whose numbers are shown with thousands separators (not ids, nor parallelisms)."""
+
+
+def _cell(value: Any, key: str = "") -> str:
     if value is None:
         return "<td class='muted'>–</td>"
     if isinstance(value, bool):
         return f"<td>{'yes' if value else 'no'}</td>"
+    if isinstance(value, int) and key not in _GROUPED:
+        return f"<td class='num'>{value}</td>"
     if isinstance(value, int | float):
         return f"<td class='num'>{escape(_number(value))}</td>"
     return f"<td>{escape(str(value))}</td>"
@@ -107,7 +113,7 @@ def _table(
         for key, _ in columns:
             link = (links or {}).get(key)
             href = link(row) if link is not None else None
-            cell = _cell(row.get(key))
+            cell = _cell(row.get(key), key)
             if href is not None and row.get(key) is not None:
                 cell = cell.replace(">", f"><a href='{escape(href)}'>", 1)[:-5] + "</a></td>"
             cells.append(cell)

@@ -42,7 +42,7 @@ def published_runs(
         .limit(LIMIT)
     )
     if job is not None:
-        query = query.where(AssetModel.uri == prefix + job)
+        query = query.where(AssetModel.uri.in_([prefix + job, f"{prefix}{job}/"]))
     else:
         query = query.where(AssetModel.uri.startswith(prefix))
     if dag_id is not None:
@@ -67,7 +67,7 @@ def published_runs(
                 DagRunRef(
                     dag_id=event.source_dag_id,
                     run_id=event.source_run_id,
-                    job=uri[len(prefix) :],
+                    job=uri[len(prefix) :].rstrip("/"),  # Airflow stores statecore://job/
                     started_at=run.start_date if run is not None else None,
                     ended_at=(run.end_date if run is not None else None) or event.timestamp,
                     logical_date=run.logical_date if run is not None else None,
