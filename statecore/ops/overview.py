@@ -234,7 +234,8 @@ class DagRunRef:
 
     ``extra`` is the asset event's extra (a ``checkpoint_id`` there names the checkpoint
     outright); ``conf_date`` the run's ``date`` param (``YYYY-MM-DD``), the
-    ``stateful_pipeline`` convention of checkpoint id ``YYYYMMDD``.
+    ``stateful_pipeline`` convention of checkpoint id ``YYYYMMDD`` (of the ``date`` param, else
+    of the logical date, else of ``run_after`` for a run triggered without a logical date).
     """
 
     dag_id: str
@@ -243,6 +244,7 @@ class DagRunRef:
     started_at: datetime | None
     ended_at: datetime | None
     logical_date: datetime | None = None
+    run_after: datetime | None = None
     conf_date: str | None = None
     extra: Mapping[str, Any] | None = None
 
@@ -253,8 +255,9 @@ def link_runs(
     """Which completed checkpoint each DAG run published, most specific evidence first:
 
     1. ``checkpoint_id`` in the asset event's extra;
-    2. the ``YYYYMMDD`` id of the run's ``date`` param, else of its logical date, when the job
-       has a checkpoint of that id (the convention of ``dags/stateful_pipeline.py``);
+    2. the ``YYYYMMDD`` id of the run's ``date`` param, else of its logical date, else of its
+       ``run_after``, when the job has a checkpoint of that id (the convention of
+       ``dags/stateful_pipeline.py``);
     3. the checkpoint of the job that completed last within the run's start and end.
 
     ``checkpoints`` maps each job to its checkpoints. A run none of these tie to a checkpoint
@@ -274,20 +277,21 @@ def link_runs(
         if named is not None and str(named).isdigit() and int(str(named)) in by_id:
             found, matched_by = by_id[int(str(named))], "asset event"
         if found is None:
-            for day in (run.conf_date, run.logical_date):
+            for day in (run.conf_date, run.logical_date, run.run_after):
                 ident = _date_id(day)
                 if ident is not None and ident in by_id:
                     found, matched_by = by_id[ident], "date"
                     break
         if found is None and run.started_at is not None:
-            ended = run.ended_at or datetime.max.replace(tzinfo=run.started_at.tzinfo)
+            start = run.started_at
+            end = run.ended_at or datetime.max.replace(tzinfo=start.tzinfo)
             within = [
-                c
+                (c.completed_at, c)
                 for c in done
-                if c.completed_at is not None and run.started_at <= c.completed_at <= ended
+                if c.completed_at is not None and start <= c.completed_at <= end
             ]
             if within:
-                found = max(within, key=lambda c: c.completed_at or run.started_at)
+                found = max(within, key=lambda pair: pair[0])[1]
                 matched_by = "time"
         out.append(
             {

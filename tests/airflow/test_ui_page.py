@@ -261,3 +261,16 @@ def test_ui_page_links_the_dag_run_to_its_checkpoint_inside_airflow(
     )
     assert link[0] == "checkpoint 20260103"
     assert link[1].endswith("/statecore/jobs/shop/checkpoints/20260103")
+
+
+def test_ui_page_plugin_is_registered_once(airflow: Airflow) -> None:
+    headers = {"Authorization": f"Bearer {airflow.token}"}
+    status, _, body = _get(f"{airflow.base}/api/v2/plugins", headers)
+    assert status == 200
+    [plugin] = [p for p in json.loads(body)["plugins"] if p["name"] == "statecore"]
+    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == ["/statecore"]
+    views = {v["name"]: v for v in plugin["external_views"]}
+    assert views["statecore"]["destination"] == "nav"
+    assert views["statecore checkpoint"]["destination"] == "dag_run"
+    status, _, body = _get(f"{airflow.base}/api/v2/plugins/importErrors", headers)
+    assert status == 200 and json.loads(body)["total_entries"] == 0, body

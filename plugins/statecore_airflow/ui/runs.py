@@ -71,6 +71,7 @@ def published_runs(
                     started_at=run.start_date if run is not None else None,
                     ended_at=(run.end_date if run is not None else None) or event.timestamp,
                     logical_date=run.logical_date if run is not None else None,
+                    run_after=run.run_after if run is not None else None,
                     conf_date=conf.get("date") if isinstance(conf.get("date"), str) else None,
                     extra=dict(event.extra or {}),
                 )
