@@ -5,6 +5,8 @@
   ``/statecore/api/``), behind Airflow's login.
 - ``external_views``: *Browse → statecore* in the navigation shows the page inside Airflow's UI,
   and every DAG run gets a *statecore checkpoint* tab with the checkpoint the run published.
+- ``global_operator_extra_links``: a *statecore checkpoint* button on each task that publishes a
+  checkpoint Asset (:class:`~statecore_airflow.links.CheckpointLink`).
 
 Airflow registers it either from the installed ``statecore`` distribution (entry point
 ``airflow.plugins``) or, when that is not installed, from the plugins folder
@@ -18,6 +20,7 @@ from importlib.metadata import entry_points
 
 from airflow.plugins_manager import AirflowPlugin
 
+from statecore_airflow.links import CheckpointLink
 from statecore_airflow.ui import app
 
 __all__ = ["ENTRY_POINT", "URL_PREFIX", "StatecorePlugin", "registered_by_entry_point"]
@@ -49,6 +52,7 @@ class StatecorePlugin(AirflowPlugin):
             "destination": "dag_run",
         },
     ]
+    global_operator_extra_links = [CheckpointLink()]  # noqa: RUF012
 
 
 def registered_by_entry_point() -> bool:

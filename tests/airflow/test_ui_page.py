@@ -261,6 +261,17 @@ def test_ui_page_links_the_dag_run_to_its_checkpoint_inside_airflow(
     )
     assert link[0] == "checkpoint 20260103"
     assert link[1].endswith("/statecore/jobs/shop/checkpoints/20260103")
+    # the task that published the Asset has a button leading there
+    headers = {"Authorization": f"Bearer {airflow.token}"}
+    status, _, body = _get(
+        f"{airflow.base}/api/v2/dags/ui_page_pipeline/dagRuns/{run}/taskInstances/checkpoint/links",
+        headers,
+    )
+    assert status == 200, body
+    url = json.loads(body)["extra_links"]["statecore checkpoint"]
+    assert url == f"{airflow.base}/statecore/runs/ui_page_pipeline/{run}"
+    browser.goto(url)
+    assert browser.text("a.checkpoint-link") == "checkpoint 20260103"
 
 
 def test_ui_page_plugin_is_registered_once(airflow: Airflow) -> None:
