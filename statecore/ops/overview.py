@@ -22,10 +22,11 @@ import base64
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from statecore.backends.timers import MIN_WATERMARK
 from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus, SavepointRecord
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
@@ -92,11 +93,13 @@ def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:
 
     ``restore`` sums the subtasks' restores (``subtasks``, ``bytes`` read, the slowest
     ``max_seconds``) and ``latency`` lists p50/p95/p99 (µs) per state and access; both are
-    ``None`` when the run did not record them. ``watermark`` is ``None`` when the catalog does
-    not keep one.
+    ``None`` when the run did not record them. ``watermark`` (epoch ms) is ``None`` when the
+    catalog does not keep one; ``watermark_at`` is it as an ISO timestamp (``None`` for no
+    watermark or the initial one, ``MIN_WATERMARK``).
     """
     restores = record.metrics.get("restore") or []
     latency = record.metrics.get("latency") or {}
+    watermark = getattr(record, "watermark", None)  # kept by catalogs with streaming support
     return {
         "job": record.job,
         "checkpoint": record.checkpoint_id,
@@ -112,7 +115,8 @@ def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:
         "rows": record.total_rows,
         "bytes": record.total_bytes,
         "states": len(record.tables),
-        "watermark": plain(getattr(record, "watermark", None)),
+        "watermark": plain(watermark),
+        "watermark_at": _watermark_at(watermark),
         "restored_from": record.restored_from,
         "error": record.error,
         "restore": (
@@ -305,6 +309,17 @@ def link_runs(
             }
         )
     return out
+
+
+def _watermark_at(watermark: Any) -> str | None:
+    if not isinstance(watermark, int) or isinstance(watermark, bool):
+        return None
+    if watermark <= MIN_WATERMARK:
+        return None
+    try:
+        return datetime.fromtimestamp(watermark / 1000, UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _date_id(day: str | datetime | None) -> int | None:

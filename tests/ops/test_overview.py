@@ -4,19 +4,21 @@ catalog and real Delta tables written in-process."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from statecore.catalog import Catalog
+from statecore.backends.timers import MIN_WATERMARK
+from statecore.catalog import Catalog, CheckpointRecord
 from statecore.config import StatecoreConfig
 from statecore.errors import CheckpointNotFoundError, ConfigError, JobNotFoundError
 from statecore.keygroups import assign_to_key_group
 from statecore.ops.overview import (
     DagRunRef,
     checkpoint_detail,
+    checkpoint_row,
     checkpoints_overview,
     jobs_overview,
     link_runs,
@@ -116,3 +118,23 @@ def test_ui_page_links_each_dag_run_to_its_checkpoint(shop: StatecoreConfig) -> 
         "none": (None, None),
         "other-job": (None, None),
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Watermarked(CheckpointRecord):
+    """A record as catalogs with streaming support keep it (``watermark``, epoch ms)."""
+
+    watermark: int | None = None
+
+
+def test_ui_page_shows_the_watermark_when_the_catalog_keeps_one(shop: StatecoreConfig) -> None:
+    with Catalog.connect(shop.catalog_url) as catalog:
+        record = catalog.get_checkpoint(JOB, 20260102)
+    fields = {k: v for k, v in asdict(record).items() if k != "watermark"}
+    fields["tables"] = record.tables  # asdict turned them into dicts
+    at = checkpoint_row(_Watermarked(**fields, watermark=1_767_312_000_000))
+    assert (
+        at["watermark"] == 1_767_312_000_000 and at["watermark_at"] == "2026-01-02T00:00:00+00:00"
+    )
+    initial = checkpoint_row(_Watermarked(**fields, watermark=MIN_WATERMARK))
+    assert initial["watermark_at"] is None

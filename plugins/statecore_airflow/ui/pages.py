@@ -78,16 +78,20 @@ _GROUPED = frozenset({"rows", "bytes", "bytes_read", "state_bytes"})
 """Columns whose numbers are shown with thousands separators (not ids, nor parallelisms)."""
 
 
-def _cell(value: Any, key: str = "") -> str:
+def _cell(value: Any, key: str = "", href: str | None = None) -> str:
+    """One table cell; its content a link to ``href`` (relative) when given."""
     if value is None:
         return "<td class='muted'>–</td>"
     if isinstance(value, bool):
-        return f"<td>{'yes' if value else 'no'}</td>"
-    if isinstance(value, int) and key not in _GROUPED:
-        return f"<td class='num'>{value}</td>"
-    if isinstance(value, int | float):
-        return f"<td class='num'>{escape(_number(value))}</td>"
-    return f"<td>{escape(str(value))}</td>"
+        text, cls = ("yes" if value else "no"), ""
+    elif isinstance(value, int) and key not in _GROUPED:
+        text, cls = str(value), " class='num'"
+    elif isinstance(value, int | float):
+        text, cls = _number(value), " class='num'"
+    else:
+        text, cls = str(value), ""
+    content = escape(text) if href is None else f"<a href='{escape(href)}'>{escape(text)}</a>"
+    return f"<td{cls}>{content}</td>"
 
 
 def _number(value: float) -> str:
@@ -112,11 +116,7 @@ def _table(
         cells = []
         for key, _ in columns:
             link = (links or {}).get(key)
-            href = link(row) if link is not None else None
-            cell = _cell(row.get(key), key)
-            if href is not None and row.get(key) is not None:
-                cell = cell.replace(">", f"><a href='{escape(href)}'>", 1)[:-5] + "</a></td>"
-            cells.append(cell)
+            cells.append(_cell(row.get(key), key, link(row) if link is not None else None))
         body.append("<tr>" + "".join(cells) + "</tr>")
     return (
         f"<table id='{table_id}'><thead><tr>{head}</tr></thead>"
@@ -168,7 +168,7 @@ _CHECKPOINT_COLUMNS = (
     ("duration_s", "duration (s)"),
     ("rows", "rows"),
     ("bytes", "bytes"),
-    ("watermark", "watermark"),
+    ("watermark_at", "watermark"),
     ("restore_subtasks", "restored subtasks"),
     ("restore_max_seconds", "slowest restore (s)"),
     ("worst_p99_us", "worst p99 (µs)"),
