@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 from urllib.parse import quote
@@ -34,6 +35,7 @@ th{background:#edf2f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
 nav a{margin-right:1rem}.muted{color:#718096}.error{color:#c53030}
 .kg-chart rect{fill:#3182ce}.kg-chart rect:hover{fill:#2c5282}
 form label{margin-right:.6rem}input{width:9rem}
+#lookup-result:empty{display:none}
 #lookup-result{white-space:pre-wrap;font-family:monospace;background:#f7fafc;padding:.4rem}
 """
 
@@ -76,6 +78,25 @@ def _page(base: str, title: str, body: str, *, script: str = "") -> str:
 
 _GROUPED = frozenset({"rows", "bytes", "bytes_read", "state_bytes"})
 """Columns whose numbers are shown with thousands separators (not ids, nor parallelisms)."""
+_TIMES = frozenset(
+    {
+        "started_at",
+        "completed_at",
+        "created_at",
+        "ended_at",
+        "latest_completed_at",
+        "watermark_at",
+        "lease_expires_at",
+    }
+)
+"""Columns of ISO timestamps, shown to the second in UTC (the full value as the tooltip)."""
+
+
+def _time(text: str) -> str:
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return text
 
 
 def _cell(value: Any, key: str = "", href: str | None = None) -> str:
@@ -88,6 +109,8 @@ def _cell(value: Any, key: str = "", href: str | None = None) -> str:
         text, cls = str(value), " class='num'"
     elif isinstance(value, int | float):
         text, cls = _number(value), " class='num'"
+    elif key in _TIMES:
+        text, cls = _time(str(value)), f" title='{escape(str(value))}'"
     else:
         text, cls = str(value), ""
     content = escape(text) if href is None else f"<a href='{escape(href)}'>{escape(text)}</a>"
@@ -163,8 +186,8 @@ _CHECKPOINT_COLUMNS = (
     ("checkpoint", "id"),
     ("kind", "kind"),
     ("status", "status"),
-    ("started_at", "started"),
-    ("completed_at", "completed"),
+    ("started_at", "started (UTC)"),
+    ("completed_at", "completed (UTC)"),
     ("duration_s", "duration (s)"),
     ("rows", "rows"),
     ("bytes", "bytes"),
