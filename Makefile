@@ -15,7 +15,7 @@ export AIRFLOW_CONN_SPARK_DEFAULT := {"conn_type": "spark", "host": "local[*]"}
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo up lint test test-quick bench bench-quick typecheck helm clean
+.PHONY: setup demo up lint test test-quick bench bench-quick typecheck helm chromium clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
@@ -47,8 +47,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: setup lint
+test: setup lint chromium
 	$(PY) -m pytest -q
+
+# The UI tests (tests/airflow/test_ui_page.py) look at the statecore page in a real headless
+# Chromium: Debian's package, installed when missing (as root, or with sudo).
+chromium:
+	command -v chromium >/dev/null || $$( [ "$$(id -u)" = 0 ] || echo sudo ) \
+		env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
 
 test-quick: setup
 	$(PY) -m pytest -q -m "not spark and not airflow and not helm and not slow"
