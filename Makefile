@@ -52,9 +52,11 @@ test: setup lint chromium
 
 # The UI tests (tests/airflow/test_ui_page.py) look at the statecore page in a real headless
 # Chromium: Debian's package, installed when missing (as root, or with sudo).
+SUDO = $$( [ "$$(id -u)" = 0 ] || echo sudo )
+APT = $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 chromium:
-	command -v chromium >/dev/null || $$( [ "$$(id -u)" = 0 ] || echo sudo ) \
-		env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+	command -v chromium >/dev/null || $(APT) install -y --no-install-recommends chromium \
+		|| ($(APT) update && $(APT) install -y --no-install-recommends chromium)
 
 test-quick: setup
 	$(PY) -m pytest -q -m "not spark and not airflow and not helm and not slow"
