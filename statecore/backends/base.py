@@ -312,5 +312,23 @@ class KeyedStateBackend(ABC):
         """How this backend got its state (reported with the task's snapshot); none by default."""
         return {}
 
+    def resume(self, restore_source: RestoreSource | None, scope: Any = None) -> None:
+        """Continue in a new run with the state held now, which the runtime has checked to be
+        exactly the checkpoint that run restores (see :mod:`statecore.runtime.warm`).
+
+        No key is current and the watermark starts where a restored backend's does; a state
+        first registered from now on restores from ``restore_source`` (the new run's). ``scope``
+        is the new run's :class:`~statecore.backends.scope.TaskScope` (for backends that keep
+        local state on disk; ``None`` outside a job).
+        """
+        self._restore_source = restore_source
+        self.key_context.clear()
+        self.timer_service.reset_watermark()
+
+    def release_requested(self) -> bool:
+        """Whether another process waits for a local resource this backend holds (a backend
+        kept open between runs is then closed); never, by default."""
+        return False
+
     def close(self) -> None:
         """Release resources (files, handles)."""

@@ -9,7 +9,9 @@ whose schema is older but compatible are migrated on the way in
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import hashlib
+import json
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -21,10 +23,30 @@ from statecore.compatibility import migrate_rows
 from statecore.descriptors import StateDescriptor
 from statecore.errors import CorruptSnapshotError
 from statecore.keygroups import KeyGroupRange
-from statecore.snapshot import SnapshotTable, TableFile
+from statecore.snapshot import TIMERS, SnapshotTable, TableFile
 from statecore.types import TypeInfo, schema_from_text
 
-__all__ = ["RestoredState", "RestorePlan"]
+__all__ = ["RestoredState", "RestorePlan", "TaskFiles", "fingerprint"]
+
+TaskFiles = dict[tuple[str, str, str], dict[int, tuple[str, ...]]]
+"""What one task's share of a checkpoint is made of: per table ``(table_kind, state, uri)``,
+per key group of its range (per subtask for operator state), the file paths, sorted."""
+
+
+def fingerprint(
+    checkpoint_id: int | None, files: Mapping[tuple[str, str, str], Mapping[int, Collection[str]]]
+) -> str:
+    """A digest of ``checkpoint_id`` and a task's files (:data:`TaskFiles`); tables and parts
+    without files do not count, so a task's own account of what it wrote and the completed
+    checkpoint's listing digest alike exactly when they name the same files. File names carry
+    a random part per write, so another attempt or writer never makes the same digest."""
+    canonical = sorted(
+        (list(table), sorted((part, sorted(paths)) for part, paths in parts.items() if paths))
+        for table, parts in files.items()
+    )
+    canonical = [c for c in canonical if c[1]]
+    text = json.dumps([checkpoint_id, canonical], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -101,6 +123,27 @@ class RestorePlan:
                     by_kg.setdefault(f.key_group, []).append(f.path)
             out[name] = {kg: tuple(sorted(paths)) for kg, paths in sorted(by_kg.items())}
         return out
+
+    def task_files(self, key_groups: Collection[int], subtask: int) -> TaskFiles:
+        """The files of this checkpoint that a task owning ``key_groups`` as ``subtask``
+        restores from: keyed state and timers of its key groups, its subtask's operator state."""
+        out: TaskFiles = {}
+        tables = [("keyed", name, r) for name, r in self.states.items()]
+        tables += [("operator", name, r) for name, r in self.operator_states.items()]
+        if self.timers is not None:
+            tables.append((TIMERS, TIMERS, self.timers))
+        for kind, name, restored in tables:
+            mine: Collection[int] = (subtask,) if kind == "operator" else key_groups
+            by_part: dict[int, list[str]] = {}
+            for f in restored.files:
+                if f.key_group in mine:
+                    by_part.setdefault(f.key_group, []).append(f.path)
+            out[(kind, name, restored.uri)] = {p: tuple(sorted(v)) for p, v in by_part.items()}
+        return out
+
+    def fingerprint(self, key_groups: Collection[int], subtask: int) -> str:
+        """:func:`fingerprint` of this checkpoint's :meth:`task_files` for one task."""
+        return fingerprint(self.checkpoint_id, self.task_files(key_groups, subtask))
 
     def restored_key_groups(self, state: str, key_groups: KeyGroupRange) -> set[int]:
         """The key groups of ``key_groups`` that state ``state`` has files for."""

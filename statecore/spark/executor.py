@@ -18,10 +18,12 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from statecore.backends import BackendParameters, KeyedStateBackend, TaskScope, create_backend
-from statecore.errors import ConfigError, KeyTypeError
-from statecore.keygroups import compute_key_group_range_for_operator_index
-from statecore.runtime.restore import RestorePlan
+from statecore.backends.operator import OperatorStateStore
+from statecore.errors import ConfigError, KeyTypeError, StateDescriptorConflictError
+from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
+from statecore.runtime.restore import RestorePlan, TaskFiles
 from statecore.runtime.task import KeyedOperatorTask, TableUris
+from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmScope, snapshot_token
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.output import OutputWriter
 from statecore.ttl.time import TtlTimeProvider
@@ -70,13 +72,20 @@ class TaskSpec:
     def result_schema(self) -> pa.Schema:
         return self.output_schema.append(pa.field(META, pa.string()))
 
-    def backend(self, index: int) -> KeyedStateBackend:
-        """The backend of operator instance ``index``, restored lazily from the plan."""
-        key_groups = compute_key_group_range_for_operator_index(
+    keep_warm: bool = True
+    """Whether tasks keep their state in the Python worker for the next run, and take what the
+    last run kept there when it is exactly the restored checkpoint (see
+    :mod:`statecore.runtime.warm`)."""
+
+    def key_groups(self, index: int) -> KeyGroupRange:
+        return compute_key_group_range_for_operator_index(
             self.max_parallelism, self.parallelism, index
         )
-        restore, key_type = self.restore, self.key_type
-        scope = TaskScope(
+
+    def task_scope(self, index: int) -> TaskScope:
+        """Where operator instance ``index`` runs and what it restores (for the backend)."""
+        restore, key_type, key_groups = self.restore, self.key_type, self.key_groups(index)
+        return TaskScope(
             job=self.job,
             operator=self.operator,
             subtask_index=index,
@@ -86,14 +95,30 @@ class TaskSpec:
             restored_files=restore.file_paths(key_groups),
             restore_source_for=lambda kgs: restore.source(kgs, key_type),
         )
+
+    def warm_scope(self, index: int) -> WarmScope:
+        return WarmScope(
+            job=self.job,
+            operator=self.operator,
+            subtask_index=index,
+            parallelism=self.parallelism,
+            key_groups=self.key_groups(index),
+            max_parallelism=self.max_parallelism,
+            key_type=self.key_type,
+            backend=self.backend_parameters,
+        )
+
+    def backend(self, index: int, clock: RunClock | None = None) -> KeyedStateBackend:
+        """The backend of operator instance ``index``, restored lazily from the plan."""
+        key_groups = self.key_groups(index)
         return create_backend(
             self.backend_parameters,
-            key_type=key_type,
+            key_type=self.key_type,
             key_group_range=key_groups,
             max_parallelism=self.max_parallelism,
-            restore_source=restore.source(key_groups, key_type),
-            ttl_time_provider=self.processing_time,
-            scope=scope,
+            restore_source=self.restore.source(key_groups, self.key_type),
+            ttl_time_provider=clock or self.processing_time,
+            scope=self.task_scope(index),
         )
 
 
@@ -146,16 +171,9 @@ def task_function(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = TaskContext.get().partitionId()  # type: ignore[union-attr]
-        backend = spec.backend(index)
-        task = KeyedOperatorTask(
-            function,
-            backend,
-            job=spec.job,
-            operator=spec.operator,
-            subtask_index=index,
-            parallelism=spec.parallelism,
-            restore=spec.restore,
-        )
+        state = _TaskState.take(spec, index)
+        task = state.opened_task(spec, function, index)
+        backend = task.backend
         result_schema = spec.result_schema
         writer = (
             None
@@ -168,7 +186,6 @@ def task_function(
             )
         )
         try:
-            task.open()
             for output in process(task, _with_keys(batches, spec)):
                 fault_point("task:process")
                 for batch in output_batches(output, spec.output_schema):
@@ -181,13 +198,13 @@ def task_function(
                         )
             snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
             written = None if writer is None else writer.close()
-            restored = backend.restore_metrics()
+            restored = {**backend.restore_metrics(), **state.metrics()}
         except BaseException:
             backend.close()  # a failed attempt must not keep its local state open
             if writer is not None:
                 writer.abort()
             raise
-        task.close()
+        state.keep(spec, task, snapshot)
         meta = json.dumps(
             {
                 "subtask": index,
@@ -202,6 +219,102 @@ def task_function(
         yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
 
     return run
+
+
+@dataclass
+class _TaskState:
+    """A task's state at its start: kept warm from the last run in this process, or restored."""
+
+    scope: WarmScope
+    restored_files: TaskFiles  # the plan's files of this task, for the next token
+    clock: RunClock
+    warm: WarmEntry | None
+
+    @classmethod
+    def take(cls, spec: TaskSpec, index: int) -> _TaskState:
+        scope = spec.warm_scope(index)
+        files = spec.restore.task_files(scope.key_groups, index)
+        clock, warm = RunClock(spec.processing_time), None
+        if spec.keep_warm:
+            warm = WARM_POOL.take(scope, spec.restore.fingerprint(scope.key_groups, index))
+            if warm is not None:
+                warm.clock.target = clock.target
+                clock = warm.clock
+        return cls(scope=scope, restored_files=files, clock=clock, warm=warm)
+
+    def opened_task(self, spec: TaskSpec, function: Any, index: int) -> KeyedOperatorTask:
+        """The task over the kept state, opened; restored instead when the function's copy
+        registers a state differently from the kept one (a changed descriptor)."""
+        warm = self.warm
+        if warm is not None:
+            backend = warm.backend
+            backend.resume(
+                spec.restore.source(self.scope.key_groups, spec.key_type), spec.task_scope(index)
+            )
+            task = self._task(spec, function, index, backend, warm.reusable_operator_state())
+            try:
+                task.open()
+                return task
+            except StateDescriptorConflictError:
+                self.warm = None
+                warm.close()
+        task = self._task(spec, function, index, spec.backend(index, self.clock), None)
+        try:
+            task.open()
+        except BaseException:
+            task.backend.close()
+            raise
+        return task
+
+    def _task(
+        self,
+        spec: TaskSpec,
+        function: Any,
+        index: int,
+        backend: KeyedStateBackend,
+        operator_state: OperatorStateStore | None,
+    ) -> KeyedOperatorTask:
+        return KeyedOperatorTask(
+            function,
+            backend,
+            job=spec.job,
+            operator=spec.operator,
+            subtask_index=index,
+            parallelism=spec.parallelism,
+            restore=spec.restore,
+            operator_state=operator_state,
+            restore_timers=self.warm is None,
+        )
+
+    def metrics(self) -> dict[str, int]:
+        """``warm_tasks`` (1 when the state was kept from the last run) and
+        ``warm_key_groups`` (its key groups)."""
+        warm = self.warm is not None
+        return {
+            "warm_tasks": int(warm),
+            "warm_key_groups": len(self.scope.key_groups) if warm else 0,
+        }
+
+    def keep(self, spec: TaskSpec, task: KeyedOperatorTask, snapshot: list[Any]) -> None:
+        """Close the function; keep the state for the next run (or close it)."""
+        task.close(keep_backend=spec.keep_warm)
+        if not spec.keep_warm:
+            return
+        WARM_POOL.put(
+            WarmEntry(
+                scope=self.scope,
+                token=snapshot_token(
+                    spec.checkpoint_id,
+                    self.restored_files,
+                    snapshot,
+                    spec.table_uris,
+                    self.scope.subtask_index,
+                ),
+                backend=task.backend,
+                operator_state=task.operator_state,
+                clock=self.clock,
+            )
+        )
 
 
 def _with_keys(batches: Iterator[pa.RecordBatch], spec: TaskSpec) -> Iterator[pa.RecordBatch]:

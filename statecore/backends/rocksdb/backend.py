@@ -234,6 +234,23 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         ``ingested_key_groups`` and ``ingested_rows`` (bulk-loaded from the snapshot)."""
         return dict(self._metrics)
 
+    def resume(self, restore_source: RestoreSource | None, scope: Any = None) -> None:
+        """Continue in a new run (see :meth:`KeyedStateBackend.resume`): the database stays
+        open, every state it holds is complete, and the manifest of the next snapshot lists
+        the new run's restored files for the key groups it leaves unchanged."""
+        super().resume(restore_source, scope)
+        if self._resources.closed:
+            raise StateAccessError("the RocksDB backend is closed; it cannot be resumed")
+        self.scope = scope if isinstance(scope, TaskScope) else None
+        self._pending = None
+        self._missing = []
+        self._ingested = set()
+        self._metrics = dict.fromkeys(self._metrics, 0)
+
+    def release_requested(self) -> bool:
+        """Whether a task of another process waits for this instance's local directory."""
+        return not self._resources.closed and self._resources.local.release_requested()
+
     @property
     def directory(self) -> str:
         return str(self._resources.local.path)
