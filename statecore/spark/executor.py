@@ -33,6 +33,7 @@ __all__ = [
     "META",
     "TaskSpec",
     "task_function",
+    "run_task",
     "per_record",
     "per_batch",
     "output_batches",
@@ -167,58 +168,71 @@ def task_function(
     function: Any,
     process: Process,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one run: restore, ``process``, snapshot, report."""
+    """The ``mapInArrow`` function of one run: :func:`run_task` as the task's partition."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = TaskContext.get().partitionId()  # type: ignore[union-attr]
-        state = _TaskState.take(spec, index)
-        task = state.opened_task(spec, function, index)
-        backend = task.backend
-        result_schema = spec.result_schema
-        writer = (
-            None
-            if spec.output_table is None
-            else OutputWriter(
-                spec.output_table,
-                spec.output_schema,
-                checkpoint_id=spec.checkpoint_id,
-                subtask=index,
-            )
-        )
-        try:
-            for output in process(task, _with_keys(batches, spec)):
-                fault_point("task:process")
-                for batch in output_batches(output, spec.output_schema):
-                    if writer is not None:
-                        writer.write(batch)
-                    else:
-                        yield pa.RecordBatch.from_arrays(
-                            [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
-                            schema=result_schema,
-                        )
-            snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
-            written = None if writer is None else writer.close()
-            restored = {**backend.restore_metrics(), **state.metrics()}
-        except BaseException:
-            backend.close()  # a failed attempt must not keep its local state open
-            if writer is not None:
-                writer.abort()
-            raise
-        state.keep(spec, task, snapshot)
-        meta = json.dumps(
-            {
-                "subtask": index,
-                "records": task.records,
-                "restore": restored,
-                "states": [s.to_json_dict() for s in snapshot],
-                "output": None if written is None else written.to_json_dict(),
-            }
-        )
-        columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
-        columns.append(pa.array([meta]))
-        yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
+        return run_task(spec, function, process, index, batches)
 
     return run
+
+
+def run_task(
+    spec: TaskSpec,
+    function: Any,
+    process: Process,
+    index: int,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """Operator instance ``index`` over ``batches``: take the state this process kept from the
+    last run or restore it, ``process``, snapshot, keep the state, report (output rows, then
+    one row whose :data:`META` column is the JSON report)."""
+    state = _TaskState.take(spec, index)
+    task = state.opened_task(spec, function, index)
+    backend = task.backend
+    result_schema = spec.result_schema
+    writer = (
+        None
+        if spec.output_table is None
+        else OutputWriter(
+            spec.output_table,
+            spec.output_schema,
+            checkpoint_id=spec.checkpoint_id,
+            subtask=index,
+        )
+    )
+    try:
+        for output in process(task, _with_keys(batches, spec)):
+            fault_point("task:process")
+            for batch in output_batches(output, spec.output_schema):
+                if writer is not None:
+                    writer.write(batch)
+                else:
+                    yield pa.RecordBatch.from_arrays(
+                        [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
+                        schema=result_schema,
+                    )
+        snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
+        written = None if writer is None else writer.close()
+        restored = {**backend.restore_metrics(), **state.metrics()}
+    except BaseException:
+        backend.close()  # a failed attempt must not keep its local state open
+        if writer is not None:
+            writer.abort()
+        raise
+    state.keep(spec, task, snapshot)
+    meta = json.dumps(
+        {
+            "subtask": index,
+            "records": task.records,
+            "restore": restored,
+            "states": [s.to_json_dict() for s in snapshot],
+            "output": None if written is None else written.to_json_dict(),
+        }
+    )
+    columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
+    columns.append(pa.array([meta]))
+    yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
 
 
 @dataclass
