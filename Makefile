@@ -61,6 +61,7 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks.stream
 
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks.run --events 200000
