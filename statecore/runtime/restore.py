@@ -33,19 +33,22 @@ TaskFiles = dict[tuple[str, str, str], dict[int, tuple[str, ...]]]
 per key group of its range (per subtask for operator state), the file paths, sorted."""
 
 
-def fingerprint(
-    checkpoint_id: int | None, files: Mapping[tuple[str, str, str], Mapping[int, Collection[str]]]
-) -> str:
-    """A digest of ``checkpoint_id`` and a task's files (:data:`TaskFiles`); tables and parts
-    without files do not count, so a task's own account of what it wrote and the completed
-    checkpoint's listing digest alike exactly when they name the same files. File names carry
-    a random part per write, so another attempt or writer never makes the same digest."""
+def fingerprint(files: Mapping[tuple[str, str, str], Mapping[int, Collection[str]]]) -> str:
+    """A digest of a task's files (:data:`TaskFiles`): what its state consists of.
+
+    Tables and parts without files do not count, so a task's own account of what it restored
+    and wrote, and a completed checkpoint's listing, digest alike exactly when they name the
+    same files. File names carry a random part per write, so another attempt, writer or
+    operation never makes the same digest; the checkpoint id is left out on purpose: a
+    checkpoint that changed nothing of the task's (an empty micro-batch) names the same files,
+    and its state is the same.
+    """
     canonical = sorted(
         (list(table), sorted((part, sorted(paths)) for part, paths in parts.items() if paths))
         for table, parts in files.items()
     )
     canonical = [c for c in canonical if c[1]]
-    text = json.dumps([checkpoint_id, canonical], separators=(",", ":"))
+    text = json.dumps(canonical, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -142,8 +145,9 @@ class RestorePlan:
         return out
 
     def fingerprint(self, key_groups: Collection[int], subtask: int) -> str:
-        """:func:`fingerprint` of this checkpoint's :meth:`task_files` for one task."""
-        return fingerprint(self.checkpoint_id, self.task_files(key_groups, subtask))
+        """:func:`fingerprint` of this checkpoint's :meth:`task_files` for one task (of the
+        empty state when nothing is restored)."""
+        return fingerprint(self.task_files(key_groups, subtask))
 
     def restored_key_groups(self, state: str, key_groups: KeyGroupRange) -> set[int]:
         """The key groups of ``key_groups`` that state ``state`` has files for."""

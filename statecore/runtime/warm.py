@@ -10,13 +10,17 @@ worker, takes them instead of restoring.
 It may only do so when what it holds *is* the checkpoint the run restores. A :class:`WarmScope`
 must be equal (job, operator, subtask, parallelism, key-group range, max parallelism, key type,
 backend and its options), and so must a token: the :func:`~statecore.runtime.restore.fingerprint`
-of the checkpoint id and the exact files (per table, per key group of the range) that the task's
-state consists of. The task computes it after its snapshot from the files it restored and those it
-wrote; the next run computes it from the :class:`~statecore.runtime.restore.RestorePlan` the driver
-built from the catalog's *completed* checkpoint. Snapshot file names carry a random part per
-write, so the two digests agree only when the driver completed this very snapshot:
+of the exact files (per table and key group of the range, the subtask's operator state) that the
+task's state consists of. The task computes it after its snapshot from the files it restored and
+those it wrote; the next run computes it from the
+:class:`~statecore.runtime.restore.RestorePlan` the driver built from the catalog's *completed*
+checkpoint. Snapshot file names carry a random part per write, so the two digests agree only when
+the driver completed this very snapshot (or a later checkpoint that changed none of the task's
+files, such as an empty micro-batch, which ran no task), and a checkpoint id alone never makes
+them agree:
 
-- the checkpoint failed or was rolled back: the next run restores an older checkpoint (another id);
+- the checkpoint failed or was rolled back: the next run restores an older checkpoint, whose
+  files are not the ones the task wrote;
 - another attempt of the same run wrote the committed files, or another process or maintenance
   operation (TTL cleanup, repair, restore, a savepoint restore) made the checkpoint: other files;
 - a rescale: another key-group range or parallelism.
@@ -201,13 +205,12 @@ WARM_POOL = WarmPool()
 
 
 def snapshot_token(
-    checkpoint_id: int,
     restored: TaskFiles,
     snapshot: Collection[StateSnapshotResult],
     table_uris: TableUris,
     subtask: int,
 ) -> str:
-    """The token of a task's state right after its snapshot of ``checkpoint_id``: the files it
+    """The token of a task's state right after its snapshot: the files it
     ``restored`` (:meth:`~statecore.runtime.restore.RestorePlan.task_files`), with each changed
     key group replaced by what the snapshot wrote for it (nothing when it became empty) and its
     subtask's operator state by the files written for it."""
@@ -222,4 +225,4 @@ def snapshot_token(
         changed = (subtask,) if result.replace_all else result.changed_key_groups
         for part in changed:
             parts[part] = tuple(sorted(f.path for f in result.files if f.key_group == part))
-    return fingerprint(checkpoint_id, files)
+    return fingerprint(files)

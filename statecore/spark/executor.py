@@ -318,7 +318,6 @@ class _TaskState:
             WarmEntry(
                 scope=self.scope,
                 token=snapshot_token(
-                    spec.checkpoint_id,
                     self.restored_files,
                     snapshot,
                     spec.table_uris,

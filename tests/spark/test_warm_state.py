@@ -99,11 +99,13 @@ def run(
     commit: bool = True,
     attempts: Sequence[int] = (),
     clock: ManualTimeProvider | None = None,
+    tasks: Sequence[int] | None = None,
 ) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
     """One checkpoint of ``records``: its output rows (sorted) and the summed restore metrics.
 
     ``attempts`` names subtasks that run twice (the first attempt's snapshot is committed);
-    without ``commit`` the checkpoint fails after every task snapshotted.
+    without ``commit`` the checkpoint fails after every task snapshotted. ``tasks`` names the
+    subtasks that run (all by default; Spark runs none for an empty micro-batch).
     """
     function = function or Totals()
     key_type = TypeInfo.of(str)
@@ -147,7 +149,7 @@ def run(
         )
         rows: list[tuple[Any, ...]] = []
         metas: list[dict[str, Any]] = []
-        for index in [*range(parallelism), *attempts]:
+        for index in [*(range(parallelism) if tasks is None else tasks), *attempts]:
             key_groups = spec.key_groups(index)
             mine = [(k, v) for k, v in records if assign_to_key_group(k, MAX_P) in key_groups]
             batch = pa.RecordBatch.from_pydict(
@@ -367,3 +369,13 @@ def test_the_pool_drops_stale_tokens_and_other_jobs() -> None:
     assert c.backend._resources.closed  # type: ignore[attr-defined]
     assert pool.take(b.scope, "t1") is b
     b.close()
+
+
+def test_warm_state_survives_a_checkpoint_that_ran_no_task(statecore_home: StatecoreConfig) -> None:
+    runs = [{"records": events(1), "checkpoint_id": 1}, {"records": events(2), "checkpoint_id": 3}]
+    expected = cold(statecore_home, runs, "empty_cold")
+    run(statecore_home, job="empty", **runs[0])
+    run(statecore_home, job="empty", records=[], checkpoint_id=2, tasks=[])  # an empty batch
+    got, restore = run(statecore_home, job="empty", **runs[1])
+    assert restore["warm_tasks"] == 2  # checkpoint 2 is checkpoint 1's files: the same state
+    assert got == expected[1]
