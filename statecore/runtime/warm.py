@@ -27,6 +27,8 @@ them agree:
 
 Any mismatch closes the entry (a RocksDB instance is closed and left on disk, where a cold task
 may still reopen it, see :mod:`statecore.backends.rocksdb.local`) and the task restores as usual.
+A kept RocksDB instance holds its directory's lock; when a task of another Python worker asks for
+that directory, a watcher thread of the pool closes the entry so that the task can reopen it.
 An entry is taken out of the pool while a task uses it and put back only after a successful
 snapshot, so a failed or concurrent attempt never sees a half-updated one. The pool keeps entries
 of one job and operator only (the one that ran last): memory stays bounded by what the process's
