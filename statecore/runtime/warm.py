@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from statecore.backends import BackendParameters, KeyedStateBackend
@@ -102,6 +102,8 @@ class WarmEntry:
 
     scope: WarmScope
     token: str
+    checkpoint_id: int
+    """The checkpoint whose snapshot the state is (not necessarily completed)."""
     backend: KeyedStateBackend
     operator_state: OperatorStateStore
     clock: RunClock
@@ -133,15 +135,20 @@ class WarmPool:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def take(self, scope: WarmScope, token: str) -> WarmEntry | None:
+    def take(
+        self, scope: WarmScope, token: str, stale: Callable[[WarmEntry], bool] | None = None
+    ) -> WarmEntry | None:
         """The entry of ``scope``'s subtask when it is at ``scope`` and ``token``, removed from
         the pool (else ``None``: a mismatching entry is closed). Entries of other jobs or
-        operators are closed."""
+        operators are closed, and so are the job's entries of other subtasks that are
+        ``stale`` (e.g. left behind the checkpoint being restored, as another worker ran their
+        subtask since)."""
         with self._lock:
             others = [
                 self._entries.pop(k)
                 for k in list(self._entries)
                 if k[:2] != (scope.job, scope.operator)
+                or (stale is not None and k[2] != scope.subtask_index and stale(self._entries[k]))
             ]
             entry = self._entries.pop((scope.job, scope.operator, scope.subtask_index), None)
         _close_all(others)

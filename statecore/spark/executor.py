@@ -97,6 +97,15 @@ class TaskSpec:
             restore_source_for=lambda kgs: restore.source(kgs, key_type),
         )
 
+    def is_stale(self, entry: WarmEntry) -> bool:
+        """Whether a kept entry (of another subtask) can no longer be taken: snapshotted by an
+        earlier run, and not the checkpoint this run restores (a later one of its subtask was
+        completed by another worker, or its own failed)."""
+        scope = entry.scope
+        return entry.checkpoint_id < self.checkpoint_id and entry.token != self.restore.fingerprint(
+            scope.key_groups, scope.subtask_index
+        )
+
     def warm_scope(self, index: int) -> WarmScope:
         return WarmScope(
             job=self.job,
@@ -250,7 +259,9 @@ class _TaskState:
         files = spec.restore.task_files(scope.key_groups, index)
         clock, warm = RunClock(spec.processing_time), None
         if spec.keep_warm:
-            warm = WARM_POOL.take(scope, spec.restore.fingerprint(scope.key_groups, index))
+            warm = WARM_POOL.take(
+                scope, spec.restore.fingerprint(scope.key_groups, index), spec.is_stale
+            )
             if warm is not None:
                 warm.clock.target = clock.target
                 clock = warm.clock
@@ -323,6 +334,7 @@ class _TaskState:
                     spec.table_uris,
                     self.scope.subtask_index,
                 ),
+                checkpoint_id=spec.checkpoint_id,
                 backend=task.backend,
                 operator_state=task.operator_state,
                 clock=self.clock,

@@ -334,10 +334,10 @@ def test_a_changed_state_descriptor_restores_instead(statecore_home: StatecoreCo
     assert got == expected
 
 
-def test_the_pool_drops_stale_tokens_and_other_jobs() -> None:
+def test_the_pool_drops_stale_tokens_other_jobs_and_entries_behind() -> None:
     pool = WarmPool()
 
-    def entry(job: str, subtask: int, token: str) -> WarmEntry:
+    def entry(job: str, subtask: int, token: str, checkpoint_id: int = 1) -> WarmEntry:
         scope = WarmScope(
             job=job,
             operator="main",
@@ -354,6 +354,7 @@ def test_the_pool_drops_stale_tokens_and_other_jobs() -> None:
         return WarmEntry(
             scope=scope,
             token=token,
+            checkpoint_id=checkpoint_id,
             backend=backend,
             operator_state=OperatorStateStore(),
             clock=RunClock(),
@@ -368,7 +369,11 @@ def test_the_pool_drops_stale_tokens_and_other_jobs() -> None:
     assert len(pool) == 1  # the other job's entry was dropped (and closed) on the way
     assert c.backend._resources.closed  # type: ignore[attr-defined]
     assert pool.take(b.scope, "t1") is b
-    b.close()
+    pool.put(b)
+    pool.put(entry("j", 0, "t2"))
+    # subtask 0 runs restoring "t3": subtask 1's entry ("t1") is behind it and dropped
+    assert pool.take(a.scope, "t3", lambda e: e.token != "t3") is None
+    assert len(pool) == 0 and b.backend._resources.closed  # type: ignore[attr-defined]
 
 
 def test_warm_state_survives_a_checkpoint_that_ran_no_task(statecore_home: StatecoreConfig) -> None:
