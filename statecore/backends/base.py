@@ -338,6 +338,11 @@ class KeyedStateBackend(ABC):
         self.key_context.clear()
         self.timer_service.reset_watermark()
 
+    def on_kept(self) -> None:
+        """The runtime keeps this backend open after its snapshot, for its next run (see
+        :mod:`statecore.runtime.warm`); a backend with local state may say so to other
+        processes. Nothing by default."""
+
     def release_requested(self) -> bool:
         """Whether another process waits for a local resource this backend holds (a backend
         kept open between runs is then closed); never, by default."""

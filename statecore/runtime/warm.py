@@ -175,6 +175,7 @@ class WarmPool:
             self._entries[(scope.job, scope.operator, scope.subtask_index)] = entry
         if old is not None and old is not entry:
             _close_all([old])
+        entry.backend.on_kept()
         if self._watcher is None and type(entry.backend).release_requested is not (
             KeyedStateBackend.release_requested
         ):

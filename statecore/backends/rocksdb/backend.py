@@ -78,6 +78,7 @@ class _Resources:
             self.cfs.clear()
             self.handles.clear()
             self.db.close()
+            self.local.withdraw_kept()
             if manifest is not None:
                 self.local.publish(manifest)
         finally:
@@ -241,11 +242,19 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         super().resume(restore_source, scope)
         if self._resources.closed:
             raise StateAccessError("the RocksDB backend is closed; it cannot be resumed")
+        self._resources.local.withdraw_kept()
         self.scope = scope if isinstance(scope, TaskScope) else None
         self._pending = None
         self._missing = []
         self._ingested = set()
         self._metrics = dict.fromkeys(self._metrics, 0)
+
+    def on_kept(self) -> None:
+        """Kept open after a snapshot: tell other processes which checkpoint the instance is
+        at (a kept manifest), so a task elsewhere that would reuse it asks for it."""
+        manifest = self._pending
+        if manifest is not None and not any(c.dirty for c in self._columns.values()):
+            self._resources.local.publish_kept(manifest)
 
     def release_requested(self) -> bool:
         """Whether a task of another process waits for this instance's local directory."""

@@ -47,6 +47,9 @@ __all__ = ["LocalManifest", "LocalInstance", "MANIFEST_NAME", "FORMAT_VERSION", 
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "statecore-manifest.json"
+KEPT_MANIFEST_NAME = "statecore-manifest.kept.json"
+"""The manifest of an instance a Python worker keeps open for its next run (the instance is in
+use: another task may ask for it, and reuses it only after it was closed and published)."""
 FORMAT_VERSION = 1
 RELEASE_WAIT = 2.0
 """Seconds a task waits for a locked instance directory to be released by a worker that keeps
@@ -228,6 +231,18 @@ class LocalInstance:
         tmp.write_text(manifest.to_json())
         os.replace(tmp, self.path / MANIFEST_NAME)
 
+    def publish_kept(self, manifest: LocalManifest) -> None:
+        """Say which checkpoint the instance, kept open, is at (see :data:`KEPT_MANIFEST_NAME`)."""
+        if self.ephemeral:
+            return
+        tmp = self.path / f".{KEPT_MANIFEST_NAME}.tmp"
+        tmp.write_text(manifest.to_json())
+        os.replace(tmp, self.path / KEPT_MANIFEST_NAME)
+
+    def withdraw_kept(self) -> None:
+        if not self.ephemeral:
+            (self.path / KEPT_MANIFEST_NAME).unlink(missing_ok=True)
+
     def release_requested(self) -> bool:
         """Whether a task of another process waits for this directory (its holder, keeping it
         open between runs, then closes it)."""
@@ -269,9 +284,9 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "_"
 
 
-def _read_manifest(directory: Path) -> LocalManifest | None:
+def _read_manifest(directory: Path, name: str = MANIFEST_NAME) -> LocalManifest | None:
     try:
-        return LocalManifest.from_json((directory / MANIFEST_NAME).read_text())
+        return LocalManifest.from_json((directory / name).read_text())
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -310,7 +325,7 @@ def _take_matching(
     for directory in base.iterdir():
         if not directory.is_dir():
             continue
-        manifest = _read_manifest(directory)
+        manifest = _read_manifest(directory) or _read_manifest(directory, KEPT_MANIFEST_NAME)
         if manifest is None:
             continue
         overlap = len(manifest.key_groups.intersection(key_groups))
@@ -330,6 +345,9 @@ def _take_matching(
             if other_lock is None:
                 continue
         try:
+            published = _read_manifest(directory)  # a kept instance publishes when released
+            if published != manifest:
+                continue
             if directory != mine:
                 if mine.exists():
                     shutil.rmtree(mine)
