@@ -1,9 +1,10 @@
 """One configuration object, resolved from arguments, environment, a config file, then defaults.
 
 Order (first wins): explicit arguments, the environment (``STATECORE_HOME``,
-``STATECORE_CATALOG_URL``, ``STATECORE_WAREHOUSE``, ``STATECORE_LEASE_TIMEOUT`` in seconds), the
-TOML file named by ``STATECORE_CONFIG`` (default ``<home>/statecore.toml``), then the embedded,
-local defaults:
+``STATECORE_CATALOG_URL``, ``STATECORE_WAREHOUSE``, ``STATECORE_LEASE_TIMEOUT`` in seconds,
+``STATECORE_LATENCY_SAMPLE_INTERVAL`` and ``STATECORE_LATENCY_HISTORY_SIZE``), the TOML file
+named by ``STATECORE_CONFIG`` (default ``<home>/statecore.toml``), then the embedded, local
+defaults:
 
 >>> cfg = StatecoreConfig.resolve(home="/tmp/sc", env={})
 >>> cfg.catalog_url
@@ -12,6 +13,8 @@ local defaults:
 '/tmp/sc/warehouse'
 >>> cfg.lease_timeout
 datetime.timedelta(seconds=60)
+>>> cfg.latency_sample_interval  # latency tracking is off unless asked for, as in Flink
+0
 
 Names that become folders of the warehouse and the local state directory (jobs, operators,
 savepoints: ``<warehouse>/<job>/<operator>/...``, ``_savepoints/<job>/<name>``) are 1 to 200
@@ -41,20 +44,26 @@ from statecore.errors import ConfigError
 __all__ = ["DEFAULT_LEASE_TIMEOUT", "StatecoreConfig", "check_name", "check_state_name"]
 
 _KEYS = ("home", "catalog_url", "warehouse")
-_FILE_KEYS = (*_KEYS, "lease_timeout")
+_LATENCY_KEYS = ("latency_sample_interval", "latency_history_size")
+_FILE_KEYS = (*_KEYS, "lease_timeout", *_LATENCY_KEYS)
 
 DEFAULT_LEASE_TIMEOUT = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, kw_only=True)
 class StatecoreConfig:
-    """Where statecore keeps its catalog and its Delta tables, and how long a job's lease lasts
-    without renewal (a writer that stops renewing is taken over after ``lease_timeout``)."""
+    """Where statecore keeps its catalog and its Delta tables, how long a job's lease lasts
+    without renewal (a writer that stops renewing is taken over after ``lease_timeout``), and
+    state-access latency tracking: every ``latency_sample_interval``-th record's state accesses
+    are timed, the last ``latency_history_size`` samples kept per state and access (Flink's
+    ``state.latency-track.sample-interval`` 100 and ``history-size`` 128; 0 turns it off)."""
 
     home: str
     catalog_url: str
     warehouse: str
     lease_timeout: timedelta = DEFAULT_LEASE_TIMEOUT
+    latency_sample_interval: int = 0
+    latency_history_size: int = 128
 
     def __post_init__(self) -> None:
         for key in _KEYS:
@@ -69,6 +78,12 @@ class StatecoreConfig:
             raise ConfigError(
                 f"statecore config: lease_timeout must be positive, not {self.lease_timeout}"
             )
+        if self.latency_sample_interval < 0 or self.latency_history_size < 1:
+            raise ConfigError(
+                "statecore config: latency_sample_interval must be 0 (off) or positive and "
+                f"latency_history_size positive, not {self.latency_sample_interval} and "
+                f"{self.latency_history_size}"
+            )
 
     @classmethod
     def resolve(
@@ -78,6 +93,7 @@ class StatecoreConfig:
         catalog_url: str | None = None,
         warehouse: str | None = None,
         lease_timeout: timedelta | None = None,
+        latency_sample_interval: int | None = None,
         env: Mapping[str, str] | None = None,
     ) -> StatecoreConfig:
         """Resolve the configuration: arguments, then environment, then file, then defaults."""
@@ -101,7 +117,21 @@ class StatecoreConfig:
         seconds = env.get("STATECORE_LEASE_TIMEOUT") or from_file.get("lease_timeout")
         if lease_timeout is None and seconds:
             lease_timeout = _seconds(seconds)
-        return cls(**values, lease_timeout=lease_timeout or DEFAULT_LEASE_TIMEOUT)
+        latency = {
+            key: _count(key, text)
+            for key in _LATENCY_KEYS
+            if (text := env.get(f"STATECORE_{key.upper()}") or from_file.get(key))
+        }
+        if latency_sample_interval is not None:
+            latency["latency_sample_interval"] = latency_sample_interval
+        return cls(**values, lease_timeout=lease_timeout or DEFAULT_LEASE_TIMEOUT, **latency)
+
+
+def _count(key: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise ConfigError(f"statecore config: {key} {text!r} is not a whole number") from exc
 
 
 def _seconds(text: str) -> timedelta:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group, compute_key_group_range_for_operator_index
 from statecore.runtime import KeyedProcessFunction
+from statecore.runtime.latency import LatencyTracking, latency_percentiles
 from statecore.runtime.task import KeyedOperatorTask, probe_states
 from statecore.snapshot import state_table_uri
 from statecore.ttl.time import TtlTimeProvider
@@ -36,8 +38,11 @@ def run_checkpoint(
     clock: TtlTimeProvider | None = None,
     watermark: int = MIN_WATERMARK,
     operator: str = "main",
+    latency: LatencyTracking | None = None,
 ) -> tuple[list[Any], CheckpointRecord]:
-    """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint."""
+    """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint (with
+    each subtask's restore timing and, with ``latency``, the latency percentiles, as the Spark
+    runtime records them)."""
     key_type = key_type or TypeInfo.of(str)
     with Catalog.connect(config.catalog_url) as catalog:
         coordinator = CheckpointCoordinator(config, catalog, job=job, operator=operator)
@@ -65,6 +70,8 @@ def run_checkpoint(
         uris = functools.partial(state_table_uri, config.warehouse, job, operator)
         outputs: list[Any] = []
         results = []
+        timings: list[dict[str, Any]] = []
+        reports = []
         for index in range(parallelism):
             key_groups = compute_key_group_range_for_operator_index(MAX_P, parallelism, index)
             backend = HeapKeyedStateBackend(
@@ -82,12 +89,26 @@ def run_checkpoint(
                 subtask_index=index,
                 parallelism=parallelism,
                 restore=planned.restore,
+                latency=latency,
             )
+            started = time.perf_counter()
             task.open()
+            timings.append(
+                {
+                    "subtask": index,
+                    "bytes": planned.restore.bytes_to_restore(key_groups),
+                    "seconds": time.perf_counter() - started,
+                }
+            )
             mine = [(k, None, r) for k, r in records if assign_to_key_group(k, MAX_P) in key_groups]
             outputs += task.process(mine)
             outputs += task.advance_watermark(watermark)
             outputs += task.advance_processing_time()
             results += task.snapshot(uris, checkpoint_id=checkpoint_id)
+            if task.tracker is not None:
+                reports.append(task.tracker.report())
             task.close()
-        return outputs, coordinator.commit(planned, results)
+        metrics: dict[str, Any] = {"restore": timings}
+        if reports:
+            metrics["latency"] = latency_percentiles(reports)
+        return outputs, coordinator.commit(planned, results, metrics=metrics)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
@@ -280,8 +281,10 @@ class Catalog:
         *,
         tables: Sequence[TableVersion],
         epoch: int | None = None,
+        metrics: Mapping[str, Any] | None = None,
     ) -> CheckpointRecord:
-        """Record ``tables`` and complete the checkpoint, in one transaction.
+        """Record ``tables`` (and the run's ``metrics``, JSON) and complete the checkpoint, in one
+        transaction.
 
         :class:`CheckpointCommitError` if the checkpoint is not IN_PROGRESS or the commit fails,
         :class:`ConcurrentRunError` if ``epoch`` is given and its lease no longer holds the job
@@ -311,6 +314,7 @@ class Catalog:
                 row.completed_at = _now()
                 row.completion_seq = job_row.last_completion_seq
                 row.error = None
+                row.metrics = dict(metrics) if metrics else None
                 session.flush()
                 record = row.to_record(job)
         except sa.exc.SQLAlchemyError as exc:

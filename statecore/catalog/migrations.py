@@ -197,6 +197,13 @@ def _v3_leases_and_input_identity(connection: sa.Connection) -> None:
         connection.exec_driver_sql(statement)
 
 
+def _v4_checkpoint_metrics(connection: sa.Connection) -> None:
+    # What a checkpoint measured besides its tables: state-access latency percentiles and each
+    # subtask's restore (bytes, seconds), as one JSON document.
+    json = sa.JSON().compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE statecore_checkpoints ADD COLUMN metrics {json}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -212,6 +219,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=3,
         description="job leases (epoch, expiry) and checkpoints' epoch and input identity",
         apply=_v3_leases_and_input_identity,
+    ),
+    Migration(
+        version=4,
+        description="checkpoints' metrics (latency percentiles, restore timings)",
+        apply=_v4_checkpoint_metrics,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

@@ -134,6 +134,7 @@ class CheckpointRow(Base):
     error: Mapped[str | None] = mapped_column(sa.Text)
     epoch: Mapped[int | None] = mapped_column(sa.BigInteger)
     input_identity: Mapped[str | None] = mapped_column(sa.Text)
+    metrics: Mapped[dict[str, Any] | None]
 
     tables: Mapped[list[CheckpointTableRow]] = relationship(
         order_by="CheckpointTableRow.id",
@@ -156,6 +157,7 @@ class CheckpointRow(Base):
             restored_from=self.restored_from,
             error=self.error,
             input_identity=self.input_identity,
+            metrics=self.metrics or {},
         )
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from statecore.catalog import (
     Catalog,
@@ -242,10 +243,15 @@ class CheckpointCoordinator:
         return replace(planned, restore=replace(planned.restore, migrated=frozenset(migrated)))
 
     def commit(
-        self, planned: PlannedCheckpoint, results: Iterable[StateSnapshotResult]
+        self,
+        planned: PlannedCheckpoint,
+        results: Iterable[StateSnapshotResult],
+        *,
+        metrics: Mapping[str, Any] | None = None,
     ) -> CheckpointRecord:
-        """Commit every table and complete the checkpoint; fail it on any error, with every
-        table it committed rolled back to the base checkpoint's version."""
+        """Commit every table and complete the checkpoint (with the run's ``metrics``); fail it
+        on any error, with every table it committed rolled back to the base checkpoint's
+        version."""
         checkpoint_id = planned.checkpoint_id
         committed: list[tuple[SnapshotTable, int]] = []
         try:
@@ -290,7 +296,7 @@ class CheckpointCoordinator:
             self.catalog.register_states(self.job, self.operator, states)
             fault_point("catalog:complete:before")
             record = self.catalog.complete_checkpoint(
-                self.job, checkpoint_id, tables=tables, epoch=self.epoch
+                self.job, checkpoint_id, tables=tables, epoch=self.epoch, metrics=metrics
             )
             fault_point("catalog:complete:after")
             return record

@@ -8,6 +8,7 @@
     statecore rescale JOB --parallelism P [--max-parallelism M] [--savepoint FOLDER]
     statecore retention JOB --retain N [--vacuum-retention-hours H | --no-vacuum] [--dry-run]
     statecore ttl-cleanup JOB [--dry-run] [--no-compact] [--vacuum-retention-hours H | --no-vacuum]
+    statecore state get JOB STATE KEY [--namespace N] [--user-key K] [--checkpoint ID|--savepoint S]
     statecore state delete JOB --key K [--from REF] [--name N] [--target DIR]
     statecore state apply JOB --sql "UPDATE|DELETE ..." [--from REF] [--name N] [--target DIR]
     statecore diff JOB A B [--examples N]
@@ -67,6 +68,10 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show.add_argument("job")
     show.add_argument("checkpoint_id", type=int)
     show.add_argument("--key-groups", action="store_true", help="sizes per key group")
+    show.add_argument(
+        "--latency", action="store_true", help="state-access latency percentiles (µs)"
+    )
+    show.add_argument("--restore", action="store_true", help="each subtask's restore")
     cps.set_defaults(run=commands.checkpoints)
 
     sps = sub.add_parser("savepoints", help="list, show or restore savepoints")
@@ -113,6 +118,11 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="store_true",
         help="accept states of the savepoint the job no longer has",
     )
+    check.add_argument(
+        "--parallelism",
+        type=int,
+        help="estimate each subtask's restore time at this parallelism (default: the job's)",
+    )
     check.set_defaults(run=commands.check)
 
     sql = _formatted(
@@ -143,6 +153,11 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="a new max parallelism: the state is rewritten with new key groups",
     )
     rescale.add_argument("--savepoint", help="a savepoint of the latest checkpoint, if taken")
+    rescale.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="change nothing: print each subtask's estimated restore time at the new parallelism",
+    )
     rescale.set_defaults(run=commands.rescale)
 
     retention = _formatted(
@@ -160,8 +175,18 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _vacuum_options(cleanup)
     cleanup.set_defaults(run=commands.ttl_cleanup)
 
-    state = sub.add_parser("state", help="repair state into a new savepoint")
+    state = sub.add_parser("state", help="look up one key; repair state into a new savepoint")
     st_sub = state.add_subparsers(dest="action", required=True)
+    get = _formatted(st_sub.add_parser("get", help="one key's value, reading only its key group"))
+    get.add_argument("job")
+    get.add_argument("state")
+    get.add_argument("key")
+    get.add_argument("--namespace", default="")
+    get.add_argument("--user-key", help="one entry of a map state")
+    get.add_argument("--operator", help="when two operators have a state of that name")
+    at = get.add_mutually_exclusive_group()
+    at.add_argument("--checkpoint", type=int, help="a completed checkpoint (default: latest)")
+    at.add_argument("--savepoint", help="a savepoint name or folder")
     delete = _formatted(st_sub.add_parser("delete", help="erase one key from every state"))
     delete.add_argument("job")
     delete.add_argument("--key", required=True)

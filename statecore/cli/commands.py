@@ -7,6 +7,8 @@ print on standard output; progress goes to standard error.
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from statecore.cli.output import (
     format_rows,
     format_table,
     key_group_rows,
+    latency_rows,
     point_rows,
     savepoint_rows,
     table_rows,
@@ -60,6 +63,11 @@ def checkpoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
         if args.action == "show":
             record = catalog.get_checkpoint(args.job, args.checkpoint_id)
             head = format_rows(checkpoint_rows([record]), args.format)
+            if args.latency or args.restore:
+                rows = latency_rows(record) if args.latency else record.metrics.get("restore", [])
+                what = "state latency" if args.latency else "restore"
+                empty = (f"no {what} recorded (see the README)",)
+                return head + "\n\n" + format_rows(rows, args.format, empty=empty)
             if not record.tables:
                 return head
             point = checkpoint_point(catalog, args.job, args.checkpoint_id)
@@ -117,6 +125,8 @@ def savepoint(args: argparse.Namespace, config: StatecoreConfig) -> str:
 def rescale(args: argparse.Namespace, config: StatecoreConfig) -> str:
     from statecore.ops.rescale import rescale as run
 
+    if args.dry_run:
+        return _estimate(config, args.job, "latest", args.parallelism, args.max_parallelism, args)
     with Catalog.connect(config.catalog_url) as catalog:
         result = run(
             config,
@@ -176,6 +186,8 @@ def ttl_cleanup(args: argparse.Namespace, config: StatecoreConfig) -> str:
 def state(args: argparse.Namespace, config: StatecoreConfig) -> str:
     from statecore.ops.repair import apply_sql, delete_key
 
+    if args.action == "get":
+        return _lookup(args, config)
     with Catalog.connect(config.catalog_url) as catalog:
         if args.action == "delete":
             result = delete_key(
@@ -240,7 +252,27 @@ def check(args: argparse.Namespace, config: StatecoreConfig) -> str:
         checks = check_compatibility(current, against)
         print(format_rows([c.to_dict() for c in checks], args.format, empty=("state",)))
         raise_if_incompatible(checks, against, allow_not_restored=args.allow_not_restored)
-        return f"job {args.job!r} can restore {against.label}"
+        parallelism = args.parallelism or catalog.get_job(args.job).parallelism
+    print(_estimate(config, args.job, args.against, parallelism, None, args))
+    return f"job {args.job!r} can restore {against.label}"
+
+
+def _estimate(
+    config: StatecoreConfig,
+    job: str,
+    ref: str,
+    parallelism: int,
+    max_parallelism: int | None,
+    args: argparse.Namespace,
+) -> str:
+    """The estimated restore time of each subtask of ``parallelism``, and the slowest."""
+    from statecore.ops.estimate import estimate_restore
+
+    with Catalog.connect(config.catalog_url) as catalog:
+        point = resolve_point(catalog, job, None if ref == "latest" else ref)
+        estimate = estimate_restore(catalog, point, parallelism, max_parallelism=max_parallelism)
+    table = format_rows(estimate.rows(), args.format)
+    return table if args.format != "table" else f"{table}\n{estimate.summary()}"
 
 
 def sql(args: argparse.Namespace, config: StatecoreConfig) -> str:
@@ -296,3 +328,33 @@ def demo(args: argparse.Namespace, config: StatecoreConfig) -> str:
         f"\n$ statecore checkpoints list\n{listing}\n\n"
         f'$ statecore sql "<top users by total amount>"{DEMO_QUERY}\n{top}'
     )
+
+
+def _lookup(args: argparse.Namespace, config: StatecoreConfig) -> str:
+    from statecore.query.lookup import lookup
+
+    found = lookup(
+        args.job,
+        args.state,
+        args.key,
+        namespace=args.namespace,
+        user_key=args.user_key,
+        checkpoint=args.checkpoint,
+        savepoint=args.savepoint,
+        operator=args.operator,
+        config=config,
+    )
+    row = found.to_dict()
+    if isinstance(row["key"], bytes):
+        row["key"] = row["key"].decode("utf-8", "backslashreplace")
+    if args.format == "json":
+        return json.dumps([row], default=_json_default)
+    row["value"] = json.dumps(row["value"], default=_json_default)
+    return format_rows([row], args.format)
+
+
+def _json_default(value: object) -> object:
+    """Bytes (a binary or ``PICKLED`` value, never unpickled) as base64 text."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return str(value)

@@ -21,6 +21,7 @@ __all__ = [
     "format_rows",
     "format_table",
     "key_group_rows",
+    "latency_rows",
     "point_rows",
     "savepoint_rows",
     "table_rows",
@@ -91,6 +92,15 @@ def checkpoint_rows(records: Sequence[CheckpointRecord]) -> list[dict[str, Any]]
             "completed_at": c.completed_at,
         }
         for c in records
+    ]
+
+
+def latency_rows(record: CheckpointRecord) -> list[dict[str, Any]]:
+    """The checkpoint's state-access latency percentiles, a row per state and access."""
+    return [
+        {"state": state, "access": access, **percentiles}
+        for state, accesses in record.metrics.get("latency", {}).items()
+        for access, percentiles in accesses.items()
     ]
 
 

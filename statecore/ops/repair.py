@@ -20,11 +20,11 @@ from statecore.catalog import Catalog, TableVersion
 from statecore.checkpoint.lock import maintenance_lock
 from statecore.checkpoint.points import RestorePoint, resolve_point
 from statecore.config import StatecoreConfig
-from statecore.errors import KeyTypeError
 from statecore.keygroups import assign_to_key_group
 from statecore.ops.savepoint import Rewrite, write_savepoint
 from statecore.progress import Progress, silent
 from statecore.query.apply import apply_statements
+from statecore.query.lookup import parse_key
 from statecore.snapshot.rewrite import TableLayout, read_files, table_files, table_layout
 
 __all__ = ["RepairResult", "TableRepair", "apply_sql", "delete_key"]
@@ -106,17 +106,6 @@ def _write(
     )
 
 
-def _key_value(key: str, key_type: pa.DataType, job: str) -> Any:
-    if pa.types.is_integer(key_type):
-        try:
-            return int(key)
-        except ValueError:
-            raise KeyTypeError(f"job {job!r} has integer keys; {key!r} is not one") from None
-    if pa.types.is_binary(key_type) or pa.types.is_large_binary(key_type):
-        return key.encode("utf-8")
-    return key
-
-
 def delete_key(
     config: StatecoreConfig,
     catalog: Catalog,
@@ -138,7 +127,7 @@ def delete_key(
             layout = table_layout(table.path, table.version)
             if layout.partition != "key_group" or KEY not in layout.rows_schema.names:
                 continue
-            value = _key_value(key, layout.rows_schema.field(KEY).type, job)
+            value = parse_key(key, layout.rows_schema.field(KEY).type, job)
             key_group = assign_to_key_group(value, point.max_parallelism)
             files = [f for f in table_files(table.path, table.version) if f.key_group == key_group]
             parts = [rows for _, rows in read_files(table.path, files)]

@@ -3,6 +3,8 @@
 - :mod:`~statecore.query.sql`: the views of a checkpoint or savepoint, and ``run_sql``
   (re-exported here).
 - :mod:`~statecore.query.diff`: per-table checksums, keys that differ between two points.
+- :mod:`~statecore.query.lookup`: one key's value at a checkpoint or savepoint (its key group
+  only).
 - :mod:`~statecore.query.apply`: ``UPDATE``/``DELETE`` statements over a copy of the state.
 
 ``statecore sql``, ``diff`` and ``state apply`` run in DuckDB's sandbox
@@ -10,6 +12,7 @@
 folders of their tables, and its configuration is locked.
 """
 
+from statecore.query.lookup import LookupResult, lookup
 from statecore.query.sql import (
     StateViews,
     connect,
@@ -22,10 +25,12 @@ from statecore.query.sql import (
 )
 
 __all__ = [
+    "LookupResult",
     "StateViews",
     "connect",
     "delta_scan",
     "ident",
+    "lookup",
     "open_point_views",
     "open_views",
     "run_sql",

@@ -4,7 +4,8 @@ Each table of a checkpoint or savepoint (keyed state, operator state, timers) is
 ``<job>.<state>`` over ``delta_scan(path, version => v)`` at the Delta version it names, so a
 query sees exactly that checkpoint (time travel); the timers of an operator are ``<job>.timers``.
 Where two tables share a name, the view is ``<job>."<operator>.<state>"``. The catalog's
-checkpoints are the table ``statecore.checkpoints``, its savepoints ``statecore.savepoints``.
+checkpoints are the table ``statecore.checkpoints``, its savepoints ``statecore.savepoints``, the
+state-access latency percentiles recorded with checkpoints ``statecore.state_latency``.
 Queries are read-only, and the guarantee is DuckDB's own: once the views exist, the connection
 is sandboxed (:func:`sandbox`): external access off, file access only to the folders of the
 tables the views read, no extension installed or loaded, and the configuration locked, so
@@ -232,7 +233,7 @@ class StateViews:
         except duckdb.CatalogException as exc:
             raise UnknownStateError(
                 f"{exc}; the views are: {', '.join(self.views) or 'none'} and "
-                "statecore.checkpoints, statecore.savepoints"
+                "statecore.checkpoints, statecore.savepoints, statecore.state_latency"
             ) from exc
         except duckdb.PermissionException as exc:
             raise ConfigError(
@@ -274,6 +275,33 @@ def _register(
     con.execute(f"CREATE VIEW statecore.{name} AS SELECT * FROM _{name}")
 
 
+_LATENCY_COLUMNS = {
+    "job": pa.string(),
+    "checkpoint_id": pa.int64(),
+    "state": pa.string(),
+    "access": pa.string(),
+    "samples": pa.int64(),
+    "p50_us": pa.float64(),
+    "p95_us": pa.float64(),
+    "p99_us": pa.float64(),
+}
+
+
+def _latency_rows(checkpoint: CheckpointRecord) -> list[dict[str, Any]]:
+    """``statecore.state_latency``: the checkpoint's latency percentiles per state and access."""
+    return [
+        {
+            "job": checkpoint.job,
+            "checkpoint_id": checkpoint.checkpoint_id,
+            "state": state,
+            "access": access,
+            **{k: p[k] for k in ("samples", "p50_us", "p95_us", "p99_us")},
+        }
+        for state, accesses in checkpoint.metrics.get("latency", {}).items()
+        for access, p in accesses.items()
+    ]
+
+
 def open_point_views(points: Sequence[RestorePoint], catalog: Catalog | None = None) -> StateViews:
     """Views of every table of ``points`` (one per job), plus the catalog's listings."""
     con = connect()
@@ -294,9 +322,12 @@ def _open_point_views(
     con.execute("CREATE SCHEMA IF NOT EXISTS statecore")
     checkpoints: list[dict[str, Any]] = []
     savepoints: list[dict[str, Any]] = []
+    latency: list[dict[str, Any]] = []
     if catalog is not None:
         for job in catalog.list_jobs():
-            checkpoints += [_checkpoint_row(c) for c in catalog.list_checkpoints(job.name)]
+            for c in catalog.list_checkpoints(job.name):
+                checkpoints.append(_checkpoint_row(c))
+                latency += _latency_rows(c)
         savepoints = [
             {
                 "job": s.job,
@@ -314,6 +345,7 @@ def _open_point_views(
         ]
     _register(con, "checkpoints", checkpoints, {"job": pa.string(), "checkpoint_id": pa.int64()})
     _register(con, "savepoints", savepoints, {"job": pa.string(), "name": pa.string()})
+    _register(con, "state_latency", latency, _LATENCY_COLUMNS)
     spill = tempfile.mkdtemp(prefix="statecore-sql-")
     sandbox(con, [t.path for p in points for t in p.tables], temp_directory=spill)
     return StateViews(con, {p.job: p for p in points}, tuple(views), spill)

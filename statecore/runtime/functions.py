@@ -36,6 +36,7 @@ from statecore.descriptors import (
     ValueStateDescriptor,
 )
 from statecore.errors import StateAccessError
+from statecore.runtime.latency import LatencyTracker
 from statecore.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
 
 __all__ = [
@@ -61,12 +62,15 @@ class RuntimeContext:
         operator: str,
         subtask_index: int,
         parallelism: int,
+        tracker: LatencyTracker | None = None,
     ) -> None:
         self.backend = backend
         self.job = job
         self.operator = operator
         self.subtask_index = subtask_index
         self.parallelism = parallelism
+        self.tracker = tracker
+        """Latency tracking: the states handed out are its stand-ins (see :mod:`.latency`)."""
 
     @property
     def max_parallelism(self) -> int:
@@ -78,7 +82,8 @@ class RuntimeContext:
                 f"state {getattr(descriptor, 'name', descriptor)!r}: expected a "
                 f"{expected.__name__}, got {type(descriptor).__name__}"
             )
-        return self.backend.get_partitioned_state(descriptor)
+        state = self.backend.get_partitioned_state(descriptor)
+        return state if self.tracker is None else self.tracker.track(descriptor.name, state)
 
     def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
         return self._state(descriptor, ValueStateDescriptor)  # type: ignore[return-value]

@@ -149,6 +149,14 @@ class RestorePlan:
         empty state when nothing is restored)."""
         return fingerprint(self.task_files(key_groups, subtask))
 
+    def bytes_to_restore(self, key_groups: Collection[int]) -> int:
+        """What a task of ``key_groups`` reads to restore: its key groups' files of every keyed
+        state and of the timers, and every operator-state file (each subtask reads them all)."""
+        keyed = [*self.states.values(), *([self.timers] if self.timers else [])]
+        return sum(
+            f.size for restored in keyed for f in restored.files if f.key_group in key_groups
+        ) + sum(f.size for restored in self.operator_states.values() for f in restored.files)
+
     def restored_key_groups(self, state: str, key_groups: KeyGroupRange) -> set[int]:
         """The key groups of ``key_groups`` that state ``state`` has files for."""
         restored = self.states.get(state)

@@ -36,6 +36,7 @@ from statecore.runtime.functions import (
     OnTimerContext,
     RuntimeContext,
 )
+from statecore.runtime.latency import LatencyTracker, LatencyTracking, run_sampled
 from statecore.runtime.restore import RestoredState, RestorePlan
 from statecore.runtime.vectorized import KeyedBatch, KeyedBatchFunction, group_by_key
 from statecore.snapshot import TIMERS, SnapshotFile, write_key_group_files
@@ -146,18 +147,22 @@ class KeyedOperatorTask:
         restore: RestorePlan | None = None,
         operator_state: OperatorStateStore | None = None,
         restore_timers: bool = True,
+        latency: LatencyTracking | None = None,
     ) -> None:
         self.function = function
         self.backend = backend
         self.subtask_index = subtask_index
         self.parallelism = parallelism
         self.restore = restore or RestorePlan(job, operator)
+        self.tracker = None if latency is None else LatencyTracker(latency)
+        """Samples state-access latencies when ``latency`` is given (see :mod:`.latency`)."""
         self.runtime_context = RuntimeContext(
             backend,
             job=job,
             operator=operator,
             subtask_index=subtask_index,
             parallelism=parallelism,
+            tracker=self.tracker,
         )
         self.operator_state = operator_state or OperatorStateStore(
             restored=self.restore.operator_state(subtask_index, parallelism)
@@ -225,31 +230,47 @@ class KeyedOperatorTask:
         ``timestamps`` (epoch ms, one per record) become ``ctx.timestamp``.
         """
         out: list[Any] = []
+        if timestamps is None:
+            self.records += run_sampled(records, self.tracker, self._loop, out)
+        else:
+            self.records += run_sampled(
+                zip(records, timestamps), self.tracker, self._loop_with_timestamps, out
+            )
+            self.context.timestamp = None
+        return out
+
+    def _loop(self, records: Iterable[tuple[Any, int | None, Any]], out: list[Any]) -> int:
         extend = out.extend
         set_key = self.backend.set_current_key
         process = self._per_record_function().process_element
         ctx = self.context
         n = 0
-        if timestamps is None:
-            for key, key_group, record in records:
-                set_key(key, key_group)
-                ctx.current_key = key
-                result = process(record, ctx)
-                if result is not None:
-                    extend(result)
-                n += 1
-        else:
-            for (key, key_group, record), timestamp in zip(records, timestamps):
-                set_key(key, key_group)
-                ctx.current_key = key
-                ctx.timestamp = timestamp
-                result = process(record, ctx)
-                if result is not None:
-                    extend(result)
-                n += 1
-            ctx.timestamp = None
-        self.records += n
-        return out
+        for key, key_group, record in records:
+            set_key(key, key_group)
+            ctx.current_key = key
+            result = process(record, ctx)
+            if result is not None:
+                extend(result)
+            n += 1
+        return n
+
+    def _loop_with_timestamps(
+        self, records: Iterable[tuple[tuple[Any, int | None, Any], int | None]], out: list[Any]
+    ) -> int:
+        extend = out.extend
+        set_key = self.backend.set_current_key
+        process = self._per_record_function().process_element
+        ctx = self.context
+        n = 0
+        for (key, key_group, record), timestamp in records:
+            set_key(key, key_group)
+            ctx.current_key = key
+            ctx.timestamp = timestamp
+            result = process(record, ctx)
+            if result is not None:
+                extend(result)
+            n += 1
+        return n
 
     def _per_record_function(self) -> KeyedProcessFunction:
         if not isinstance(self.function, KeyedProcessFunction):
@@ -297,18 +318,26 @@ class KeyedOperatorTask:
         if groups.null_count or not backend.switches_keys_by_assignment():
             return self.process(zip(keys, key_groups, records))
         out: list[Any] = []
+        self.records += run_sampled(
+            zip(keys, key_groups, records), self.tracker, self._assigned_loop, out
+        )
+        return out
+
+    def _assigned_loop(self, records: Iterable[tuple[Any, int, Any]], out: list[Any]) -> int:
+        """The loop of a backend that switches keys by assignment: no call per key."""
         extend = out.extend
         process = self._per_record_function().process_element
         ctx = self.context
-        key_context = backend.key_context
-        for current, current_group, record in zip(keys, key_groups, records):
+        key_context = self.backend.key_context
+        n = 0
+        for current, current_group, record in records:
             key_context.key = ctx.current_key = current
             key_context.key_group = current_group
             result = process(record, ctx)
             if result is not None:
                 extend(result)
-        self.records += len(keys)
-        return out
+            n += 1
+        return n
 
     def _record_type(self, names: list[str]) -> type:
         """The namedtuple of a batch's columns (made once per distinct column list)."""

@@ -9,6 +9,7 @@ stay on the driver, so a cold Python worker starts in a fraction of a second.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import chain
@@ -21,6 +22,7 @@ from statecore.backends import BackendParameters, KeyedStateBackend, TaskScope, 
 from statecore.backends.operator import OperatorStateStore
 from statecore.errors import ConfigError, KeyTypeError, StateDescriptorConflictError
 from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
+from statecore.runtime.latency import LatencyTracking
 from statecore.runtime.restore import RestorePlan, TaskFiles
 from statecore.runtime.task import KeyedOperatorTask, TableUris
 from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmScope, snapshot_token
@@ -68,6 +70,8 @@ class TaskSpec:
     output_table: str | None = None
     """When set, tasks write their output there (committed by the driver) instead of
     returning it to Spark."""
+    latency: LatencyTracking | None = None
+    """State-access latency tracking (off when ``None``)."""
 
     @property
     def result_schema(self) -> pa.Schema:
@@ -196,9 +200,19 @@ def run_task(
     """Operator instance ``index`` over ``batches``: take the state this process kept from the
     last run or restore it, ``process``, snapshot, keep the state, report (output rows, then
     one row whose :data:`META` column is the JSON report)."""
+    started = time.perf_counter()
     state = _TaskState.take(spec, index)
-    task = state.opened_task(spec, function, index)
+    task = state.opened_task(spec, function, index)  # restored (or kept), opened
     backend = task.backend
+    restore_timing = (
+        None  # a kept state reads nothing: no sample for the restore-time estimates
+        if state.warm is not None
+        else {
+            "subtask": index,
+            "bytes": spec.restore.bytes_to_restore(backend.key_group_range),
+            "seconds": round(time.perf_counter() - started, 6),
+        }
+    )
     result_schema = spec.result_schema
     writer = (
         None
@@ -235,6 +249,8 @@ def run_task(
             "subtask": index,
             "records": task.records,
             "restore": restored,
+            "restore_timing": restore_timing,
+            "latency": None if task.tracker is None else task.tracker.report(),
             "states": [s.to_json_dict() for s in snapshot],
             "output": None if written is None else written.to_json_dict(),
         }
@@ -309,6 +325,7 @@ class _TaskState:
             restore=spec.restore,
             operator_state=operator_state,
             restore_timers=self.warm is None,
+            latency=spec.latency,
         )
 
     def metrics(self) -> dict[str, int]:

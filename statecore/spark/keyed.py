@@ -40,6 +40,7 @@ from statecore.errors import ConfigError
 from statecore.keygroups import compute_default_max_parallelism
 from statecore.ops.savepoint import restore_savepoint
 from statecore.runtime.functions import KeyedProcessFunction
+from statecore.runtime.latency import LatencyTracking, latency_percentiles
 from statecore.runtime.task import StateSchema, StateSnapshotResult, probe_states
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot import state_table_uri
@@ -425,8 +426,15 @@ class _KeyedRunner:
             watermark=watermark,
             processing_time=job.processing_time,
             output_table=job.output_table,
+            latency=self.config_latency(),
         )
         return _Plan(checkpoint=planned, spec=spec)
+
+    def config_latency(self) -> LatencyTracking | None:
+        interval = self.config.latency_sample_interval
+        if not interval:
+            return None
+        return LatencyTracking(interval, self.config.latency_history_size)
 
     def execute(
         self, coordinator: CheckpointCoordinator, plan: _Plan
@@ -492,7 +500,7 @@ class _KeyedRunner:
                 raise
         snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
         try:
-            record = coordinator.commit(plan.checkpoint, snapshots)
+            record = coordinator.commit(plan.checkpoint, snapshots, metrics=_metrics(metas))
         except Exception as exc:
             if output_committed and not isinstance(exc, errors.ConcurrentRunError):
                 self._roll_back_output(coordinator)
@@ -571,6 +579,21 @@ def _task_error(exc: Exception, job: str, checkpoint_id: int) -> Exception:
     return errors.CheckpointCommitError(
         f"job {job!r}, checkpoint {checkpoint_id} failed in a Spark task: {exc}"
     )
+
+
+def _metrics(metas: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the catalog keeps of the tasks' reports: each subtask's restore (bytes, seconds)
+    and, with latency tracking on, the latency percentiles over every task's samples."""
+    metrics: dict[str, Any] = {
+        "restore": sorted(
+            (m["restore_timing"] for m in metas if m.get("restore_timing")),
+            key=lambda t: t["subtask"],
+        )
+    }
+    reports = [m["latency"] for m in metas if m.get("latency")]
+    if reports:
+        metrics["latency"] = latency_percentiles(reports)
+    return metrics
 
 
 def _sum_restore_metrics(metas: list[dict[str, Any]]) -> dict[str, int]:

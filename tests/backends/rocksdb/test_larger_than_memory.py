@@ -59,4 +59,5 @@ def test_state_ten_times_the_memory_budget_runs_and_restores(tmp_path: Path) -> 
     # Processing every key: RocksDB's resident set barely moves, the heap's grows with the state.
     growth = [r["rss_after_processing_mb"] - r["rss_before_backend_mb"] for r in (*rocks, *heap)]
     assert max(growth[:2]) < min(growth[2:])
-    assert max(r["peak_rss_mb"] for r in rocks) < max(r["peak_rss_mb"] for r in heap)
+    # (Not the process-wide peak: both backends' snapshots build the changed key groups' Arrow
+    # tables, and that phase can set the same peak for both; it once did, to 0.1 MB.)

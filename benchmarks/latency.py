@@ -1,0 +1,99 @@
+"""The overhead of state-access latency tracking (Flink's defaults: every 100th record, history
+128) on the per-record path, heap and RocksDB, in-process.
+
+The workload's events run through ``KeyedOperatorTask.process_batch`` with ``RunningSum`` (one
+``value()`` and one ``update()`` per event), with tracking off and on, alternating, several
+times each on fresh state; the fastest run of each counts and their ratio is the overhead (the
+two are compared within one run, as the machine is shared). Target (issue 14): ≤ 3 % with
+sampling on. Run: ``python -m benchmarks.latency`` (records ``benchmarks/LATENCY.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.functions import RunningSum
+from benchmarks.inprocess import _backend, _batches, _flush
+from benchmarks.measure import clock
+from benchmarks.workload import KEY_GROUP, Workload
+
+RESULTS = Path(__file__).with_name("LATENCY.md")
+
+
+def _run(backend_name: str, workload: Workload, latency: Any) -> tuple[float, Any]:
+    from statecore.runtime.task import KeyedOperatorTask
+
+    batches = [b.drop_columns(["seq"]) for b in _batches(workload)]
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as home:
+        backend = _backend(backend_name, home)
+        task = KeyedOperatorTask(
+            RunningSum(),
+            backend,
+            job="bench",
+            operator="main",
+            subtask_index=0,
+            parallelism=1,
+            latency=latency,
+        )
+        task.open()
+        start = clock()
+        for batch in batches:
+            task.process_batch(batch, key="key", key_group=KEY_GROUP)
+        _flush(backend)
+        seconds = clock() - start
+        report = None if task.tracker is None else task.tracker.report()
+        task.close()
+    return seconds, report
+
+
+def run(events: int, repeats: int, work: Path) -> str:
+    from statecore.runtime.latency import LatencyTracking, latency_percentiles
+
+    workload = Workload.prepare(events, work)
+    tracking = LatencyTracking()
+    lines = [
+        "# State-access latency tracking: overhead (benchmarks/latency.py)",
+        "",
+        f"{events:,} events, `RunningSum` per record, in-process; fastest of {repeats} "
+        "alternating runs each. Shared 2-core machine.",
+        "",
+        "| backend | off s | on s | overhead | value() p50/p99 µs | update() p50/p99 µs |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for backend_name in ("heap", "rocksdb"):
+        off, on = [], []
+        report: Any = None
+        for _ in range(repeats):
+            off.append(_run(backend_name, workload, None)[0])
+            seconds, report = _run(backend_name, workload, tracking)
+            on.append(seconds)
+        total = latency_percentiles([report])["total"]
+        value, update = total["value"], total["update"]
+        lines.append(
+            f"| {backend_name} | {min(off):.3f} | {min(on):.3f} | "
+            f"{min(on) / min(off) - 1:+.1%} | {value['p50_us']}/{value['p99_us']} | "
+            f"{update['p50_us']}/{update['p99_us']} |"
+        )
+    lines += ["", "Target: ≤ 3 % overhead with sampling on.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=500_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--work", default=".statecore/bench")
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args(argv)
+    report = run(args.events, args.repeats, Path(args.work))
+    print(report)
+    if not args.no_record:
+        RESULTS.write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

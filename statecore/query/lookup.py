@@ -1,0 +1,237 @@
+"""Point lookups: one key's state at a checkpoint or savepoint, as Flink's queryable state.
+
+A lookup hashes the key as the job does (:func:`~statecore.keygroups.assign_to_key_group`,
+Spark's Murmur3), so it knows the one key group that can hold it, and reads only that key
+group's file(s) of the table version the checkpoint names: no other key group is opened, which
+bounds what it reads to about ``1/max_parallelism`` of the state. The rows of the key (and
+namespace; for a ``MapState`` optionally one user key) come back as the state's value: a value, a
+list, a dict of map entries, or a reducing/aggregating state's stored value (the accumulator).
+
+TTL visibility is respected as the state's reads would respect it: under
+``never_return_expired`` an entry whose last access is ``ttl`` or more before ``now`` is hidden
+(and counted in ``expired``), under ``return_expired_if_not_cleaned_up`` it is returned.
+Values stored ``PICKLED`` come back as their bytes: a lookup never unpickles.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statecore.catalog import Catalog, TableVersion
+from statecore.checkpoint.points import RestorePoint, resolve_point
+from statecore.config import StatecoreConfig
+from statecore.errors import ConfigError, KeyTypeError, UnknownStateError
+from statecore.keygroups import KeyGroupRange, assign_to_key_group
+from statecore.snapshot.table import SnapshotTable
+from statecore.state import VOID_NAMESPACE
+from statecore.ttl.config import StateVisibility
+from statecore.ttl.storage import TTL_TIMESTAMP
+
+__all__ = ["LookupResult", "lookup", "lookup_at", "parse_key"]
+
+_KEYED = "keyed"
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What a lookup found for one key of one state, and what it read to find it."""
+
+    job: str
+    operator: str
+    state: str
+    kind: str
+    key: Any
+    namespace: str
+    key_group: int
+    point: str
+    """The checkpoint or savepoint read (``checkpoint 7 of job 'clicks'``)."""
+    found: bool
+    value: Any
+    expired: int
+    """Entries the TTL visibility hid."""
+    files_read: int
+    bytes_read: int
+    state_bytes: int
+    """The size of the whole state table at that version, for comparison."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_key(text: str, key_type: pa.DataType, job: str) -> Any:
+    """A key given as text (on the command line) as the job's key type."""
+    if pa.types.is_integer(key_type):
+        try:
+            return int(text)
+        except ValueError:
+            raise KeyTypeError(f"job {job!r} has integer keys; {text!r} is not one") from None
+    if pa.types.is_binary(key_type) or pa.types.is_large_binary(key_type):
+        return text.encode("utf-8")
+    return text
+
+
+def lookup(
+    job: str,
+    state: str,
+    key: Any,
+    *,
+    namespace: str = VOID_NAMESPACE,
+    user_key: Any = None,
+    checkpoint: int | None = None,
+    savepoint: str | None = None,
+    operator: str | None = None,
+    now_ms: int | None = None,
+    config: StatecoreConfig | None = None,
+) -> LookupResult:
+    """The value of ``key`` in ``state`` of ``job``: at the latest checkpoint, at ``checkpoint``,
+    or at ``savepoint`` (a name in the catalog or a folder). ``key`` may be text (it is parsed as
+    the job's key type); ``user_key`` narrows a ``MapState`` to one entry; ``operator`` is needed
+    only when two operators have a state of that name; ``now_ms`` is the processing time TTL is
+    judged against (default: now)."""
+    if checkpoint is not None and savepoint is not None:
+        raise ConfigError("give a checkpoint or a savepoint to look up, not both")
+    config = config or StatecoreConfig.resolve()
+    with Catalog.connect(config.catalog_url) as catalog:
+        point = resolve_point(catalog, job, savepoint if savepoint is not None else checkpoint)
+    return lookup_at(
+        point,
+        state,
+        key,
+        namespace=namespace,
+        user_key=user_key,
+        operator=operator,
+        now_ms=now_ms,
+    )
+
+
+def lookup_at(
+    point: RestorePoint,
+    state: str,
+    key: Any,
+    *,
+    namespace: str = VOID_NAMESPACE,
+    user_key: Any = None,
+    operator: str | None = None,
+    now_ms: int | None = None,
+) -> LookupResult:
+    """:func:`lookup` at a resolved checkpoint or savepoint."""
+    table = _table(point, state, operator)
+    record = point.state(table)
+    rows_schema = point.rows_schema(table)
+    if record is None or rows_schema is None:
+        raise UnknownStateError(f"{point.label}: state {state!r} has no registered schema")
+    key_type = rows_schema.field("key").type
+    if isinstance(key, str) and not pa.types.is_string(key_type):
+        key = parse_key(key, key_type, point.job)
+    _check_key(key, key_type, point.job, state)
+    key_group = assign_to_key_group(key, point.max_parallelism)
+    snapshot = SnapshotTable(
+        table.path, rows_schema, label=f"{point.job}/{table.operator}/{table.state}"
+    )
+    files = snapshot.files(table.version, KeyGroupRange(key_group, key_group))
+    parts = [rows for _, rows in snapshot.read_files(files)]
+    rows = pa.concat_tables(parts) if parts else rows_schema.empty_table()
+    mask = pc.and_(pc.equal(rows.column("key"), key), pc.equal(rows.column("namespace"), namespace))
+    if user_key is not None:
+        if "user_key" not in rows.column_names:
+            raise ConfigError(f"{point.label}: state {state!r} is a {record.kind} state, no map")
+        mask = pc.and_(mask, pc.equal(rows.column("user_key"), user_key))
+    matched = rows.filter(mask)
+    value, found, expired = _value(record.kind, matched, record.ttl, now_ms)
+    return LookupResult(
+        job=point.job,
+        operator=table.operator,
+        state=table.state,
+        kind=record.kind,
+        key=key,
+        namespace=namespace,
+        key_group=key_group,
+        point=point.label,
+        found=found,
+        value=value,
+        expired=expired,
+        files_read=len(files),
+        bytes_read=sum(f.size for f in files),
+        state_bytes=table.bytes,
+    )
+
+
+def _table(point: RestorePoint, state: str, operator: str | None) -> TableVersion:
+    tables = [
+        t
+        for t in point.tables
+        if t.table_kind == _KEYED and t.state == state and operator in (None, t.operator)
+    ]
+    if not tables:
+        known = sorted({t.state for t in point.tables if t.table_kind == _KEYED})
+        raise UnknownStateError(
+            f"{point.label} has no keyed state {state!r}"
+            + (f" of operator {operator!r}" if operator else "")
+            + f"; its keyed states: {known}"
+        )
+    if len(tables) > 1:
+        raise ConfigError(
+            f"{point.label}: operators {sorted(t.operator for t in tables)} each have a state "
+            f"{state!r}; name the operator"
+        )
+    return tables[0]
+
+
+def _check_key(key: Any, key_type: pa.DataType, job: str, state: str) -> None:
+    expected: type | tuple[type, ...]
+    if pa.types.is_integer(key_type):
+        expected = int
+    elif pa.types.is_binary(key_type) or pa.types.is_large_binary(key_type):
+        expected = bytes
+    else:
+        expected = str
+    if not isinstance(key, expected) or isinstance(key, bool):
+        raise KeyTypeError(
+            f"job {job!r}, state {state!r}: key {key!r} is not of the job's key type {key_type}"
+        )
+
+
+def _value(
+    kind: str, rows: pa.Table, ttl: dict[str, Any] | None, now_ms: int | None
+) -> tuple[Any, bool, int]:
+    """The state's value from its matching rows: ``(value, found, entries hidden by TTL)``."""
+    values = rows.column("value").to_pylist() if "value" in rows.column_names else []
+    stamps = rows.column(TTL_TIMESTAMP).to_pylist() if TTL_TIMESTAMP in rows.column_names else None
+    limit = _expiry_limit(ttl, now_ms)
+    expired = 0
+    if kind == "list":
+        out: list[Any] = []
+        for i, elements in enumerate(values):
+            for j, element in enumerate(elements or ()):
+                if stamps is not None and limit is not None and stamps[i][j] <= limit:
+                    expired += 1
+                else:
+                    out.append(element)
+        return out, bool(out), expired
+    alive = [
+        i for i in range(rows.num_rows) if stamps is None or limit is None or stamps[i] > limit
+    ]
+    expired = rows.num_rows - len(alive)
+    if kind == "map":
+        user_keys = rows.column("user_key").to_pylist()
+        entries = {user_keys[i]: values[i] for i in alive}
+        return entries, bool(entries), expired
+    if not alive:
+        return None, False, expired
+    return values[alive[0]], True, expired
+
+
+def _expiry_limit(ttl: dict[str, Any] | None, now_ms: int | None) -> int | None:
+    """Entries last accessed at or before this are expired and hidden (``None``: none are)."""
+    if not ttl or "ttl_ms" not in ttl:
+        return None
+    visibility = ttl.get("visibility", StateVisibility.NEVER_RETURN_EXPIRED.value)
+    if visibility != StateVisibility.NEVER_RETURN_EXPIRED.value:
+        return None
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    return now - int(ttl["ttl_ms"])
