@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run
 	$(PY) -m benchmarks.changelog --write benchmarks/RESULTS.md
 	$(PY) -m benchmarks.soak
+	$(PY) -m benchmarks.stream
 
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks.run --events 200000

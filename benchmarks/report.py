@@ -350,3 +350,17 @@ def describe(sample: Sample) -> str:
     return f"{sample.variant}: {sample.seconds:.2f} s, {rate}peak RSS {_mib(sample.peak_rss)}" + (
         f" {extra}" if extra else ""
     )
+
+
+STREAM_BEGIN, STREAM_END = "<!-- stream:begin -->", "<!-- stream:end -->"
+"""The markers of the streaming section (``benchmarks/stream.py``) in a results file."""
+
+
+def with_stream_section(path: Path, text: str) -> str:
+    """``text`` followed by the streaming section of the results file at ``path``, if it has
+    one (``benchmarks.run`` rewrites the file; ``benchmarks.stream`` owns that section)."""
+    old = path.read_text() if path.exists() else ""
+    if STREAM_BEGIN not in old or STREAM_END not in old or STREAM_BEGIN in text:
+        return text
+    section = STREAM_BEGIN + old.split(STREAM_BEGIN, 1)[1].split(STREAM_END, 1)[0] + STREAM_END
+    return text.rstrip("\n") + "\n\n" + section + "\n"

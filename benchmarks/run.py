@@ -42,6 +42,7 @@ from benchmarks.report import (
     machine_info,
     now,
     render,
+    with_stream_section,
 )
 from benchmarks.workload import Workload
 
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             if done == args.repeats:
                 print(text)
         else:
-            output.write_text(text)
+            output.write_text(with_stream_section(output, text))
             say(f"wrote {output} ({done} of {args.repeats} repetitions)")
 
     samples: list[list[Sample]] = []

@@ -103,6 +103,7 @@ class KeyedStateBackend(ABC):
         self._kg_cache: dict[Key, int] = {}
         self._key_listeners: list[Callable[[], None]] = []
         self._track_changes = False
+        self._kept: set[str] = set()  # states kept by resume() not registered again yet
         self.key_context = KeyContext()
         """The current key, read by this backend's states and timers (see
         :mod:`statecore.backends.context`)."""
@@ -163,6 +164,13 @@ class KeyedStateBackend(ABC):
         """
         known = self._descriptors.get(descriptor.name)
         if known is not None:
+            if descriptor.name in self._kept:  # the first registration since resume()
+                self._kept.discard(descriptor.name)
+                if known != descriptor:
+                    raise StateDescriptorConflictError(
+                        f"state {descriptor.name!r} is kept from the last run as {known}; "
+                        f"registered now as {descriptor} (restore it instead)"
+                    )
             if known.kind is not descriptor.kind or known.describe() != descriptor.describe():
                 raise StateDescriptorConflictError(
                     f"state {descriptor.name!r} is registered as {known.kind.value} "
@@ -367,6 +375,34 @@ class KeyedStateBackend(ABC):
     def restore_metrics(self) -> dict[str, int]:
         """How this backend got its state (reported with the task's snapshot); none by default."""
         return {}
+
+    def resume(self, restore_source: RestoreSource | None, scope: Any = None) -> None:
+        """Continue in a new run with the state held now, which the runtime has checked to be
+        exactly the checkpoint that run restores (see :mod:`statecore.runtime.warm`).
+
+        No key is current and the watermark starts where a restored backend's does; a state
+        first registered from now on restores from ``restore_source`` (the new run's). A kept
+        state registered again with a descriptor that is not equal (another default, TTL or
+        type) raises :class:`StateDescriptorConflictError`: the runtime then restores instead.
+        Reduce and aggregate functions are not compared: kept states go on using the first
+        run's. ``scope``
+        is the new run's :class:`~statecore.backends.scope.TaskScope` (for backends that keep
+        local state on disk; ``None`` outside a job).
+        """
+        self._restore_source = restore_source
+        self._kept = set(self._descriptors)
+        self.key_context.clear()
+        self.timer_service.reset_watermark()
+
+    def on_kept(self) -> None:
+        """The runtime keeps this backend open after its snapshot, for its next run (see
+        :mod:`statecore.runtime.warm`); a backend with local state may say so to other
+        processes. Nothing by default."""
+
+    def release_requested(self) -> bool:
+        """Whether another process waits for a local resource this backend holds (a backend
+        kept open between runs is then closed); never, by default."""
+        return False
 
     def close(self) -> None:
         """Release resources (files, handles)."""

@@ -138,6 +138,11 @@ class TimerService:
         """The event time up to which timers have fired (``MIN_WATERMARK`` before any)."""
         return self._watermark
 
+    def reset_watermark(self) -> None:
+        """Back to ``MIN_WATERMARK``, where a newly restored timer service starts (a backend
+        kept for the next run starts the same way)."""
+        self._watermark = MIN_WATERMARK
+
     def current_processing_time(self) -> int:
         """Processing time in epoch milliseconds (the backend's clock)."""
         return self._backend.ttl_time_provider.current_timestamp()

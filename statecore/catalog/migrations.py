@@ -258,6 +258,11 @@ def migrate(engine: sa.Engine) -> int:
     Raises :class:`~statecore.errors.ConfigError` when the catalog was written by a newer
     statecore than this one.
     """
+    with engine.connect() as connection:  # the usual case, one read: nothing to apply
+        version = current_version(connection)
+    _refuse_newer(engine, version)
+    if version >= MIGRATIONS[-1].version:
+        return version
     locked = engine.execution_options(**WRITE)
     for step in MIGRATIONS:
         with locked.begin() as connection:

@@ -9,7 +9,9 @@ whose schema is older but compatible are migrated on the way in
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import hashlib
+import json
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -21,11 +23,34 @@ from statecore.compatibility import migrate_rows
 from statecore.descriptors import StateDescriptor
 from statecore.errors import CorruptSnapshotError
 from statecore.keygroups import KeyGroupRange
-from statecore.snapshot import SnapshotTable, TableFile
+from statecore.snapshot import TIMERS, SnapshotTable, TableFile
 from statecore.snapshot.changelog import CHANGES, apply_changes, changes_schema
 from statecore.types import TypeInfo, schema_from_text
 
-__all__ = ["RestoredState", "RestorePlan"]
+__all__ = ["RestoredState", "RestorePlan", "TaskFiles", "fingerprint"]
+
+TaskFiles = dict[tuple[str, str, str], dict[int, tuple[str, ...]]]
+"""What one task's share of a checkpoint is made of: per table ``(table_kind, state, uri)``,
+per key group of its range (per subtask for operator state), the file paths, sorted."""
+
+
+def fingerprint(files: Mapping[tuple[str, str, str], Mapping[int, Collection[str]]]) -> str:
+    """A digest of a task's files (:data:`TaskFiles`): what its state consists of.
+
+    Tables and parts without files do not count, so a task's own account of what it restored
+    and wrote, and a completed checkpoint's listing, digest alike exactly when they name the
+    same files. File names carry a random part per write, so another attempt, writer or
+    operation never makes the same digest; the checkpoint id is left out on purpose: a
+    checkpoint that changed nothing of the task's (an empty micro-batch) names the same files,
+    and its state is the same.
+    """
+    canonical = sorted(
+        (list(table), sorted((part, sorted(paths)) for part, paths in parts.items() if paths))
+        for table, parts in files.items()
+    )
+    canonical = [c for c in canonical if c[1]]
+    text = json.dumps(canonical, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -164,6 +189,30 @@ class RestorePlan:
                     by_kg.setdefault(f.key_group, []).append(f"{CHANGES}/{f.path}")
             out[name] = {kg: tuple(sorted(paths)) for kg, paths in sorted(by_kg.items())}
         return out
+
+    def task_files(self, key_groups: Collection[int], subtask: int) -> TaskFiles:
+        """The files of this checkpoint that a task owning ``key_groups`` as ``subtask``
+        restores from: keyed state, pending changes and timers of its key groups, its subtask's
+        operator state."""
+        out: TaskFiles = {}
+        tables = [("keyed", name, r) for name, r in self.states.items()]
+        tables += [(CHANGES, name, r) for name, r in self.changes.items()]
+        tables += [("operator", name, r) for name, r in self.operator_states.items()]
+        if self.timers is not None:
+            tables.append((TIMERS, TIMERS, self.timers))
+        for kind, name, restored in tables:
+            mine: Collection[int] = (subtask,) if kind == "operator" else key_groups
+            by_part: dict[int, list[str]] = {}
+            for f in restored.files:
+                if f.key_group in mine:
+                    by_part.setdefault(f.key_group, []).append(f.path)
+            out[(kind, name, restored.uri)] = {p: tuple(sorted(v)) for p, v in by_part.items()}
+        return out
+
+    def fingerprint(self, key_groups: Collection[int], subtask: int) -> str:
+        """:func:`fingerprint` of this checkpoint's :meth:`task_files` for one task (of the
+        empty state when nothing is restored)."""
+        return fingerprint(self.task_files(key_groups, subtask))
 
     def bytes_to_restore(self, key_groups: Collection[int]) -> int:
         """What a task of ``key_groups`` reads to restore: its key groups' files of every keyed

@@ -51,6 +51,7 @@ __all__ = [
     "KeyedOperatorTask",
     "TableUris",
     "probe_states",
+    "table_uri",
 ]
 
 _GC_BATCH_THRESHOLD = 50_000
@@ -110,7 +111,8 @@ class StateSchema:
     schema: str
 
 
-def _uri(table_uris: TableUris, table_kind: str, state: str) -> str:
+def table_uri(table_uris: TableUris, table_kind: str, state: str) -> str:
+    """The URI of one table of ``table_kind`` (keyed, operator or timers) and ``state``."""
     if callable(table_uris):
         return table_uris(table_kind, state)
     return table_uris[state]
@@ -134,6 +136,9 @@ class KeyedOperatorTask:
 
     ``restore`` (when given) brings back the timers of the backend's key groups and this
     subtask's share of operator state; keyed state is restored by the backend's restore source.
+    A task continuing the previous run's state in this process (:mod:`statecore.runtime.warm`)
+    passes that run's ``operator_state`` (``None``: restored from ``restore``) and
+    ``restore_timers=False`` (the backend holds them).
     """
 
     def __init__(
@@ -147,6 +152,8 @@ class KeyedOperatorTask:
         parallelism: int,
         restore: RestorePlan | None = None,
         changelog: ChangelogConfig | None = None,
+        operator_state: OperatorStateStore | None = None,
+        restore_timers: bool = True,
         latency: LatencyTracking | None = None,
     ) -> None:
         self.function = function
@@ -167,9 +174,10 @@ class KeyedOperatorTask:
             parallelism=parallelism,
             tracker=self.tracker,
         )
-        self.operator_state = OperatorStateStore(
+        self.operator_state = operator_state or OperatorStateStore(
             restored=self.restore.operator_state(subtask_index, parallelism)
         )
+        self.restore_timers = restore_timers
         self.context = Context(backend)
         self.timer_context = OnTimerContext(backend)
         self.records = 0
@@ -177,8 +185,9 @@ class KeyedOperatorTask:
 
     def open(self) -> None:
         backend, restore = self.backend, self.restore
-        for key_group, rows in restore.timer_rows(backend.key_group_range, backend.key_type):
-            backend.timer_service.restore_key_group(key_group, rows)
+        if self.restore_timers:
+            for key_group, rows in restore.timer_rows(backend.key_group_range, backend.key_type):
+                backend.timer_service.restore_key_group(key_group, rows)
         if isinstance(self.function, CheckpointedFunction):
             self.function.initialize_state(
                 FunctionInitializationContext(
@@ -473,7 +482,7 @@ class KeyedOperatorTask:
             return ()
         return tuple(
             write_key_group_files(
-                _uri(table_uris, table_kind, name),
+                table_uri(table_uris, table_kind, name),
                 chain([first], non_empty),
                 checkpoint_id=checkpoint_id,
                 subtask=self.subtask_index,
@@ -636,9 +645,12 @@ class KeyedOperatorTask:
             )
         return results
 
-    def close(self) -> None:
+    def close(self, *, keep_backend: bool = False) -> None:
+        """Close the function, and the backend unless it is ``keep_backend`` (kept warm for
+        the next run)."""
         self.function.close()
-        self.backend.close()
+        if not keep_backend:
+            self.backend.close()
 
 
 def probe_states(

@@ -20,13 +20,15 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from statecore.backends import BackendParameters, KeyedStateBackend, TaskScope, create_backend
+from statecore.backends.operator import OperatorStateStore
 from statecore.backends.timers import MIN_WATERMARK, TimeDomain
-from statecore.errors import ConfigError, KeyTypeError
-from statecore.keygroups import compute_key_group_range_for_operator_index
+from statecore.errors import ConfigError, KeyTypeError, StateDescriptorConflictError
+from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from statecore.runtime.latency import LatencyTracking
 from statecore.runtime.lateness import EventTimeGate
-from statecore.runtime.restore import RestorePlan
+from statecore.runtime.restore import RestorePlan, TaskFiles
 from statecore.runtime.task import KeyedOperatorTask, TableUris
+from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmScope, snapshot_token
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.output import OutputWriter
@@ -37,6 +39,7 @@ __all__ = [
     "META",
     "TaskSpec",
     "task_function",
+    "run_task",
     "per_record",
     "per_batch",
     "output_batches",
@@ -88,13 +91,20 @@ class TaskSpec:
     def result_schema(self) -> pa.Schema:
         return self.output_schema.append(pa.field(META, pa.string()))
 
-    def backend(self, index: int) -> KeyedStateBackend:
-        """The backend of operator instance ``index``, restored lazily from the plan."""
-        key_groups = compute_key_group_range_for_operator_index(
+    keep_warm: bool = True
+    """Whether tasks keep their state in the Python worker for the next run, and take what the
+    last run kept there when it is exactly the restored checkpoint (see
+    :mod:`statecore.runtime.warm`)."""
+
+    def key_groups(self, index: int) -> KeyGroupRange:
+        return compute_key_group_range_for_operator_index(
             self.max_parallelism, self.parallelism, index
         )
-        restore, key_type = self.restore, self.key_type
-        scope = TaskScope(
+
+    def task_scope(self, index: int) -> TaskScope:
+        """Where operator instance ``index`` runs and what it restores (for the backend)."""
+        restore, key_type, key_groups = self.restore, self.key_type, self.key_groups(index)
+        return TaskScope(
             job=self.job,
             operator=self.operator,
             subtask_index=index,
@@ -104,14 +114,40 @@ class TaskSpec:
             restored_files=restore.file_paths(key_groups),
             restore_source_for=lambda kgs: restore.source(kgs, key_type),
         )
+
+    def is_stale(self, entry: WarmEntry) -> bool:
+        """Whether a kept entry (of another subtask) can no longer be taken: snapshotted by an
+        earlier run, and not the checkpoint this run restores (a later one of its subtask was
+        completed by another worker, or its own failed)."""
+        scope = entry.scope
+        return entry.checkpoint_id < self.checkpoint_id and entry.token != self.restore.fingerprint(
+            scope.key_groups, scope.subtask_index
+        )
+
+    def warm_scope(self, index: int) -> WarmScope:
+        return WarmScope(
+            job=self.job,
+            operator=self.operator,
+            subtask_index=index,
+            parallelism=self.parallelism,
+            key_groups=self.key_groups(index),
+            max_parallelism=self.max_parallelism,
+            key_type=self.key_type,
+            backend=self.backend_parameters,
+            changelog=self.changelog is not None,
+        )
+
+    def backend(self, index: int, clock: RunClock | None = None) -> KeyedStateBackend:
+        """The backend of operator instance ``index``, restored lazily from the plan."""
+        key_groups = self.key_groups(index)
         return create_backend(
             self.backend_parameters,
-            key_type=key_type,
+            key_type=self.key_type,
             key_group_range=key_groups,
             max_parallelism=self.max_parallelism,
-            restore_source=restore.source(key_groups, key_type),
-            ttl_time_provider=self.processing_time,
-            scope=scope,
+            restore_source=self.restore.source(key_groups, self.key_type),
+            ttl_time_provider=clock or self.processing_time,
+            scope=self.task_scope(index),
         )
 
 
@@ -161,12 +197,163 @@ def task_function(
     function: Any,
     process: Process,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one run: restore, ``process``, snapshot, report."""
+    """The ``mapInArrow`` function of one run: :func:`run_task` as the task's partition."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = TaskContext.get().partitionId()  # type: ignore[union-attr]
-        backend = spec.backend(index)
-        task = KeyedOperatorTask(
+        return run_task(spec, function, process, index, batches)
+
+    return run
+
+
+def run_task(
+    spec: TaskSpec,
+    function: Any,
+    process: Process,
+    index: int,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """Operator instance ``index`` over ``batches``: take the state this process kept from the
+    last run or restore it, ``process``, snapshot, keep the state, report (output rows, then
+    one row whose :data:`META` column is the JSON report)."""
+    started = time.perf_counter()
+    state = _TaskState.take(spec, index)
+    task = state.opened_task(spec, function, index)  # restored (or kept), opened
+    backend = task.backend
+    restore_timing = (
+        None  # a kept state reads nothing: no sample for the restore-time estimates
+        if state.warm is not None
+        else {
+            "subtask": index,
+            "bytes": spec.restore.bytes_to_restore(backend.key_group_range),
+            "seconds": round(time.perf_counter() - started, 6),
+        }
+    )
+    result_schema = spec.result_schema
+    writer = (
+        None
+        if spec.output_table is None
+        else OutputWriter(
+            spec.output_table,
+            spec.output_schema,
+            checkpoint_id=spec.checkpoint_id,
+            subtask=index,
+        )
+    )
+    late_writer = (
+        None
+        if spec.late_output_table is None or spec.late_schema is None
+        else OutputWriter(
+            spec.late_output_table,
+            spec.late_schema,
+            checkpoint_id=spec.checkpoint_id,
+            subtask=index,
+        )
+    )
+    gate = EventTimeGate(
+        spec.event_time,
+        watermark=spec.start_watermark,
+        on_late=None if late_writer is None else functools.partial(_write_late, late_writer),
+    )
+    try:
+        for output in process(task, gate.on_time(_with_keys(batches, spec))):
+            fault_point("task:process")
+            for batch in output_batches(output, spec.output_schema):
+                if writer is not None:
+                    writer.write(batch)
+                else:
+                    yield pa.RecordBatch.from_arrays(
+                        [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
+                        schema=result_schema,
+                    )
+        snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
+        written = None if writer is None else writer.close()
+        late = None if late_writer is None else late_writer.close()
+        restored = {**backend.restore_metrics(), **state.metrics()}
+        next_timer = backend.timer_service.next_timestamp(TimeDomain.PROCESSING_TIME)
+    except BaseException:
+        backend.close()  # a failed attempt must not keep its local state open
+        for w in (writer, late_writer):
+            if w is not None:
+                w.abort()
+        raise
+    state.keep(spec, task, snapshot)
+    meta = json.dumps(
+        {
+            "subtask": index,
+            "records": task.records,
+            "restore": restored,
+            "restore_timing": restore_timing,
+            "latency": None if task.tracker is None else task.tracker.report(),
+            "states": [s.to_json_dict() for s in snapshot],
+            "output": None if written is None else written.to_json_dict(),
+            "max_event_time": gate.max_event_time,
+            "late_rows": gate.late_rows,
+            "late_output": None if late is None else late.to_json_dict(),
+            "next_processing_timer": next_timer,
+        }
+    )
+    columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
+    columns.append(pa.array([meta]))
+    yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
+
+
+@dataclass
+class _TaskState:
+    """A task's state at its start: kept warm from the last run in this process, or restored."""
+
+    scope: WarmScope
+    restored_files: TaskFiles  # the plan's files of this task, for the next token
+    clock: RunClock
+    warm: WarmEntry | None
+
+    @classmethod
+    def take(cls, spec: TaskSpec, index: int) -> _TaskState:
+        scope = spec.warm_scope(index)
+        files = spec.restore.task_files(scope.key_groups, index)
+        clock, warm = RunClock(spec.processing_time), None
+        if spec.keep_warm:
+            warm = WARM_POOL.take(
+                scope, spec.restore.fingerprint(scope.key_groups, index), spec.is_stale
+            )
+            if warm is not None:
+                warm.clock.target = clock.target
+                clock = warm.clock
+        return cls(scope=scope, restored_files=files, clock=clock, warm=warm)
+
+    def opened_task(self, spec: TaskSpec, function: Any, index: int) -> KeyedOperatorTask:
+        """The task over the kept state, opened; restored instead when the function's copy
+        registers a state differently from the kept one (a changed descriptor)."""
+        warm = self.warm
+        if warm is not None:
+            backend = warm.backend
+            backend.resume(
+                spec.restore.source(self.scope.key_groups, spec.key_type), spec.task_scope(index)
+            )
+            task = self._task(spec, function, index, backend, warm.reusable_operator_state())
+            try:
+                task.open()
+                return task
+            except StateDescriptorConflictError:
+                self.warm = None
+                warm.close()
+        task = self._task(spec, function, index, spec.backend(index, self.clock), None)
+        try:
+            task.open()
+        except BaseException:
+            task.backend.close()
+            raise
+        return task
+
+    def _task(
+        self,
+        spec: TaskSpec,
+        function: Any,
+        index: int,
+        backend: KeyedStateBackend,
+        operator_state: OperatorStateStore | None,
+    ) -> KeyedOperatorTask:
+        return KeyedOperatorTask(
             function,
             backend,
             job=spec.job,
@@ -175,84 +362,40 @@ def task_function(
             parallelism=spec.parallelism,
             restore=spec.restore,
             changelog=spec.changelog,
+            operator_state=operator_state,
+            restore_timers=self.warm is None,
             latency=spec.latency,
         )
-        result_schema = spec.result_schema
-        writer = (
-            None
-            if spec.output_table is None
-            else OutputWriter(
-                spec.output_table,
-                spec.output_schema,
-                checkpoint_id=spec.checkpoint_id,
-                subtask=index,
-            )
-        )
-        late_writer = (
-            None
-            if spec.late_output_table is None or spec.late_schema is None
-            else OutputWriter(
-                spec.late_output_table,
-                spec.late_schema,
-                checkpoint_id=spec.checkpoint_id,
-                subtask=index,
-            )
-        )
-        gate = EventTimeGate(
-            spec.event_time,
-            watermark=spec.start_watermark,
-            on_late=None if late_writer is None else functools.partial(_write_late, late_writer),
-        )
-        try:
-            started = time.perf_counter()
-            task.open()  # timers, operator state and (as the function registers it) keyed state
-            restore_timing = {
-                "subtask": index,
-                "bytes": spec.restore.bytes_to_restore(backend.key_group_range),
-                "seconds": round(time.perf_counter() - started, 6),
-            }
-            for output in process(task, gate.on_time(_with_keys(batches, spec))):
-                fault_point("task:process")
-                for batch in output_batches(output, spec.output_schema):
-                    if writer is not None:
-                        writer.write(batch)
-                    else:
-                        yield pa.RecordBatch.from_arrays(
-                            [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
-                            schema=result_schema,
-                        )
-            snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
-            written = None if writer is None else writer.close()
-            late = None if late_writer is None else late_writer.close()
-            restored = backend.restore_metrics()
-            next_timer = backend.timer_service.next_timestamp(TimeDomain.PROCESSING_TIME)
-        except BaseException:
-            backend.close()  # a failed attempt must not keep its local state open
-            for w in (writer, late_writer):
-                if w is not None:
-                    w.abort()
-            raise
-        task.close()
-        meta = json.dumps(
-            {
-                "subtask": index,
-                "records": task.records,
-                "restore": restored,
-                "restore_timing": restore_timing,
-                "latency": None if task.tracker is None else task.tracker.report(),
-                "states": [s.to_json_dict() for s in snapshot],
-                "output": None if written is None else written.to_json_dict(),
-                "max_event_time": gate.max_event_time,
-                "late_rows": gate.late_rows,
-                "late_output": None if late is None else late.to_json_dict(),
-                "next_processing_timer": next_timer,
-            }
-        )
-        columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
-        columns.append(pa.array([meta]))
-        yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
 
-    return run
+    def metrics(self) -> dict[str, int]:
+        """``warm_tasks`` (1 when the state was kept from the last run) and
+        ``warm_key_groups`` (its key groups)."""
+        warm = self.warm is not None
+        return {
+            "warm_tasks": int(warm),
+            "warm_key_groups": len(self.scope.key_groups) if warm else 0,
+        }
+
+    def keep(self, spec: TaskSpec, task: KeyedOperatorTask, snapshot: list[Any]) -> None:
+        """Close the function; keep the state for the next run (or close it)."""
+        task.close(keep_backend=spec.keep_warm)
+        if not spec.keep_warm:
+            return
+        WARM_POOL.put(
+            WarmEntry(
+                scope=self.scope,
+                token=snapshot_token(
+                    self.restored_files,
+                    snapshot,
+                    spec.table_uris,
+                    self.scope.subtask_index,
+                ),
+                checkpoint_id=spec.checkpoint_id,
+                backend=task.backend,
+                operator_state=task.operator_state,
+                clock=self.clock,
+            )
+        )
 
 
 def _write_late(writer: OutputWriter, batch: pa.RecordBatch) -> None:

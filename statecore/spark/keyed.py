@@ -652,11 +652,14 @@ class _KeyedRunner:
         )
         if plan.checkpoint.restore.checkpoint_id is not None:
             log.info(
-                "job %s: restored checkpoint %s with the %s backend: %d key groups reused "
-                "local state, %d rows ingested",
+                "job %s: restored checkpoint %s with the %s backend: %d of %d tasks kept their "
+                "state warm (%d key groups), %d key groups reused local state, %d rows ingested",
                 job.job,
                 plan.checkpoint.restore.checkpoint_id,
                 job.backend.name,
+                restore.get("warm_tasks", 0),
+                restore.get("tasks", 0),
+                restore.get("warm_key_groups", 0),
                 restore.get("reused_key_groups", 0),
                 restore.get("ingested_rows", 0),
             )

@@ -78,6 +78,7 @@ class _Resources:
             self.cfs.clear()
             self.handles.clear()
             self.db.close()
+            self.local.withdraw_kept()
             if manifest is not None:
                 self.local.publish(manifest)
         finally:
@@ -233,6 +234,31 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """``reused_key_groups`` (from the local instance), ``clipped_key_groups``,
         ``ingested_key_groups`` and ``ingested_rows`` (bulk-loaded from the snapshot)."""
         return dict(self._metrics)
+
+    def resume(self, restore_source: RestoreSource | None, scope: Any = None) -> None:
+        """Continue in a new run (see :meth:`KeyedStateBackend.resume`): the database stays
+        open, every state it holds is complete, and the manifest of the next snapshot lists
+        the new run's restored files for the key groups it leaves unchanged."""
+        super().resume(restore_source, scope)
+        if self._resources.closed:
+            raise StateAccessError("the RocksDB backend is closed; it cannot be resumed")
+        self._resources.local.withdraw_kept()
+        self.scope = scope if isinstance(scope, TaskScope) else None
+        self._pending = None
+        self._missing = []
+        self._ingested = set()
+        self._metrics = dict.fromkeys(self._metrics, 0)
+
+    def on_kept(self) -> None:
+        """Kept open after a snapshot: tell other processes which checkpoint the instance is
+        at (a kept manifest), so a task elsewhere that would reuse it asks for it."""
+        manifest = self._pending
+        if manifest is not None and not any(c.dirty for c in self._columns.values()):
+            self._resources.local.publish_kept(manifest)
+
+    def release_requested(self) -> bool:
+        """Whether a task of another process waits for this instance's local directory."""
+        return not self._resources.closed and self._resources.local.release_requested()
 
     @property
     def directory(self) -> str:

@@ -16,7 +16,11 @@ the files differ and the directory is restored from Delta instead.
 After a rescale, the directory with the largest overlap is taken over (renamed to the new
 range); the backend clips the key groups it no longer owns and ingests the ones it lacks.
 Claims are serialized per operator with a lock file; an instance directory is locked for as
-long as a task uses it, so two attempts of one task never share it. Idle directories at
+long as a task uses it, so two attempts of one task never share it. A Python worker that keeps
+an instance open for its next task (:mod:`statecore.runtime.warm`) holds that lock too: a task
+of another worker that finds it locked asks for it (a ``<dir>.wanted`` file, see
+:meth:`LocalInstance.release_requested`) and waits up to ``RELEASE_WAIT`` seconds for the keeper
+to close and publish it. Idle directories at
 another checkpoint (or without a manifest: an interrupted run) are removed when claiming.
 """
 
@@ -28,6 +32,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,12 +42,18 @@ from statecore.backends.scope import RestoredFiles
 from statecore.config import check_name
 from statecore.keygroups import KeyGroupRange
 
-__all__ = ["LocalManifest", "LocalInstance", "MANIFEST_NAME", "FORMAT_VERSION"]
+__all__ = ["LocalManifest", "LocalInstance", "MANIFEST_NAME", "FORMAT_VERSION", "RELEASE_WAIT"]
 
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "statecore-manifest.json"
+KEPT_MANIFEST_NAME = "statecore-manifest.kept.json"
+"""The manifest of an instance a Python worker keeps open for its next run (the instance is in
+use: another task may ask for it, and reuses it only after it was closed and published)."""
 FORMAT_VERSION = 1
+RELEASE_WAIT = 2.0
+"""Seconds a task waits for a locked instance directory to be released by a worker that keeps
+it open for its next task (a directory used by a running attempt is not released)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,9 +191,8 @@ class LocalInstance:
         base.mkdir(parents=True, exist_ok=True)
         name = f"kg-{key_groups.start}-{key_groups.end}"
         mine = base / name
-        try:
-            lock = _FileLock(base / f"{name}.lock", blocking=False)
-        except OSError:
+        lock = _acquire_or_ask(base, name)
+        if lock is None:
             log.warning(
                 "local RocksDB directory %s is in use by another attempt; using a temporary one",
                 mine,
@@ -221,6 +231,23 @@ class LocalInstance:
         tmp.write_text(manifest.to_json())
         os.replace(tmp, self.path / MANIFEST_NAME)
 
+    def publish_kept(self, manifest: LocalManifest) -> None:
+        """Say which checkpoint the instance, kept open, is at (see :data:`KEPT_MANIFEST_NAME`)."""
+        if self.ephemeral:
+            return
+        tmp = self.path / f".{KEPT_MANIFEST_NAME}.tmp"
+        tmp.write_text(manifest.to_json())
+        os.replace(tmp, self.path / KEPT_MANIFEST_NAME)
+
+    def withdraw_kept(self) -> None:
+        if not self.ephemeral:
+            (self.path / KEPT_MANIFEST_NAME).unlink(missing_ok=True)
+
+    def release_requested(self) -> bool:
+        """Whether a task of another process waits for this directory (its holder, keeping it
+        open between runs, then closes it)."""
+        return not self.ephemeral and self.path.with_name(self.path.name + ".wanted").exists()
+
     def release(self) -> None:
         """Unlock the directory (and delete it when it is temporary)."""
         if self.ephemeral:
@@ -230,13 +257,36 @@ class LocalInstance:
             self._lock = None
 
 
+def _acquire_or_ask(base: Path, name: str) -> _FileLock | None:
+    """The lock of directory ``name``; when held, asked for (``<name>.wanted``) and waited for
+    up to ``RELEASE_WAIT`` seconds; ``None`` when it stays held."""
+    path = base / f"{name}.lock"
+    try:
+        return _FileLock(path, blocking=False)
+    except OSError:
+        pass
+    wanted = base / f"{name}.wanted"
+    wanted.touch()
+    deadline = time.monotonic() + RELEASE_WAIT
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+            try:
+                return _FileLock(path, blocking=False)
+            except OSError:
+                continue
+        return None
+    finally:
+        wanted.unlink(missing_ok=True)
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "_"
 
 
-def _read_manifest(directory: Path) -> LocalManifest | None:
+def _read_manifest(directory: Path, name: str = MANIFEST_NAME) -> LocalManifest | None:
     try:
-        return LocalManifest.from_json((directory / MANIFEST_NAME).read_text())
+        return LocalManifest.from_json((directory / name).read_text())
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -275,7 +325,7 @@ def _take_matching(
     for directory in base.iterdir():
         if not directory.is_dir():
             continue
-        manifest = _read_manifest(directory)
+        manifest = _read_manifest(directory) or _read_manifest(directory, KEPT_MANIFEST_NAME)
         if manifest is None:
             continue
         overlap = len(manifest.key_groups.intersection(key_groups))
@@ -291,11 +341,13 @@ def _take_matching(
     for _, _, directory, manifest in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
         other_lock = None
         if directory != mine:
-            try:
-                other_lock = _FileLock(base / f"{directory.name}.lock", blocking=False)
-            except OSError:
+            other_lock = _acquire_or_ask(base, directory.name)
+            if other_lock is None:
                 continue
         try:
+            published = _read_manifest(directory)  # a kept instance publishes when released
+            if published != manifest:
+                continue
             if directory != mine:
                 if mine.exists():
                     shutil.rmtree(mine)
