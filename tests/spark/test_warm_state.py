@@ -42,6 +42,7 @@ from statecore.runtime import (
 from statecore.runtime.task import StateSnapshotResult, probe_states
 from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmPool, WarmScope
 from statecore.snapshot import state_table_uri
+from statecore.snapshot.changelog import ChangelogConfig
 from statecore.spark.executor import META, TaskSpec, per_record, run_task
 from statecore.spark.partitioning import KEY_GROUP_COLUMN
 from statecore.ttl import ManualTimeProvider, StateTtlConfig
@@ -100,6 +101,7 @@ def run(
     attempts: Sequence[int] = (),
     clock: ManualTimeProvider | None = None,
     tasks: Sequence[int] | None = None,
+    changelog: ChangelogConfig | None = None,
 ) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
     """One checkpoint of ``records``: its output rows (sorted) and the summed restore metrics.
 
@@ -146,6 +148,7 @@ def run(
             watermark=1_000_000,
             processing_time=clock,
             keep_warm=keep_warm,
+            changelog=changelog,
         )
         rows: list[tuple[Any, ...]] = []
         metas: list[dict[str, Any]] = []
@@ -203,11 +206,23 @@ def cold(config: StatecoreConfig, runs: Sequence[dict[str, Any]], job: str) -> l
     return out
 
 
-@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+@pytest.mark.parametrize(
+    "backend,changelog",
+    [
+        ("heap", None),
+        ("rocksdb", None),
+        ("heap", ChangelogConfig()),
+        ("rocksdb", ChangelogConfig()),
+    ],
+    ids=["heap", "rocksdb", "heap-changelog", "rocksdb-changelog"],
+)
 def test_warm_state_continues_between_runs_as_a_cold_restore_would(
-    statecore_home: StatecoreConfig, backend: str
+    statecore_home: StatecoreConfig, backend: str, changelog: ChangelogConfig | None
 ) -> None:
-    runs = [{"records": events(i), "checkpoint_id": i, "backend": backend} for i in range(1, 5)]
+    runs = [
+        {"records": events(i), "checkpoint_id": i, "backend": backend, "changelog": changelog}
+        for i in range(1, 5)
+    ]
     expected = cold(statecore_home, runs, f"cold_{backend}")
     metrics = []
     for kw, rows in zip(runs, expected):
@@ -222,18 +237,32 @@ def test_warm_state_continues_between_runs_as_a_cold_restore_would(
     assert len(WARM_POOL) == 2
 
 
+@pytest.mark.parametrize("changelog", [None, ChangelogConfig()], ids=["whole", "changelog"])
 def test_warm_state_after_a_failed_checkpoint_restores_the_last_completed_one(
-    statecore_home: StatecoreConfig,
+    statecore_home: StatecoreConfig, changelog: ChangelogConfig | None
 ) -> None:
-    runs = [{"records": events(1), "checkpoint_id": 1}, {"records": events(3), "checkpoint_id": 2}]
+    runs = [
+        {"records": events(1), "checkpoint_id": 1, "changelog": changelog},
+        {"records": events(3), "checkpoint_id": 2, "changelog": changelog},
+    ]
     expected = cold(statecore_home, runs, "failed_cold")
     run(statecore_home, job="failed", **runs[0])
-    # every task snapshotted checkpoint 2 and kept its state; then the checkpoint failed
-    run(statecore_home, job="failed", records=events(2), checkpoint_id=2, commit=False)
+    # every task snapshotted checkpoint 2 and kept its state; then the checkpoint failed (with
+    # changelog its snapshot was change files only: the token must still tell it apart)
+    run(
+        statecore_home,
+        job="failed",
+        records=events(2),
+        checkpoint_id=2,
+        commit=False,
+        changelog=changelog,
+    )
     got, restore = run(statecore_home, job="failed", **runs[1])
     assert restore["warm_tasks"] == 0
     assert got == expected[1]  # the failed run's records counted nowhere
-    got, restore = run(statecore_home, job="failed", records=events(4), checkpoint_id=3)
+    got, restore = run(
+        statecore_home, job="failed", records=events(4), checkpoint_id=3, changelog=changelog
+    )
     assert restore["warm_tasks"] == 2  # warm again after a completed checkpoint
 
 
@@ -384,3 +413,50 @@ def test_warm_state_survives_a_checkpoint_that_ran_no_task(statecore_home: State
     got, restore = run(statecore_home, job="empty", **runs[1])
     assert restore["warm_tasks"] == 2  # checkpoint 2 is checkpoint 1's files: the same state
     assert got == expected[1]
+
+
+class KeyedOnly(KeyedProcessFunction):
+    """A running sum per key and nothing else: no operator state, no timers, so a checkpoint's
+    only files are the keyed state's (with changelog: change files only)."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.total = ctx.get_state(ValueStateDescriptor("total", int, default=0))
+
+    def process_element(self, value: Any, ctx: Context) -> Iterator[tuple[Any, ...]]:
+        total = self.total.value() + value.value
+        self.total.update(total)
+        yield ctx.current_key, total, 0
+
+
+def test_warm_state_of_a_failed_changelog_checkpoint_is_not_taken(
+    statecore_home: StatecoreConfig,
+) -> None:
+    """The failed checkpoint wrote change files only; its kept state must not pass for the last
+    completed checkpoint (the token counts pending change files)."""
+    changelog = ChangelogConfig(max_change_ratio=100)  # tiny key groups: still logged
+    runs = [
+        {"records": events(1), "checkpoint_id": 1},
+        {"records": events(3), "checkpoint_id": 2},
+        {"records": events(4), "checkpoint_id": 3},
+    ]
+    expected = cold(
+        statecore_home, [{**r, "function": KeyedOnly(), "changelog": changelog} for r in runs], "kc"
+    )
+    run(statecore_home, job="k", function=KeyedOnly(), changelog=changelog, **runs[0])
+    run(
+        statecore_home,
+        job="k",
+        function=KeyedOnly(),
+        changelog=changelog,
+        records=events(2),
+        checkpoint_id=2,
+        commit=False,
+    )
+    got, restore = run(
+        statecore_home, job="k", function=KeyedOnly(), changelog=changelog, **runs[1]
+    )
+    assert restore["warm_tasks"] == 0 and got == expected[1]
+    got, restore = run(
+        statecore_home, job="k", function=KeyedOnly(), changelog=changelog, **runs[2]
+    )
+    assert restore["warm_tasks"] == 2 and got == expected[2]
