@@ -93,7 +93,8 @@ class StreamSensor(_StreamMixin, BaseSensorOperator):
     home>/streaming/<job>``; the lag from ``input_path``, default: the folder the driver reads).
 
     Done when the query caught up (every input file taken, every planned micro-batch committed
-    and completed as a checkpoint) or, with ``wait_for="end"``, when it stopped or finished.
+    — Spark commits one once its checkpoint completed, or once it found nothing to do, as a
+    micro-batch of ticks alone) or, with ``wait_for="end"``, when it stopped or finished.
     Fails when the query FAILED, or its driver's status is older than ``stale_after_seconds``.
     """
 
@@ -137,8 +138,7 @@ class StreamSensor(_StreamMixin, BaseSensorOperator):
                 and progress.lag_files == 0
                 and progress.planned_batch is not None
                 and progress.planned_batch == progress.committed_batch
-                and progress.last_checkpoint == progress.committed_batch
-            )
+            )  # Spark commits a micro-batch after its checkpoint completed (or had nothing to do)
         return PokeReturnValue(is_done=done, xcom_value=progress.to_dict())
 
 
