@@ -8,25 +8,20 @@
 - ``global_operator_extra_links``: a *statecore checkpoint* button on each task that publishes a
   checkpoint Asset (:class:`~statecore_airflow.links.CheckpointLink`).
 
-Airflow registers it either from the installed ``statecore`` distribution (entry point
-``airflow.plugins``) or, when that is not installed, from the plugins folder
-(``plugins/statecore_plugin.py`` imports this class); never both, so it never reports a
-duplicate plugin.
+Airflow registers it from the plugins folder (``plugins/statecore_plugin.py`` imports this
+class).
 """
 
 from __future__ import annotations
-
-from importlib.metadata import entry_points
 
 from airflow.plugins_manager import AirflowPlugin
 
 from statecore_airflow.links import CheckpointLink
 from statecore_airflow.ui import app
 
-__all__ = ["ENTRY_POINT", "URL_PREFIX", "StatecorePlugin", "registered_by_entry_point"]
+__all__ = ["URL_PREFIX", "StatecorePlugin"]
 
 URL_PREFIX = "/statecore"
-ENTRY_POINT = "statecore_airflow.plugin:StatecorePlugin"
 
 
 class StatecorePlugin(AirflowPlugin):
@@ -53,8 +48,3 @@ class StatecorePlugin(AirflowPlugin):
         },
     ]
     global_operator_extra_links = [CheckpointLink()]  # noqa: RUF012
-
-
-def registered_by_entry_point() -> bool:
-    """Whether an installed distribution registers :class:`StatecorePlugin` itself."""
-    return any(ep.value == ENTRY_POINT for ep in entry_points(group="airflow.plugins"))
