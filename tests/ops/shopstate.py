@@ -26,10 +26,14 @@ USERS = 300
 
 
 class Shop(KeyedProcessFunction):
-    """Per user: the last item (TTL one day), every item, counts per item, a total."""
+    """Per user: the last item (with a time to live, one day by default), every item, counts
+    per item, a total."""
+
+    def __init__(self, ttl: timedelta = timedelta(days=1)) -> None:
+        self.ttl = ttl
 
     def open(self, ctx: RuntimeContext) -> None:
-        ttl = StateTtlConfig(ttl=timedelta(days=1))
+        ttl = StateTtlConfig(ttl=self.ttl)
         self.last = ctx.get_state(ValueStateDescriptor("last", str, ttl=ttl))
         self.items = ctx.get_list_state(ListStateDescriptor("items", str))
         self.counts = ctx.get_map_state(MapStateDescriptor("counts", str, int))

@@ -12,43 +12,16 @@ import pytest
 from statecore.catalog import Catalog
 from statecore.cli import main
 from statecore.config import StatecoreConfig
-from statecore.descriptors import (
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    ValueStateDescriptor,
-)
 from statecore.errors import CheckpointNotFoundError, KeyTypeError, UnknownStateError
 from statecore.keygroups import assign_to_key_group
 from statecore.ops.savepoint import take_savepoint
 from statecore.query import lookup
-from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
-from statecore.ttl import StateTtlConfig
 from statecore.ttl.time import ManualTimeProvider
 from tests.inprocess import MAX_P, run_checkpoint
+from tests.ops.shopstate import Shop
 
 JOB = "shop"
 HOUR_MS = 3_600_000
-
-
-class Shop(KeyedProcessFunction):
-    """Per user: the last item (TTL one hour), every item, counts per item, a total."""
-
-    def open(self, ctx: RuntimeContext) -> None:
-        ttl = StateTtlConfig(ttl=timedelta(hours=1))
-        self.last = ctx.get_state(ValueStateDescriptor("last", str, ttl=ttl))
-        self.items = ctx.get_list_state(ListStateDescriptor("items", str))
-        self.counts = ctx.get_map_state(MapStateDescriptor("counts", str, int))
-        self.total = ctx.get_reducing_state(
-            ReducingStateDescriptor("total", lambda a, b: a + b, int)
-        )
-
-    def process_element(self, value: Any, ctx: Context) -> list[Any]:
-        self.last.update(value)
-        self.items.add(value)
-        self.counts.put(value, (self.counts.get(value) or 0) + 1)
-        self.total.add(1)
-        return []
 
 
 @pytest.fixture
@@ -57,9 +30,13 @@ def shop(tmp_path: Path) -> tuple[StatecoreConfig, ManualTimeProvider]:
     config = StatecoreConfig.resolve(home=str(tmp_path / "home"), env={})
     clock = ManualTimeProvider(10 * HOUR_MS)
     records = [(f"u{i}", f"item{i % 3}") for i in range(200)] + [("u1", "pen")]
-    run_checkpoint(config, Shop(), records, job=JOB, checkpoint_id=1, clock=clock)
+    run_checkpoint(
+        config, Shop(ttl=timedelta(hours=1)), records, job=JOB, checkpoint_id=1, clock=clock
+    )
     clock.advance(2 * HOUR_MS)
-    run_checkpoint(config, Shop(), [("u1", "ink")], job=JOB, checkpoint_id=2, clock=clock)
+    run_checkpoint(
+        config, Shop(ttl=timedelta(hours=1)), [("u1", "ink")], job=JOB, checkpoint_id=2, clock=clock
+    )
     return config, clock
 
 
