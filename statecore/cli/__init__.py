@@ -122,7 +122,7 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     check.add_argument(
         "--parallelism",
         type=int,
-        help="estimate each subtask's restore time at this parallelism (default: the job's)",
+        help="also estimate each subtask's restore time at this parallelism",
     )
     check.set_defaults(run=commands.check)
 

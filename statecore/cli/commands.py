@@ -253,8 +253,8 @@ def check(args: argparse.Namespace, config: StatecoreConfig) -> str:
         checks = check_compatibility(current, against)
         print(format_rows([c.to_dict() for c in checks], args.format, empty=("state",)))
         raise_if_incompatible(checks, against, allow_not_restored=args.allow_not_restored)
-        parallelism = args.parallelism or catalog.get_job(args.job).parallelism
-    print(_estimate(config, args.job, args.against, parallelism, None, args))
+    if args.parallelism:
+        print(_estimate(config, args.job, args.against, args.parallelism, None, args))
     return f"job {args.job!r} can restore {against.label}"
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -138,6 +139,29 @@ def test_concurrent_second_run_fails_and_the_first_keeps_every_update(
         assert catalog.maintenance_lock(JOB) is None
 
 
+def _pause_between_catalog_writes(proc: Any, config: StatecoreConfig) -> None:
+    """SIGSTOP ``proc`` outside a write transaction of its (SQLite) catalog: frozen inside one,
+    its lease renewal would hold SQLite's database lock, a different failure than the one
+    tested (a writer that stops renewing). Retried until the catalog takes a write."""
+    database = config.catalog_url.removeprefix("sqlite:///")
+    for _ in range(50):
+        proc.send_signal(signal.SIGSTOP)
+        if not config.catalog_url.startswith("sqlite"):
+            return
+        try:
+            con = sqlite3.connect(database, timeout=0.2)
+            try:
+                con.execute("BEGIN IMMEDIATE")
+                con.rollback()
+                return
+            finally:
+                con.close()
+        except sqlite3.OperationalError:  # locked: it was paused mid-write
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
+    raise AssertionError("the stale driver held the catalog's write lock 50 times")
+
+
 def test_fencing_a_stale_writer_taken_over_commits_nothing(
     spark: Any, config: StatecoreConfig, tmp_path: Path, processes: list[Any]
 ) -> None:
@@ -145,7 +169,7 @@ def test_fencing_a_stale_writer_taken_over_commits_nothing(
     stale = _start(config, _spec(config, 1, FIRST, gate=str(gate)))
     processes.append(stale)
     _wait_for_run(config, "run 1", stale)
-    stale.send_signal(signal.SIGSTOP)  # a paused driver: it stops renewing its lease
+    _pause_between_catalog_writes(stale, config)  # a paused driver: it stops renewing its lease
     time.sleep(LEASE.total_seconds() + 0.5)
     run = concurrent_run.run(spark, _spec(config, 1, SECOND), config=config)
     assert run.checkpoint.status is CheckpointStatus.COMPLETED and not run.replayed
