@@ -95,13 +95,8 @@ def _checkpoint(
             )
             started = time.perf_counter()
             task.open()
-            seconds = time.perf_counter() - started
             timings.append(
-                {
-                    "subtask": index,
-                    "bytes": planned.restore.bytes_to_restore(kgs),
-                    "seconds": seconds,
-                }
+                planned.restore.restore_timing(kgs, index, time.perf_counter() - started)
             )
             mine = [
                 (k, None, r) for k, r in records if assign_to_key_group(k, MAX_PARALLELISM) in kgs
@@ -110,7 +105,7 @@ def _checkpoint(
             results += task.snapshot(uris, checkpoint_id=checkpoint_id)
             task.close()
         coordinator.commit(planned, results, metrics={"restore": timings})
-    return [t["seconds"] for t in timings]
+    return [float(t["seconds"]) for t in timings]
 
 
 def run(keys: int, items: int) -> str:

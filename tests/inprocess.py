@@ -111,11 +111,7 @@ def run_checkpoint(
             started = time.perf_counter()
             task.open()
             timings.append(
-                {
-                    "subtask": index,
-                    "bytes": planned.restore.bytes_to_restore(key_groups),
-                    "seconds": time.perf_counter() - started,
-                }
+                planned.restore.restore_timing(key_groups, index, time.perf_counter() - started)
             )
             mine = [(k, None, r) for k, r in records if assign_to_key_group(k, MAX_P) in key_groups]
             outputs += task.process(mine)

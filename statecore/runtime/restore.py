@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -216,11 +217,24 @@ class RestorePlan:
 
     def bytes_to_restore(self, key_groups: Collection[int]) -> int:
         """What a task of ``key_groups`` reads to restore: its key groups' files of every keyed
-        state and of the timers, and every operator-state file (each subtask reads them all)."""
-        keyed = [*self.states.values(), *([self.timers] if self.timers else [])]
+        state, of their pending changes and of the timers, and every operator-state file (each
+        subtask reads them all)."""
+        keyed = [*self.states.values(), *self.changes.values()]
+        keyed += [self.timers] if self.timers else []
         return sum(
             f.size for restored in keyed for f in restored.files if f.key_group in key_groups
         ) + sum(f.size for restored in self.operator_states.values() for f in restored.files)
+
+    def restore_timing(
+        self, key_groups: Collection[int], subtask: int, seconds: float
+    ) -> dict[str, Any]:
+        """One subtask's restore as a run records it (the sample restore-time estimates are
+        fitted on, :mod:`statecore.ops.estimate`)."""
+        return {
+            "subtask": subtask,
+            "bytes": self.bytes_to_restore(key_groups),
+            "seconds": round(seconds, 6),
+        }
 
     def restored_key_groups(self, state: str, key_groups: KeyGroupRange) -> set[int]:
         """The key groups of ``key_groups`` that state ``state`` has files for."""

@@ -223,11 +223,9 @@ def run_task(
     restore_timing = (
         None  # a kept state reads nothing: no sample for the restore-time estimates
         if state.warm is not None
-        else {
-            "subtask": index,
-            "bytes": spec.restore.bytes_to_restore(backend.key_group_range),
-            "seconds": round(time.perf_counter() - started, 6),
-        }
+        else spec.restore.restore_timing(
+            backend.key_group_range, index, time.perf_counter() - started
+        )
     )
     result_schema = spec.result_schema
     writer = (
