@@ -246,7 +246,9 @@ def _start(
     if ticking:
         source = _with_ticks(stream_df)
     writer = (
-        source.writeStream.foreachBatch(_MicroBatch(template, base, tick=ticking))
+        source.writeStream.foreachBatch(
+            _MicroBatch(template, base, tick=ticking, checkpoint_location=checkpoint_location)
+        )
         .option("checkpointLocation", checkpoint_location)
         .queryName(query_name or f"statecore:{template.job}/{template.operator}")
     )
@@ -303,10 +305,13 @@ def _checkpoint_id_base(config: StatecoreConfig, job: str, checkpoint_location: 
 class _MicroBatch:
     """The ``foreachBatch`` function: one keyed run per micro-batch (see the module)."""
 
-    def __init__(self, template: KeyedJob, base: int, *, tick: bool) -> None:
+    def __init__(
+        self, template: KeyedJob, base: int, *, tick: bool, checkpoint_location: str = ""
+    ) -> None:
         self.template = template
         self.base = base
         self.tick = tick
+        self.checkpoint_location = checkpoint_location
         self.next_timer: int | None = None
         """The earliest pending processing-time timer after the last run (``None``: unknown
         or none; after a restart it is unknown, so the first micro-batch runs)."""
@@ -316,10 +321,10 @@ class _MicroBatch:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         template = self.template
         if self.tick:
-            df = df.where(F.col(_TICK).isNull()).drop(_TICK)
-            if self._idle(df):
+            if self._idle(df, batch_id):
                 log.debug("job %s: micro-batch %d has nothing to do", template.job, batch_id)
                 return
+            df = df.where(F.col(_TICK).isNull()).drop(_TICK)
         _run_every_task(df)
         job = dataclasses.replace(
             template,
@@ -333,8 +338,10 @@ class _MicroBatch:
         self.next_timer = run.next_processing_timer
         self.last_run = run
 
-    def _idle(self, df: DataFrame) -> bool:
-        """No records and no processing-time timer due (known from the last run)."""
+    def _idle(self, df: DataFrame, batch_id: int) -> bool:
+        """No records and no processing-time timer due (known from the last run). Whether the
+        micro-batch has records comes from Spark's offset log when it can (no Spark job), else
+        from a job over the micro-batch."""
         if not self.known:
             return False
         if self.next_timer is not None:
@@ -342,7 +349,29 @@ class _MicroBatch:
             now = _now_ms() if provider is None else provider.current_timestamp()
             if self.next_timer <= now:
                 return False
-        return df.isEmpty()
+        moved = _data_moved(self.checkpoint_location, batch_id)
+        if moved is not None:
+            return not moved
+        return df.where(F.col(_TICK).isNull()).isEmpty()
+
+
+def _data_moved(checkpoint_location: str, batch_id: int) -> bool | None:
+    """Whether the data sources' end offsets of micro-batch ``batch_id`` differ from those of
+    the micro-batch before, from Spark's offset log (``offsets/<batch id>``: a version line, the
+    batch's metadata, then one offset per source in the plan's order; the ``rate`` ticks are
+    the last source); ``None`` when the log cannot tell."""
+    fs, root = table_filesystem(checkpoint_location.rstrip("/"))
+    try:
+        logs = []
+        for n in (batch_id - 1, batch_id):
+            with fs.open_input_stream(f"{root}/offsets/{n}") as stream:
+                logs.append(stream.read().decode("utf-8").splitlines())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    before, now = logs
+    if len(before) != len(now) or len(now) < 4 or not now[0].startswith("v"):
+        return None
+    return before[2:-1] != now[2:-1]
 
 
 def _run_every_task(df: DataFrame) -> None:
