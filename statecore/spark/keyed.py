@@ -75,7 +75,8 @@ log = logging.getLogger(__name__)
 class KeyedRun:
     """The outcome of one run: its output rows, the completed checkpoint, whether it replayed."""
 
-    output: DataFrame
+    read_output: Callable[[], DataFrame] = field(repr=False)
+    """Builds :attr:`output` (when first asked for: a stream's micro-batch never reads it)."""
     checkpoint: CheckpointRecord
     replayed: bool
     records: int
@@ -88,6 +89,20 @@ class KeyedRun:
     next_processing_timer: int | None = None
     """When the earliest pending processing-time timer is due (epoch ms; ``None``: none, or
     not known on a replay)."""
+    persisted: DataFrame | None = field(default=None, repr=False)
+    """The persisted result the output is read from (without an output table)."""
+
+    @functools.cached_property
+    def output(self) -> DataFrame:
+        """The run's output rows: Spark's result (persisted; :meth:`unpersist` it when done),
+        or with an output table this checkpoint's rows read from the table."""
+        return self.read_output()
+
+    def unpersist(self) -> None:
+        """Release the persisted result (``output.unpersist()`` would not: the output is a
+        projection of it, which Spark's cache does not match)."""
+        if self.persisted is not None:
+            self.persisted.unpersist()
 
     @property
     def watermark(self) -> int | None:
@@ -214,9 +229,9 @@ def keyed_process(
     catalog may be empty); a savepoint older than that checkpoint is refused unless
     ``force_restore``.
 
-    Without ``output_table`` the output comes back as a persisted DataFrame (unpersist it when
-    done). With ``output_table`` (a Delta table path or URI) the tasks write the output there
-    and it is committed exactly once with the checkpoint (see
+    Without ``output_table`` the output comes back as a DataFrame of the persisted result
+    (``run.unpersist()`` when done). With ``output_table`` (a Delta table path or URI) the
+    tasks write the output there and it is committed exactly once with the checkpoint (see
     :mod:`statecore.snapshot.output`); the run's ``output`` then reads this checkpoint's rows
     from the table, also on a replay. This is the faster way: the rows never go back through
     Spark. Late records (event time at or below the restored watermark) never touch state; with
@@ -441,8 +456,12 @@ class _KeyedRunner:
                 input_identity=input_identity(self.df, job.input_fingerprint),
             )
             if planned.replayed:
-                output = self.committed_output()
-                return KeyedRun(output, catalog.get_checkpoint(job.job, job.checkpoint_id), True, 0)
+                return KeyedRun(
+                    self.committed_output,
+                    catalog.get_checkpoint(job.job, job.checkpoint_id),
+                    True,
+                    0,
+                )
             try:  # before any record is processed
                 plan = self.plan(coordinator, planned)
             except Exception as exc:
@@ -663,15 +682,20 @@ class _KeyedRunner:
                 restore.get("reused_key_groups", 0),
                 restore.get("ingested_rows", 0),
             )
-        if self.sink is None:
-            output = result.where(F.col(META).isNull()).drop(META)
-        else:
-            output = self.committed_output()
         pending = [
             m["next_processing_timer"] for m in metas if m.get("next_processing_timer") is not None
         ]
         return KeyedRun(
-            output, record, False, records, restore, late_rows, min(pending, default=None)
+            self.committed_output
+            if self.sink is not None
+            else lambda: result.where(F.col(META).isNull()).drop(META),
+            record,
+            False,
+            records,
+            restore,
+            late_rows,
+            min(pending, default=None),
+            persisted=None if self.sink is not None else result,
         )
 
     def _roll_back_output(self, coordinator: CheckpointCoordinator) -> None:

@@ -332,8 +332,7 @@ class _MicroBatch:
             input_fingerprint={"batch_id": batch_id},
         )
         run = _KeyedRunner(df, job).run()
-        if job.output_table is None and not run.replayed:
-            run.output.unpersist()
+        run.unpersist()
         self.known = not run.replayed
         self.next_timer = run.next_processing_timer
         self.last_run = run

@@ -67,7 +67,7 @@ def run_day(spark: Any, config: StatecoreConfig, data: Path, day: date, **option
     result = clickstream.run(
         spark, events, checkpoint_id=int(day.strftime("%Y%m%d")), config=config, **options
     )
-    result.output.unpersist()
+    result.unpersist()
 
 
 @pytest.fixture(scope="module")

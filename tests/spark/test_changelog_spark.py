@@ -50,8 +50,8 @@ def _bytes(
         "config": config,
         "changelog": changelog,
     }
-    keyed_process(everyone, checkpoint_id=1, **common).output.unpersist()
-    keyed_process(one_percent, checkpoint_id=2, **common).output.unpersist()
+    keyed_process(everyone, checkpoint_id=1, **common).unpersist()
+    keyed_process(one_percent, checkpoint_id=2, **common).unpersist()
     with Catalog.connect(config.catalog_url) as catalog:
         first = {(t.table_kind, t.state): t for t in catalog.get_checkpoint("sums", 1).tables}
         second = {(t.table_kind, t.state): t for t in catalog.get_checkpoint("sums", 2).tables}

@@ -48,7 +48,9 @@ def final_state(config: StatecoreConfig, job: str) -> dict[str, list[tuple[Any, 
 
 def outputs(run: Any) -> list[tuple[Any, ...]]:
     rows = sorted(tuple(r) for r in run.output.collect())
-    run.output.unpersist()
+    assert run.persisted is not None and run.persisted.storageLevel.useMemory
+    run.unpersist()  # releases the persisted result (output.unpersist() did not)
+    assert not run.persisted.storageLevel.useMemory
     return rows
 
 

@@ -39,7 +39,7 @@ def run_day(
         parallelism=2,
         **options,
     )
-    result.output.unpersist()
+    result.unpersist()
     return result
 
 

@@ -42,7 +42,7 @@ def run(
         parallelism=parallelism,
     )
     rows = sorted(tuple(r) for r in result.output.collect())
-    result.output.unpersist()
+    result.unpersist()
     return rows, result
 
 

@@ -55,7 +55,7 @@ def test_bad_input_order_by_a_missing_column_begins_no_checkpoint(
         _run(df, 1, order_by=["n", "ts"])
     assert _checkpoints(statecore_home) == []
     run = _run(df, 1, order_by=["n"])
-    run.output.unpersist()
+    run.unpersist()
     assert _checkpoints(statecore_home) == [(1, CheckpointStatus.COMPLETED)]
 
 
@@ -66,14 +66,14 @@ def test_bad_input_replay_with_other_input_is_refused(
     spark.createDataFrame([("a", 1), ("b", 2)], "key string, n long").write.parquet(str(first))
     spark.createDataFrame([("a", 5)], "key string, n long").write.parquet(str(other))
     done = _run(spark.read.parquet(str(first)), 1)
-    done.output.unpersist()
+    done.unpersist()
     assert done.checkpoint.input_identity.startswith("files:")
     assert _run(spark.read.parquet(str(first)), 1).replayed  # the same files: a no-op
     with pytest.raises(ReplayMismatchError, match="checkpoint 1 of job 'sums' is COMPLETED"):
         _run(spark.read.parquet(str(other)), 1)
     streamed = spark.createDataFrame([("a", 5)], "key string, n long")
     batch = {"batch_id": 2, "offsets": {"topic": {"0": 41}}}
-    _run(streamed, 2, input_fingerprint=batch).output.unpersist()
+    _run(streamed, 2, input_fingerprint=batch).unpersist()
     assert _run(streamed, 2, input_fingerprint=dict(batch)).replayed
     with pytest.raises(ReplayMismatchError, match='"0":41'):
         _run(streamed, 2, input_fingerprint={"batch_id": 2, "offsets": {"topic": {"0": 57}}})

@@ -78,7 +78,7 @@ def events(spark: Any, users: range, start_minute: int, per_user: int) -> Any:
 
 def collect(run: Any) -> list[tuple[Any, ...]]:
     rows = [tuple(r) for r in run.output.collect()]
-    run.output.unpersist()
+    run.unpersist()
     return rows
 
 
@@ -303,7 +303,7 @@ def test_clickstream_keeps_offsets_and_rules_across_a_rescale(
         spark, spark.read.parquet(str(days[0])), checkpoint_id=1, job="clicks", parallelism=2
     )
     flagged = [r for r in first.output.collect() if r.flagged]
-    first.output.unpersist()
+    first.unpersist()
     assert flagged and all(r.event_type in clickstream.DEFAULT_RULES for r in flagged)
     second = clickstream.run(
         spark,
@@ -314,7 +314,7 @@ def test_clickstream_keeps_offsets_and_rules_across_a_rescale(
         rules={"view": 0.0},
     )
     rows = second.output.collect()
-    second.output.unpersist()
+    second.unpersist()
     assert {r.flagged for r in rows if r.event_type == "view"} == {True}
     assert {r.flagged for r in rows if r.event_type != "view"} == {False}
     with Catalog.connect(statecore_home.catalog_url) as catalog:

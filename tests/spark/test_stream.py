@@ -170,7 +170,7 @@ def test_stream_continues_a_batch_job_and_back_with_savepoint_watermark(
         parallelism=1,
     )
     rows = sorted(tuple(r) for r in again.output.collect())
-    again.output.unpersist()
+    again.unpersist()
     assert ("u1", "event", 40_000, 101, 20_000) in rows
     assert {(r[0], r[2]) for r in rows if r[1] == "timer"} == {
         ("u1", 15_000),
@@ -194,7 +194,7 @@ def test_stream_continues_a_batch_job_and_back_with_savepoint_watermark(
         parallelism=1,
         restore_from=point.savepoint,
     )
-    restored.output.unpersist()
+    restored.unpersist()
     assert restored.late_rows == 1 and restored.watermark == 41_000
     assert totals(config, "copy")["u1"] == 101
 
@@ -407,7 +407,7 @@ def test_stream_watermark_survives_catalog_recover(spark, statecore_home, tmp_pa
             event_time="ts",
             parallelism=1,
         )
-        run.output.unpersist()
+        run.unpersist()
     with Catalog.connect(f"sqlite:///{tmp_path / 'new.db'}") as catalog:
         recover_catalog(statecore_home, catalog, "lost")
         marks = [c.watermark for c in catalog.list_checkpoints("lost")]

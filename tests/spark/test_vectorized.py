@@ -75,7 +75,7 @@ def state_of(config: StatecoreConfig, job: str, state: str = "total") -> dict[st
 
 def collect(run: Any) -> list[tuple[Any, ...]]:
     rows = sorted(tuple(r) for r in run.output.collect())
-    run.output.unpersist()
+    run.unpersist()
     return rows
 
 
@@ -193,7 +193,7 @@ def test_bad_input_fails_the_checkpoint_and_commits_nothing(spark, statecore_hom
         job="bad",
         checkpoint_id=1,
         parallelism=2,
-    ).output.unpersist()
+    ).unpersist()
     before = state_of(statecore_home, "bad")
 
     with pytest.raises(ConfigError, match="not a KeyedBatchFunction"):

@@ -59,5 +59,5 @@ def run(
         config=config,
         processing_time=clock,
     )
-    result.output.unpersist()
+    result.unpersist()
     return result
