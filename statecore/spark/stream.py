@@ -361,7 +361,7 @@ def _data_moved(checkpoint_location: str, batch_id: int) -> bool | None:
     the last source); ``None`` when the log cannot tell."""
     fs, root = table_filesystem(checkpoint_location.rstrip("/"))
     try:
-        logs = []
+        logs: list[list[str]] = []
         for n in (batch_id - 1, batch_id):
             with fs.open_input_stream(f"{root}/offsets/{n}") as stream:
                 logs.append(stream.read().decode("utf-8").splitlines())
