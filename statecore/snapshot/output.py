@@ -130,13 +130,21 @@ class OutputTable:
         self.uri = uri
         self.schema = schema
         self.app_id = app_id
+        self._opened: DeltaTable | None = None
 
     def _table(self) -> DeltaTable | None:
+        """The table at its latest version (``None`` while it does not exist). Opened once per
+        run: later calls read only the commits added since (a run opens it three times)."""
         try:
-            return DeltaTable(self.uri)
+            if self._opened is None:
+                self._opened = DeltaTable(self.uri)
+            else:
+                self._opened.update_incremental()
+            return self._opened
         except TableNotFoundError:
             return None
         except (DeltaError, OSError) as exc:
+            self._opened = None
             raise ConfigError(f"output table {self.uri} cannot be opened: {exc}") from exc
 
     def check_schema(self) -> None:
@@ -176,7 +184,7 @@ class OutputTable:
         fault_point("output:commit:before")
         try:
             if table is None:
-                table = DeltaTable.create(self.uri, self.schema, mode="ignore")
+                table = self._opened = DeltaTable.create(self.uri, self.schema, mode="ignore")
                 if fence is not None:
                     fence.verify(table, where)
             table.create_write_transaction(
