@@ -7,9 +7,8 @@ The events of :mod:`benchmarks.workload` (100,000 keys) cut into one Parquet fil
 read by Spark's file source with ``maxFilesPerTrigger=1`` and ``trigger(availableNow=True)``, so
 each variant sees the same micro-batches in the same order:
 
-- statecore (heap, RocksDB, vectorized): ``writeStream.foreachBatch`` calling ``keyed_process``
-  (``keyed_process_batches``) with ``checkpoint_id=batch_id`` and
-  ``input_fingerprint={"batch_id": batch_id}``, as ``keyed_stream`` does; parallelism 2,
+- statecore (heap, RocksDB, vectorized): ``keyed_stream`` (``keyed_stream_batches``) with its
+  defaults (changelog checkpoints, 10 checkpoints retained); parallelism 2,
   ``order_by=["seq"]``, output to the job's exactly-once Delta output table;
 - Spark's ``transformWithState`` (Row API, RocksDB state store, 2 shuffle partitions, Parquet
   sink), one state read and write per key and micro-batch.
@@ -28,6 +27,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import logging
 import os
 import pstats
 import statistics
@@ -110,6 +110,19 @@ def _batch_ms(query: Any) -> list[float]:
     ]
 
 
+class _WarmLog(logging.Handler):
+    """Each run's "N of M tasks kept their state warm" line of the driver's log, as
+    ``(warm_tasks, tasks)`` (a stream's runs are inside the query)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.warm: list[tuple[int, int]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "kept their state warm" in str(record.msg) and isinstance(record.args, tuple):
+            self.warm.append((int(record.args[3]), int(record.args[4])))
+
+
 def statecore_stream(
     spark: Any,
     workload: Workload,
@@ -118,53 +131,52 @@ def statecore_stream(
     *,
     vectorized: bool = False,
     tag: str = "",
+    changelog: bool = True,
 ) -> StreamSample:
     from benchmarks.functions import TOTAL, RunningSum
     from statecore.config import StatecoreConfig
-    from statecore.spark import keyed_process, keyed_process_batches
+    from statecore.spark import keyed_stream, keyed_stream_batches
     from statecore.vectorized import RunningAggregate
 
     variant = f"statecore {'vectorized ' if vectorized else ''}{backend}"
     run_dir = _fresh(WORK / "stream-runs" / (tag + variant.replace(" ", "-")))
     config = StatecoreConfig.resolve(home=str(run_dir / "home"), env={})
     output = run_dir / "output"
-    warm: list[tuple[int, int]] = []
-
-    def each(df: Any, batch_id: int) -> None:
-        common: dict[str, Any] = dict(
-            key="key",
-            output_schema=OUTPUT_SCHEMA,
-            job="stream",
-            checkpoint_id=batch_id,
-            parallelism=PARALLELISM,
-            order_by=["seq"],
-            backend=backend,
-            config=config,
-            output_table=str(output),
-            input_fingerprint={"batch_id": batch_id},
-        )
+    common: dict[str, Any] = dict(
+        key="key",
+        output_schema=OUTPUT_SCHEMA,
+        job="stream",
+        checkpoint_location=str(run_dir / "offsets"),
+        trigger={"availableNow": True},
+        parallelism=PARALLELISM,
+        order_by=["seq"],
+        backend=backend,
+        config=config,
+        output_table=str(output),
+        changelog=changelog,
+    )
+    runs = _WarmLog()
+    driver_log = logging.getLogger("statecore.spark.keyed")
+    driver_log.addHandler(runs)
+    driver_log.setLevel(logging.INFO)
+    start = clock()
+    try:
         if vectorized:
-            run = keyed_process_batches(
-                df, function=RunningAggregate("value", TOTAL, output="new_sum"), **common
+            query = keyed_stream_batches(
+                _stream(spark, folder),
+                function=RunningAggregate("value", TOTAL, output="new_sum"),
+                **common,
             )
         else:
-            run = keyed_process(df, function=RunningSum(), **common)
-        warm.append((run.restore.get("warm_tasks", 0), run.restore.get("tasks", 0)))
-
-    start = clock()
-    query = (
-        _stream(spark, folder)
-        .writeStream.foreachBatch(each)
-        .option("checkpointLocation", str(run_dir / "offsets"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+            query = keyed_stream(_stream(spark, folder), function=RunningSum(), **common)
+        query.awaitTermination()
+    finally:
+        driver_log.removeHandler(runs)
     seconds = clock() - start
     if query.exception() is not None:
         raise RuntimeError(f"{variant}: {query.exception()}")
     _verify_output(workload, variant, output)
-    return StreamSample(variant, seconds, workload.events, _batch_ms(query), warm)
+    return StreamSample(variant, seconds, workload.events, _batch_ms(query), [(0, 0), *runs.warm])
 
 
 def tws_stream(spark: Any, workload: Workload, folder: Path, *, tag: str = "") -> StreamSample:
@@ -272,8 +284,13 @@ def render(samples: list[StreamSample], fixed: dict[str, Any] | None, args: Any)
         f"`python -m benchmarks.stream {' '.join(sys.argv[1:])}`: {args.batches} micro-batches "
         f"of {args.batch_events:,} events (one Parquet file each, `maxFilesPerTrigger=1`, "
         "`availableNow`), 100,000 keys, running sum, parallelism 2 on Spark `local[2]`; "
-        "statecore through `foreachBatch` + `keyed_process(checkpoint_id=batch_id, "
-        'input_fingerprint={"batch_id": batch_id})` (what `keyed_stream` runs). Per micro-batch: '
+        "statecore through `keyed_stream` (`keyed_stream_batches`) with its defaults "
+        + (
+            "but `changelog=False` (whole key groups per checkpoint)"
+            if args.no_changelog
+            else "(changelog checkpoints, 10 checkpoints retained)"
+        )
+        + ". Per micro-batch: "
         "Spark's `triggerExecution` time, after an untimed warm-up stream of each kind. "
         "Warm: share of tasks after the first micro-batch "
         "that continued the state their Python worker kept (the others restored from Delta). "
@@ -342,18 +359,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tws", action="store_true", help="without transformWithState")
     parser.add_argument("--no-fixed", action="store_true", help="without the fixed-cost part")
     parser.add_argument("--no-write", action="store_true", help="print, do not edit RESULTS.md")
+    parser.add_argument(
+        "--no-changelog", action="store_true", help="whole key groups per checkpoint"
+    )
     parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
     only = [p.strip() for p in args.only.split(",") if p.strip()]
+    changelog = not args.no_changelog
     workload, folder = prepare(args.batches, args.batch_events)
     workload.reference  # noqa: B018 (computed before any timing)
     spark = session()
     warm_up(spark)
     variants: dict[str, Any] = {
-        "statecore heap": lambda: statecore_stream(spark, workload, folder, "heap"),
-        "statecore rocksdb": lambda: statecore_stream(spark, workload, folder, "rocksdb"),
+        "statecore heap": lambda: statecore_stream(
+            spark, workload, folder, "heap", changelog=changelog
+        ),
+        "statecore rocksdb": lambda: statecore_stream(
+            spark, workload, folder, "rocksdb", changelog=changelog
+        ),
         "statecore vectorized heap": lambda: statecore_stream(
-            spark, workload, folder, "heap", vectorized=True
+            spark, workload, folder, "heap", vectorized=True, changelog=changelog
         ),
     }
     if not args.no_tws:
