@@ -179,6 +179,41 @@ def statecore_stream(
     return StreamSample(variant, seconds, workload.events, _batch_ms(query), [(0, 0), *runs.warm])
 
 
+def floor_stream(spark: Any, workload: Workload, folder: Path) -> StreamSample:
+    """The floor under any keyed Python operator on this Spark: per micro-batch, the shuffle by
+    key into 2 partitions, the sort by ``seq`` and the records through Python and back
+    (``mapInArrow`` passing its batches through), counted; no state, no output."""
+    run_dir = _fresh(WORK / "stream-runs" / "floor")
+
+    def each(df: Any, batch_id: int) -> None:
+        df.repartition(PARALLELISM, "key").sortWithinPartitions("seq").mapInArrow(
+            _pass_through, df.schema
+        ).count()
+
+    start = clock()
+    query = (
+        _stream(spark, folder)
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(run_dir / "offsets"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    seconds = clock() - start
+    if query.exception() is not None:
+        raise RuntimeError(f"floor: {query.exception()}")
+    return StreamSample(
+        "Spark floor: shuffle + sort + Python pass-through (no state)",
+        seconds,
+        workload.events,
+        _batch_ms(query),
+    )
+
+
+def _pass_through(batches: Any) -> Any:
+    yield from batches
+
+
 def tws_stream(spark: Any, workload: Workload, folder: Path, *, tag: str = "") -> StreamSample:
     variant = "Spark transformWithState (RocksDB store)"
     run_dir = _fresh(WORK / "stream-runs" / f"{tag}tws")
@@ -312,7 +347,7 @@ def render(samples: list[StreamSample], fixed: dict[str, Any] | None, args: Any)
         lines += [
             f"- {s.variant}: {s.rate / tws.rate:.1f}x transformWithState"
             for s in samples
-            if s is not tws
+            if s is not tws and "floor" not in s.variant
         ]
     if fixed is not None:
         lines += [
@@ -381,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             spark, workload, folder, "heap", vectorized=True, changelog=changelog
         ),
     }
+    variants["Spark floor"] = lambda: floor_stream(spark, workload, folder)
     if not args.no_tws:
         variants["Spark transformWithState"] = lambda: tws_stream(spark, workload, folder)
     samples = []
