@@ -14,7 +14,7 @@ from statecore.keygroups import KeyGroupRange, assign_to_key_group
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
 from statecore.runtime.latency import LatencyTracking, latency_percentiles
 from statecore.runtime.task import KeyedOperatorTask
-from statecore.state import ListState, ValueState
+from statecore.state import ListState, MapState, ValueState
 from statecore.types import TypeInfo
 
 MAX_P = 128
@@ -96,3 +96,49 @@ def test_latency_tracking_through_arrow_batches_and_merged_percentiles() -> None
 def test_latency_tracking_bad_settings() -> None:
     with pytest.raises(ConfigError, match="positive"):
         LatencyTracking(sample_interval=0)
+
+
+class MapUse(KeyedProcessFunction):
+    """Every way into a MapState and a TTL state: methods, operators, iteration, properties."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        from datetime import timedelta
+
+        from statecore.ttl import StateTtlConfig
+
+        self.items = ctx.get_map_state(MapStateDescriptor("items", str, int))
+        self.last = ctx.get_state(
+            ValueStateDescriptor("last", str, ttl=StateTtlConfig(ttl=timedelta(hours=1)))
+        )
+
+    def process_element(self, value: Any, ctx: Context) -> list[Any]:
+        items = self.items
+        items[value] = (items[value] if value in items else 0) + 1  # noqa: SIM401 (the operators)
+        self.last.update(value)
+        return [(ctx.current_key, sorted(items), sorted(items.items()), self.last.value())]
+
+
+def test_latency_tracking_stand_ins_behave_as_the_states() -> None:
+    def run(latency: LatencyTracking | None) -> list[Any]:
+        backend = HeapKeyedStateBackend(
+            key_type=TypeInfo.of(str),
+            key_group_range=KeyGroupRange(0, MAX_P - 1),
+            max_parallelism=MAX_P,
+        )
+        t = KeyedOperatorTask(
+            MapUse(),
+            backend,
+            job="j",
+            operator="main",
+            subtask_index=0,
+            parallelism=1,
+            latency=latency,
+        )
+        t.open()
+        return t.process(records(300)), t
+
+    plain, _ = run(None)
+    tracked, t = run(LatencyTracking(sample_interval=7, history_size=8))
+    assert tracked == plain
+    assert isinstance(t.function.items, MapState) and isinstance(t.function.last, ValueState)
+    assert set(t.tracker.report()) == {"items", "last"}
