@@ -26,7 +26,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, noload, sessionmaker
 
-from statecore.catalog.engine import WRITE, catalog_location, create_engine, redacted
+from statecore.catalog.engine import (
+    WRITE,
+    catalog_location,
+    discard_engine,
+    redacted,
+    shared_engine,
+)
 from statecore.catalog.lookup import find_checkpoint, load_checkpoint, load_job
 from statecore.catalog.migrations import migrate
 from statecore.catalog.models import (
@@ -83,22 +89,23 @@ class Catalog:
 
     @classmethod
     def connect(cls, url: str) -> Catalog:
-        """Open the catalog at ``url``, applying any missing schema migration."""
-        engine = create_engine(url)
+        """Open the catalog at ``url``, applying any missing schema migration. The process
+        shares one engine per catalog (:func:`~statecore.catalog.engine.shared_engine`)."""
+        engine = shared_engine(url)
         try:
             migrate(engine)
         except sa.exc.OperationalError as exc:
-            engine.dispose()
+            discard_engine(engine)
             raise ConfigError(f"cannot open checkpoint catalog {redacted(url)}: {exc}") from exc
         except sa.exc.DatabaseError as exc:  # e.g. SQLite: "file is not a database", "malformed"
-            engine.dispose()
+            discard_engine(engine)
             raise CatalogError(
                 f"the checkpoint catalog {catalog_location(engine)} is corrupt or not a "
                 f"statecore catalog: {exc.orig}. Restore the file from a backup (a missing "
                 "catalog over an existing warehouse is not a fresh start)"
             ) from exc
         except BaseException:
-            engine.dispose()
+            discard_engine(engine)
             raise
         return cls(engine)
 
@@ -108,8 +115,7 @@ class Catalog:
         return redacted(self._engine.url)
 
     def close(self) -> None:
-        """Release the catalog's database connections."""
-        self._engine.dispose()
+        """Done with the catalog: its connections are back in the shared engine's pool."""
 
     def __enter__(self) -> Catalog:
         return self

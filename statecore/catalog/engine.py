@@ -8,6 +8,8 @@ read-then-write transaction takes the write lock first and never fails on a lock
 
 from __future__ import annotations
 
+import os
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,14 @@ from sqlalchemy import event
 
 from statecore.errors import ConfigError
 
-__all__ = ["WRITE", "catalog_location", "create_engine", "redacted"]
+__all__ = [
+    "WRITE",
+    "catalog_location",
+    "create_engine",
+    "discard_engine",
+    "redacted",
+    "shared_engine",
+]
 
 WRITE = {"statecore_write": True}
 """Execution options of a connection that writes: its transaction takes the write lock first."""
@@ -39,8 +48,36 @@ def catalog_location(engine: sa.Engine) -> str:
     return redacted(url)
 
 
-def create_engine(url: str) -> sa.Engine:
-    """Create the engine for ``url``; for a SQLite file, create its parent directory."""
+_SHARED: dict[tuple[Any, ...], sa.Engine] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_engine(url: str) -> sa.Engine:
+    """The engine for ``url`` this process shares between the catalogs it opens, so that its
+    cache of compiled statements (and, for a server database, its connection pool) outlives one
+    catalog: a point lookup and every micro-batch of a stream open the catalog anew, and
+    compiling their statements again cost more than running them. Keyed by process (a forked
+    child makes its own). A SQLite engine keeps no connection open between uses, so a catalog
+    file replaced in place (a backup restored) is read as it is now, as before."""
+    key = (os.getpid(), url)
+    with _SHARED_LOCK:
+        engine = _SHARED.get(key)
+        if engine is None:
+            engine = _SHARED[key] = create_engine(url, shared=True)
+        return engine
+
+
+def discard_engine(engine: sa.Engine) -> None:
+    """Forget and dispose of ``engine`` (a catalog that could not be opened through it)."""
+    with _SHARED_LOCK:
+        for k in [k for k, e in _SHARED.items() if e is engine]:
+            del _SHARED[k]
+    engine.dispose()
+
+
+def create_engine(url: str, *, shared: bool = False) -> sa.Engine:
+    """Create the engine for ``url``; for a SQLite file, create its parent directory. A
+    ``shared`` SQLite engine opens a connection per use (no pool)."""
     try:
         parsed = sa.make_url(url)
     except sa.exc.ArgumentError as exc:
@@ -53,7 +90,10 @@ def create_engine(url: str) -> sa.Engine:
         except OSError as exc:
             raise ConfigError(f"cannot create checkpoint catalog {url!r}: {exc}") from exc
     try:
-        engine = sa.create_engine(parsed, pool_pre_ping=not is_sqlite)
+        options: dict[str, Any] = {"pool_pre_ping": not is_sqlite}
+        if shared and is_sqlite and database != ":memory:":
+            options["poolclass"] = sa.pool.NullPool
+        engine = sa.create_engine(parsed, **options)
     except (sa.exc.ArgumentError, ImportError) as exc:
         raise ConfigError(f"cannot open checkpoint catalog {redacted(parsed)}: {exc}") from exc
     if is_sqlite:
