@@ -16,7 +16,9 @@ Values stored ``PICKLED`` come back as their bytes: a lookup never unpickles.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,6 +31,7 @@ from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError, KeyTypeError, UnknownStateError
 from statecore.keygroups import KeyGroupRange, assign_to_key_group
 from statecore.snapshot.changelog import CHANGES, apply_changes, changes_schema
+from statecore.snapshot.files import table_filesystem
 from statecore.snapshot.table import SnapshotTable
 from statecore.state import VOID_NAMESPACE
 from statecore.ttl.config import StateVisibility
@@ -132,16 +135,14 @@ def lookup_at(
         key = parse_key(key, key_type, point.job)
     _check_key(key, key_type, point.job, state)
     key_group = assign_to_key_group(key, point.max_parallelism)
-    snapshot = SnapshotTable(
-        table.path, rows_schema, label=f"{point.job}/{table.operator}/{table.state}"
-    )
+    snapshot = _opened(table, rows_schema, label=f"{point.job}/{table.operator}/{table.state}")
     files = snapshot.files(table.version, KeyGroupRange(key_group, key_group))
     parts = [rows for _, rows in snapshot.read_files(files)]
     rows = pa.concat_tables(parts) if parts else rows_schema.empty_table()
     changes = _changes_table(point, table)
     if changes is not None:  # changelog checkpoints: the key group's pending changes apply
-        pending = SnapshotTable(
-            changes.path, changes_schema(rows_schema), label=f"{point.job}/{table.operator}"
+        pending = _opened(
+            changes, changes_schema(rows_schema), label=f"{point.job}/{table.operator}"
         )
         change_files = pending.files(changes.version, KeyGroupRange(key_group, key_group))
         rows = apply_changes(rows, [r for _, r in pending.read_files(change_files)])
@@ -169,6 +170,41 @@ def lookup_at(
         bytes_read=sum(f.size for f in files),
         state_bytes=table.bytes,
     )
+
+
+_OPENED: OrderedDict[tuple[str, int, str], SnapshotTable] = OrderedDict()
+_OPENED_SIZE = 64
+_OPENED_LOCK = threading.Lock()
+
+
+def _opened(table: TableVersion, rows_schema: pa.Schema, *, label: str) -> SnapshotTable:
+    """The snapshot table at ``table``'s version, opened once for many lookups. A Delta
+    version never changes, so the opened table is kept (the last ``_OPENED_SIZE``), keyed by
+    the version's commit file as it is now (size and modification time): a table deleted and
+    written again at the same path is opened afresh."""
+    key = (table.path, table.version, _commit_identity(table.path, table.version))
+    with _OPENED_LOCK:
+        found = _OPENED.get(key)
+        if found is not None:
+            _OPENED.move_to_end(key)
+            return found
+    opened = SnapshotTable(table.path, rows_schema, label=label)
+    opened.files(table.version)  # opens the version (raises CorruptSnapshotError)
+    with _OPENED_LOCK:
+        _OPENED[key] = opened
+        while len(_OPENED) > _OPENED_SIZE:
+            _OPENED.popitem(last=False)
+    return opened
+
+
+def _commit_identity(path: str, version: int) -> str:
+    """Size and modification time of the commit file of ``version`` (empty when unknown)."""
+    fs, root = table_filesystem(path)
+    try:
+        info = fs.get_file_info(f"{root}/_delta_log/{version:020d}.json")
+    except (OSError, ValueError):
+        return ""
+    return f"{info.size}:{info.mtime_ns}"
 
 
 def _table(point: RestorePoint, state: str, operator: str | None) -> TableVersion:
