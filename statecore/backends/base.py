@@ -17,6 +17,8 @@ whose stored values are ``{"value": v, "ttl_timestamp": ms}`` structs, see
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -194,7 +196,9 @@ class KeyedStateBackend(ABC):
         self._descriptors[descriptor.name] = descriptor
         self._states[descriptor.name] = state
         source = self._restore_source
-        self._restore_state(descriptor.name, () if source is None else source(descriptor))
+        if source is not None:
+            with _no_cyclic_gc():  # a restore allocates long-lived objects only
+                self._restore_state(descriptor.name, source(descriptor))
         return state
 
     def _restore_state(self, state_name: str, chunks: Iterable[tuple[int, pa.Table]]) -> None:
@@ -406,3 +410,18 @@ class KeyedStateBackend(ABC):
 
     def close(self) -> None:
         """Release resources (files, handles)."""
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off meanwhile (as it was after). A restore creates
+    the whole state as new objects: the collector would rescan everything built so far every
+    few hundred allocations (pauses of 0.1-0.3 s while restoring 100,000 keys), and it finds
+    nothing, as the state has no garbage cycles."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
