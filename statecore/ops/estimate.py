@@ -2,7 +2,7 @@
 
 A run records, per subtask, the bytes it read to restore and the seconds it took (the
 checkpoint's ``metrics["restore"]``, see :mod:`statecore.spark.keyed`). From the job's recent
-restores this fits ``seconds = fixed + bytes / throughput`` (least squares; a plain ratio when
+restores this fits ``seconds = fixed + bytes / throughput`` (Theil–Sen; a plain ratio when
 the restores had one size), and applies it to what each subtask of the target parallelism would
 read: the bytes of its key groups in every keyed state and the timers (the catalog keeps them
 per key group), plus every operator-state file. Without a measured restore of the job it uses
@@ -13,6 +13,7 @@ restores.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -112,18 +113,26 @@ def restore_model(catalog: Catalog, job: str) -> RestoreModel:
 
 
 def fit(samples: list[tuple[int, float]]) -> RestoreModel:
-    """Least squares of seconds on bytes, with a fixed cost ≥ 0 and a positive throughput."""
+    """``seconds = fixed + bytes / throughput`` through the samples, robustly (Theil–Sen: the
+    slope is the median of the slopes between pairs of restores of different sizes, the fixed
+    cost the median of what each restore leaves over), so that one restore slowed by something
+    else (a pause of the machine, another task) does not skew the model as it skews least
+    squares. A fixed cost ≥ 0 and a positive throughput; a plain ratio through 0 when the
+    restores had one size."""
     if not samples:
         return RestoreModel(0.0, float(DEFAULT_BYTES_PER_SECOND), 0)
     n = len(samples)
-    mean_b = sum(b for b, _ in samples) / n
-    mean_s = sum(s for _, s in samples) / n
-    var = sum((b - mean_b) ** 2 for b, _ in samples)
-    slope = sum((b - mean_b) * (s - mean_s) for b, s in samples) / var if var else 0.0
-    fixed = mean_s - slope * mean_b
-    if var == 0 or slope <= 0 or fixed < 0:  # one size, or noise: a plain ratio through 0
+    slopes = [
+        (s2 - s1) / (b2 - b1)
+        for i, (b1, s1) in enumerate(samples)
+        for b2, s2 in samples[i + 1 :]
+        if b2 != b1
+    ]
+    slope = statistics.median(slopes) if slopes else 0.0
+    fixed = statistics.median(s - slope * b for b, s in samples) if slope > 0 else 0.0
+    if slope <= 0 or fixed < 0:  # one size, or noise: a plain ratio through 0
         fixed = 0.0
-        slope = sum(s for _, s in samples) / sum(b for b, _ in samples)
+        slope = statistics.median(s / b for b, s in samples)
     return RestoreModel(fixed, 1 / slope if slope > 0 else float(DEFAULT_BYTES_PER_SECOND), n)
 
 
