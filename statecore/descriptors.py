@@ -13,6 +13,7 @@ ListType(list<item: string>)
 from __future__ import annotations
 
 import enum
+import types
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
@@ -92,6 +93,13 @@ class StateDescriptor:
     def ttl_config(self) -> StateTtlConfig | None:
         return getattr(self, "ttl", None)
 
+    def same_functions(self, other: StateDescriptor) -> bool:
+        """Whether ``other``'s functions (reduce, aggregate) are certainly this descriptor's:
+        the same object, or, as a fresh copy is after pickling, the same code with the same
+        defaults and closure values (or, for an object, the same class and attributes). Not
+        certain is ``False``. A descriptor without functions: ``True``."""
+        return True
+
     def describe(self) -> dict[str, Any]:
         """A JSON-able description for the catalog."""
         out: dict[str, Any] = {"kind": self.kind.value, "value_type": str(self.value_info.arrow)}
@@ -162,6 +170,11 @@ class ReducingStateDescriptor(StateDescriptor):
     def value_info(self) -> TypeInfo:
         return TypeInfo.of(self.type)
 
+    def same_functions(self, other: StateDescriptor) -> bool:
+        return isinstance(other, ReducingStateDescriptor) and _same(
+            self.reduce_function, other.reduce_function
+        )
+
 
 @dataclass(frozen=True)
 class AggregatingStateDescriptor(StateDescriptor):
@@ -174,3 +187,36 @@ class AggregatingStateDescriptor(StateDescriptor):
     @property
     def value_info(self) -> TypeInfo:
         return TypeInfo.of(self.accumulator_type)
+
+    def same_functions(self, other: StateDescriptor) -> bool:
+        return isinstance(other, AggregatingStateDescriptor) and _same(
+            self.aggregate_function, other.aggregate_function
+        )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` certainly behave alike (see ``same_functions``)."""
+    if a is b:
+        return True
+    if isinstance(a, types.FunctionType) and isinstance(b, types.FunctionType):
+        cells_a = tuple(c.cell_contents for c in a.__closure__ or ())
+        cells_b = tuple(c.cell_contents for c in b.__closure__ or ())
+        return (
+            a.__code__ == b.__code__
+            and a.__defaults__ == b.__defaults__
+            and a.__kwdefaults__ == b.__kwdefaults__
+            and len(cells_a) == len(cells_b)
+            and all(_same(x, y) or _equal(x, y) for x, y in zip(cells_a, cells_b))
+        )
+    if isinstance(a, types.MethodType) and isinstance(b, types.MethodType):
+        return _same(a.__func__, b.__func__) and _same(a.__self__, b.__self__)
+    if type(a) is type(b) and hasattr(a, "__dict__"):  # e.g. an AggregateFunction
+        return _equal(vars(a), vars(b))
+    return False
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # an object that cannot be compared is not certainly the same
+        return False

@@ -168,7 +168,7 @@ class KeyedStateBackend(ABC):
         if known is not None:
             if descriptor.name in self._kept:  # the first registration since resume()
                 self._kept.discard(descriptor.name)
-                if known != descriptor:
+                if known != descriptor or not known.same_functions(descriptor):
                     raise StateDescriptorConflictError(
                         f"state {descriptor.name!r} is kept from the last run as {known}; "
                         f"registered now as {descriptor} (restore it instead)"
@@ -387,11 +387,12 @@ class KeyedStateBackend(ABC):
         No key is current and the watermark starts where a restored backend's does; a state
         first registered from now on restores from ``restore_source`` (the new run's). A kept
         state registered again with a descriptor that is not equal (another default, TTL or
-        type) raises :class:`StateDescriptorConflictError`: the runtime then restores instead.
-        Reduce and aggregate functions are not compared: kept states go on using the first
-        run's. ``scope``
-        is the new run's :class:`~statecore.backends.scope.TaskScope` (for backends that keep
-        local state on disk; ``None`` outside a job).
+        type), or with reduce or aggregate functions that are not certainly the same (compared
+        by code, defaults and closures: ``StateDescriptor.same_functions``), raises
+        :class:`StateDescriptorConflictError`: the runtime then restores instead, and the new
+        function applies from there. ``scope`` is the new run's
+        :class:`~statecore.backends.scope.TaskScope` (for backends that keep local state on
+        disk; ``None`` outside a job).
         """
         self._restore_source = restore_source
         self._kept = set(self._descriptors)

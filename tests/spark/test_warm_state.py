@@ -27,7 +27,11 @@ from statecore.backends.rocksdb import RocksDBKeyedStateBackend
 from statecore.catalog import Catalog
 from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.config import StatecoreConfig
-from statecore.descriptors import ListStateDescriptor, ValueStateDescriptor
+from statecore.descriptors import (
+    ListStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 from statecore.keygroups import KeyGroupRange, assign_to_key_group
 from statecore.ops.ttl_cleanup import ttl_cleanup
 from statecore.runtime import (
@@ -460,3 +464,68 @@ def test_warm_state_of_a_failed_changelog_checkpoint_is_not_taken(
         statecore_home, job="k", function=KeyedOnly(), changelog=changelog, **runs[2]
     )
     assert restore["warm_tasks"] == 2 and got == expected[2]
+
+
+class Reduced(KeyedProcessFunction):
+    """A reducing state over the values of each key (``combine`` its reduce function)."""
+
+    def __init__(self, combine: Any) -> None:
+        self.combine = combine
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.acc = ctx.get_reducing_state(ReducingStateDescriptor("acc", self.combine, int))
+
+    def process_element(self, value: Any, ctx: Context) -> Iterator[tuple[Any, ...]]:
+        self.acc.add(value.value)
+        yield ctx.current_key, self.acc.get(), 0
+
+
+def test_warm_state_with_another_reduce_function_restores_instead(
+    statecore_home: StatecoreConfig,
+) -> None:
+    from pyspark import cloudpickle
+
+    add = lambda a, b: a + b  # noqa: E731 (a lambda is pickled by value: a fresh copy a run)
+    run(statecore_home, job="reduce", records=events(1), checkpoint_id=1, function=Reduced(add))
+    fresh_add = cloudpickle.loads(cloudpickle.dumps(add))
+    assert fresh_add is not add
+    _, same = run(
+        statecore_home,
+        job="reduce",
+        records=events(2),
+        checkpoint_id=2,
+        function=Reduced(fresh_add),
+    )
+    assert same["warm_tasks"] == 2  # the same code: the kept state goes on
+    got, changed = run(
+        statecore_home, job="reduce", records=events(3), checkpoint_id=3, function=Reduced(max)
+    )
+    assert changed["warm_tasks"] == 0  # another function: restored, the new one applies
+    WARM_POOL.clear()
+    for i, combine in ((1, add), (2, add), (3, max)):
+        expected, _ = run(
+            statecore_home,
+            job="reduce_cold",
+            records=events(i),
+            checkpoint_id=i,
+            function=Reduced(combine),
+            keep_warm=False,
+        )
+    assert got == expected
+
+
+def test_same_functions_compares_code_defaults_and_closures() -> None:
+    from pyspark import cloudpickle
+
+    def adder(step: int) -> Any:
+        return lambda a, b: a + b + step
+
+    def descriptor(fn: Any) -> ReducingStateDescriptor:
+        return ReducingStateDescriptor("acc", fn, int)
+
+    one = adder(1)
+    assert descriptor(one).same_functions(descriptor(cloudpickle.loads(cloudpickle.dumps(one))))
+    assert descriptor(one).same_functions(descriptor(adder(1)))
+    assert not descriptor(one).same_functions(descriptor(adder(2)))  # another closure value
+    assert not descriptor(one).same_functions(descriptor(max))
+    assert ValueStateDescriptor("v", int).same_functions(ValueStateDescriptor("v", int))
