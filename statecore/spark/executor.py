@@ -397,10 +397,11 @@ class _TaskState:
 
 
 def _write_late(writer: OutputWriter, batch: pa.RecordBatch) -> None:
-    """Late records in the input's columns (without the key group Spark added)."""
+    """Late records in the input's columns (without the key group Spark added; timestamps in
+    UTC, as Spark's are in the session's time zone)."""
     writer.write(
         pa.RecordBatch.from_arrays(
-            [batch.column(n) for n in writer.schema.names], schema=writer.schema
+            [batch.column(f.name).cast(f.type) for f in writer.schema], schema=writer.schema
         )
     )
 

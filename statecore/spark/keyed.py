@@ -410,8 +410,9 @@ class _KeyedRunner:
         self.config = job.config or StatecoreConfig.resolve()
         self.key_type = _key_info(df, job.key)
         self.spark = df.sparkSession
-        time_zone = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
-        self.arrow_output = to_arrow_schema(job.output_schema, timezone=time_zone)
+        # Timestamps are instants: in UTC, as a Delta table keeps them (it refuses another time
+        # zone); the session's time zone only changes how Spark shows them.
+        self.arrow_output = to_arrow_schema(job.output_schema, timezone="UTC")
         self.sink = (
             None
             if job.output_table is None
@@ -426,7 +427,7 @@ class _KeyedRunner:
                 f"job {job.job!r}: a late-data table ({job.late_output_table}) needs an "
                 "event_time column"
             )
-        self.arrow_input = to_arrow_schema(df.schema, timezone=time_zone)
+        self.arrow_input = to_arrow_schema(df.schema, timezone="UTC")
         self.late_sink = (
             None
             if job.late_output_table is None

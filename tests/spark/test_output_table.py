@@ -6,6 +6,7 @@ the output commit and the checkpoint commit, then the retry, leaves each row in 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from pyspark.sql import types as T
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.errors import CheckpointCommitError, ConfigError
+from statecore.runtime import KeyedProcessFunction
 from statecore.spark import keyed_process, keyed_process_batches
 from statecore.vectorized import RunningAggregate
 
@@ -128,3 +130,48 @@ def test_an_output_table_with_another_schema_is_refused(spark, statecore_home, t
     assert table_rows(out) == before
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         assert catalog.get_checkpoint("sink", 2).status is CheckpointStatus.FAILED
+
+
+class Stamped(KeyedProcessFunction):
+    """Each record's key and event time, as output."""
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        yield ctx.current_key, value.ts
+
+
+def test_output_and_late_tables_keep_utc_instants_whatever_the_session_time_zone(  # type: ignore[no-untyped-def]
+    spark, statecore_home, tmp_path
+) -> None:
+    """Delta keeps timestamps as UTC instants (it refuses another zone): with a session in New
+    York, the output and late-data tables get the same instants, read back in UTC by DuckDB."""
+    stamp = T.StructType(
+        [T.StructField("user", T.StringType()), T.StructField("ts", T.TimestampType())]
+    )
+    at = [datetime(2026, 1, 1, h, tzinfo=UTC) for h in (10, 12, 11)]  # 11:00 is late in run 2
+    out, late = tmp_path / "out", tmp_path / "late"
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        for checkpoint_id, rows in ((1, [("u1", at[0]), ("u1", at[1])]), (2, [("u2", at[2])])):
+            keyed_process(
+                spark.createDataFrame(rows, stamp),
+                key="user",
+                function=Stamped(),
+                output_schema=stamp,
+                job="zoned",
+                checkpoint_id=checkpoint_id,
+                parallelism=1,
+                event_time="ts",
+                output_table=str(out),
+                late_output_table=str(late),
+            )
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+    con = duckdb.connect()
+    import_extension("delta", con=con)
+    con.execute("SET TimeZone = 'UTC'")
+    written = sorted(con.execute(f"SELECT user, ts FROM delta_scan('{out}')").fetchall())
+    dropped = con.execute(f"SELECT user, ts FROM delta_scan('{late}')").fetchall()
+    con.close()
+    assert [(u, t.astimezone(UTC)) for u, t in written] == [("u1", at[0]), ("u1", at[1])]
+    assert [(u, t.astimezone(UTC)) for u, t in dropped] == [("u2", at[2])]
