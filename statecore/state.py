@@ -29,6 +29,8 @@ VOID_NAMESPACE = ""
 class State(ABC):
     """Every keyed state can be cleared and re-scoped to a namespace."""
 
+    __slots__ = ()
+
     @abstractmethod
     def clear(self) -> None:
         """Remove the value for the current key and namespace."""
@@ -42,12 +44,16 @@ class MergingState(State):
     """A state whose values in several namespaces of one key merge into one value: elements
     appended (list), reduced (reducing) or accumulators merged (aggregating)."""
 
+    __slots__ = ()
+
     @abstractmethod
     def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
         """Merge the current key's values in ``sources`` into ``target``, clearing ``sources``."""
 
 
 class ValueState(State):
+    __slots__ = ()
+
     @abstractmethod
     def value(self) -> Any:
         """The value, or the descriptor's default when there is none."""
@@ -58,6 +64,8 @@ class ValueState(State):
 
 
 class ListState(MergingState):
+    __slots__ = ()
+
     @abstractmethod
     def get(self) -> list[Any]:
         """A copy of the elements (empty when there are none)."""
@@ -75,6 +83,8 @@ class ListState(MergingState):
 
 
 class MapState(State):
+    __slots__ = ()
+
     @abstractmethod
     def get(self, key: Any) -> Any:
         """The value under ``key``, or ``None``."""
@@ -127,6 +137,8 @@ class MapState(State):
 
 
 class ReducingState(MergingState):
+    __slots__ = ()
+
     @abstractmethod
     def get(self) -> Any:
         """The reduced value, or ``None``."""
@@ -137,6 +149,8 @@ class ReducingState(MergingState):
 
 
 class AggregatingState(MergingState):
+    __slots__ = ()
+
     @abstractmethod
     def get(self) -> Any:
         """``get_result`` of the accumulator, or ``None`` when nothing was added."""

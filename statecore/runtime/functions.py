@@ -70,7 +70,8 @@ class RuntimeContext:
         self.subtask_index = subtask_index
         self.parallelism = parallelism
         self.tracker = tracker
-        """Latency tracking: the states handed out are its stand-ins (see :mod:`.latency`)."""
+        """Latency tracking: registers the states handed out, for sampled records (see
+        :mod:`.latency`)."""
 
     @property
     def max_parallelism(self) -> int:

@@ -36,7 +36,7 @@ from statecore.runtime.functions import (
     OnTimerContext,
     RuntimeContext,
 )
-from statecore.runtime.latency import LatencyTracker, LatencyTracking, run_sampled
+from statecore.runtime.latency import LatencyTracker, LatencyTracking
 from statecore.runtime.restore import RestoredState, RestorePlan
 from statecore.runtime.vectorized import KeyedBatch, KeyedBatchFunction, group_by_key
 from statecore.snapshot import TIMERS, SnapshotFile, write_key_group_files
@@ -241,11 +241,9 @@ class KeyedOperatorTask:
         """
         out: list[Any] = []
         if timestamps is None:
-            self.records += run_sampled(records, self.tracker, self._loop, out)
+            self.records += self._loop(records, out)
         else:
-            self.records += run_sampled(
-                zip(records, timestamps), self.tracker, self._loop_with_timestamps, out
-            )
+            self.records += self._loop_with_timestamps(zip(records, timestamps), out)
             self.context.timestamp = None
         return out
 
@@ -254,14 +252,20 @@ class KeyedOperatorTask:
         set_key = self.backend.set_current_key
         process = self._per_record_function().process_element
         ctx = self.context
+        tracker, sample_at, interval = self._sampling()
         n = 0
         for key, key_group, record in records:
             set_key(key, key_group)
             ctx.current_key = key
-            result = process(record, ctx)
-            if result is not None:
-                extend(result)
+            if n == sample_at:
+                sample_at += interval
+                tracker.sample(process, record, ctx, extend)  # type: ignore[union-attr]
+            else:
+                result = process(record, ctx)
+                if result is not None:
+                    extend(result)
             n += 1
+        self._sampled_up_to(sample_at, n)
         return n
 
     def _loop_with_timestamps(
@@ -271,16 +275,36 @@ class KeyedOperatorTask:
         set_key = self.backend.set_current_key
         process = self._per_record_function().process_element
         ctx = self.context
+        tracker, sample_at, interval = self._sampling()
         n = 0
         for (key, key_group, record), timestamp in records:
             set_key(key, key_group)
             ctx.current_key = key
             ctx.timestamp = timestamp
-            result = process(record, ctx)
-            if result is not None:
-                extend(result)
+            if n == sample_at:
+                sample_at += interval
+                tracker.sample(process, record, ctx, extend)  # type: ignore[union-attr]
+            else:
+                result = process(record, ctx)
+                if result is not None:
+                    extend(result)
             n += 1
+        self._sampled_up_to(sample_at, n)
         return n
+
+    def _sampling(self) -> tuple[LatencyTracker | None, int, int]:
+        """The tracker, the loop's index of the next sampled record (-1: none) and the
+        interval; a loop compares its count with the index, the only cost of tracking for an
+        unsampled record (see :mod:`.latency`)."""
+        tracker = self.tracker
+        if tracker is None:
+            return None, -1, 0
+        return tracker, tracker.until_next, tracker.tracking.sample_interval
+
+    def _sampled_up_to(self, sample_at: int, n: int) -> None:
+        """After a loop of ``n`` records: how many records the next sampled one is away."""
+        if self.tracker is not None:
+            self.tracker.until_next = sample_at - n
 
     def _per_record_function(self) -> KeyedProcessFunction:
         if not isinstance(self.function, KeyedProcessFunction):
@@ -328,9 +352,7 @@ class KeyedOperatorTask:
         if groups.null_count or not backend.switches_keys_by_assignment():
             return self.process(zip(keys, key_groups, records))
         out: list[Any] = []
-        self.records += run_sampled(
-            zip(keys, key_groups, records), self.tracker, self._assigned_loop, out
-        )
+        self.records += self._assigned_loop(zip(keys, key_groups, records), out)
         return out
 
     def _assigned_loop(self, records: Iterable[tuple[Any, int, Any]], out: list[Any]) -> int:
@@ -339,14 +361,20 @@ class KeyedOperatorTask:
         process = self._per_record_function().process_element
         ctx = self.context
         key_context = self.backend.key_context
+        tracker, sample_at, interval = self._sampling()
         n = 0
         for current, current_group, record in records:
             key_context.key = ctx.current_key = current
             key_context.key_group = current_group
-            result = process(record, ctx)
-            if result is not None:
-                extend(result)
+            if n == sample_at:
+                sample_at += interval
+                tracker.sample(process, record, ctx, extend)  # type: ignore[union-attr]
+            else:
+                result = process(record, ctx)
+                if result is not None:
+                    extend(result)
             n += 1
+        self._sampled_up_to(sample_at, n)
         return n
 
     def _record_type(self, names: list[str]) -> type:

@@ -50,6 +50,20 @@ _MISSING: Any = object()
 class _TtlDecorator:
     """Flink's ``AbstractTtlDecorator``: expiry, refresh on read, and the stored form."""
 
+    __slots__ = (
+        "_raw",
+        "_storage",
+        "_name",
+        "_ttl_ms",
+        "_clock",
+        "_update_on_read",
+        "_return_expired",
+        "_pickled",
+        "_info",
+        "_access",
+        "_namespace",
+    )
+
     def __init__(
         self,
         raw: State,
@@ -105,6 +119,8 @@ class _TtlDecorator:
 class _TtlSingleValue(_TtlDecorator):
     """Value, reducing and aggregating states: one stored struct per key and namespace."""
 
+    __slots__ = ()
+
     _raw: ValueState
 
     def _get(self) -> Any:
@@ -154,6 +170,8 @@ class _TtlSingleValue(_TtlDecorator):
 
 
 class TtlValueState(_TtlSingleValue, ValueState):
+    __slots__ = ("_default",)
+
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._default = cast(ValueStateDescriptor, self._storage.descriptor).default
@@ -171,6 +189,8 @@ class TtlValueState(_TtlSingleValue, ValueState):
 
 
 class TtlReducingState(_TtlSingleValue, ReducingState):
+    __slots__ = ("_reduce",)
+
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._reduce = cast(ReducingStateDescriptor, self._storage.descriptor).reduce_function
@@ -189,6 +209,8 @@ class TtlReducingState(_TtlSingleValue, ReducingState):
 
 
 class TtlAggregatingState(_TtlSingleValue, AggregatingState):
+    __slots__ = ("_function",)
+
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._function = cast(
@@ -213,6 +235,8 @@ class TtlAggregatingState(_TtlSingleValue, AggregatingState):
 
 class TtlListState(_TtlDecorator, ListState):
     """Per-element TTL: each element carries its own timestamp."""
+
+    __slots__ = ()
 
     _raw: ListState
 
@@ -280,6 +304,8 @@ class TtlListState(_TtlDecorator, ListState):
 
 class TtlMapState(_TtlDecorator, MapState):
     """Per-entry TTL: each map value carries its own timestamp."""
+
+    __slots__ = ()
 
     _raw: MapState
 

@@ -62,7 +62,8 @@ def test_latency_tracking_samples_every_nth_record_per_state_and_access() -> Non
     tracked = task(LatencyTracking(sample_interval=10, history_size=16))
     plain = task(None)
     assert tracked.process(records(1000)) == plain.process(records(1000))
-    assert isinstance(tracked.function.count, ValueState)  # the stand-in is still a ValueState
+    # the function holds the backend's own states, back in their classes between samples
+    assert type(tracked.function.count) is type(plain.function.count)
     assert isinstance(tracked.function.seen, ListState)
     report = tracked.tracker.report()
     assert set(report) == {"count", "seen", "per_item"}
@@ -118,7 +119,7 @@ class MapUse(KeyedProcessFunction):
         return [(ctx.current_key, sorted(items), sorted(items.items()), self.last.value())]
 
 
-def test_latency_tracking_stand_ins_behave_as_the_states() -> None:
+def test_latency_tracking_timed_states_behave_as_the_states() -> None:
     def run(latency: LatencyTracking | None) -> list[Any]:
         backend = HeapKeyedStateBackend(
             key_type=TypeInfo.of(str),
@@ -142,3 +143,22 @@ def test_latency_tracking_stand_ins_behave_as_the_states() -> None:
     assert tracked == plain
     assert isinstance(t.function.items, MapState) and isinstance(t.function.last, ValueState)
     assert set(t.tracker.report()) == {"items", "last"}
+
+
+class Failing(Counts):
+    def process_element(self, value: Any, ctx: Context) -> list[Any]:
+        out = super().process_element(value, ctx)
+        if value == "item2":
+            raise ValueError("bad record")
+        return out
+
+
+def test_latency_tracking_a_failing_sampled_record_leaves_the_states_as_they_were() -> None:
+    t = task(LatencyTracking(sample_interval=1))
+    t.function = Failing()
+    t.function.open(t.runtime_context)
+    classes = {n: type(getattr(t.function, n)) for n in ("count", "seen", "per_item")}
+    with pytest.raises(ValueError, match="bad record"):
+        t.process(records(3))  # item0, item1 sampled, item2 raises while sampled
+    assert {n: type(getattr(t.function, n)) for n in classes} == classes
+    assert len(t.tracker.report()["count"]["update"]) == 3

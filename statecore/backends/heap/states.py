@@ -59,6 +59,8 @@ class _HeapState:
     """The current key's map for this state and namespace, fetched per access from the
     backend's :class:`~statecore.backends.context.KeyContext`."""
 
+    __slots__ = ("_current", "_table", "_name", "_by_kg")
+
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
         self._current = backend.key_context
         self._table = table
@@ -132,6 +134,8 @@ class _HeapState:
 
 
 class HeapValueState(_HeapState, ValueState):
+    __slots__ = ("_default", "_info", "_accepted", "_dirty")
+
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
         super().__init__(backend, table)
         descriptor = table.descriptor
@@ -168,6 +172,8 @@ class HeapValueState(_HeapState, ValueState):
 
 
 class HeapListState(_HeapState, ListState):
+    __slots__ = ("_info",)
+
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
         super().__init__(backend, table)
         descriptor = table.descriptor
@@ -219,6 +225,8 @@ class HeapListState(_HeapState, ListState):
 
 
 class HeapMapState(_HeapState, MapState):
+    __slots__ = ("_key_info", "_info")
+
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
         super().__init__(backend, table)
         descriptor = table.descriptor
@@ -278,6 +286,8 @@ class _HeapMergingState(_HeapState, MergingState):
     (what is added and merged is the descriptor's :class:`~statecore.backends.merging.Accumulation`;
     Flink's ``AbstractHeapMergingState``)."""
 
+    __slots__ = ("_accumulation",)
+
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
         super().__init__(backend, table)
         self._accumulation = accumulation_for(table.descriptor)
@@ -301,8 +311,12 @@ class _HeapMergingState(_HeapState, MergingState):
 
 
 class HeapReducingState(_HeapMergingState, ReducingState):
+    __slots__ = ()
+
     pass
 
 
 class HeapAggregatingState(_HeapMergingState, AggregatingState):
+    __slots__ = ()
+
     pass

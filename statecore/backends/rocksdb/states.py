@@ -55,6 +55,18 @@ __all__ = [
 
 
 class _RocksDBState:
+    __slots__ = (
+        "_backend",
+        "_current",
+        "_column",
+        "_name",
+        "_get",
+        "_put",
+        "_delete",
+        "_dirty",
+        "_ns",
+    )
+
     def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
         self._backend = backend
         self._current = backend.key_context
@@ -128,6 +140,8 @@ class _RocksDBState:
 
 
 class RocksDBValueState(_RocksDBState, ValueState):
+    __slots__ = ("_default", "_info", "_accepted", "_encode", "_decode")
+
     def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
         super().__init__(backend, column)
         descriptor = column.descriptor
@@ -165,6 +179,8 @@ class RocksDBValueState(_RocksDBState, ValueState):
 
 class RocksDBCachedValueState(RocksDBValueState):
     """A ``ValueState`` served by its column's write-back cache (values are immutable scalars)."""
+
+    __slots__ = ("_shrink", "_values", "_pending", "_capacity", "_value_class")
 
     def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
         super().__init__(backend, column)
@@ -228,6 +244,8 @@ class RocksDBCachedValueState(RocksDBValueState):
 
 
 class RocksDBListState(_RocksDBState, ListState):
+    __slots__ = ("_info",)
+
     def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
         super().__init__(backend, column)
         descriptor = column.descriptor
@@ -279,6 +297,8 @@ class RocksDBListState(_RocksDBState, ListState):
 
 
 class RocksDBMapState(_RocksDBState, MapState):
+    __slots__ = ("_key_info", "_info", "_encode_user_key", "_decode_user_key")
+
     def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
         super().__init__(backend, column)
         descriptor = column.descriptor
@@ -368,6 +388,8 @@ class _RocksDBMergingState(_RocksDBState, MergingState):
     """Reducing and aggregating state: one encoded accumulator per key and namespace (what is
     added and merged is the descriptor's :class:`~statecore.backends.merging.Accumulation`)."""
 
+    __slots__ = ("_accumulation", "_encode", "_decode")
+
     def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
         super().__init__(backend, column)
         self._accumulation = accumulation_for(column.descriptor)
@@ -398,10 +420,14 @@ class _RocksDBMergingState(_RocksDBState, MergingState):
 
 
 class RocksDBReducingState(_RocksDBMergingState, ReducingState):
+    __slots__ = ()
+
     pass
 
 
 class RocksDBAggregatingState(_RocksDBMergingState, AggregatingState):
+    __slots__ = ()
+
     pass
 
 
