@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -39,6 +40,7 @@ from statecore.catalog.models import (
     CheckpointRow,
     CheckpointTableRow,
     JobRow,
+    LiveEndpointRow,
     MaintenanceLockRow,
     SavepointRow,
     StateRow,
@@ -48,6 +50,7 @@ from statecore.catalog.records import (
     CheckpointRecord,
     CheckpointStatus,
     JobRecord,
+    LiveEndpoint,
     MaintenanceLock,
     SavepointRecord,
     StateRecord,
@@ -273,6 +276,52 @@ class Catalog:
             row.epoch = epoch
             row.input_identity = input_identity
             return row.to_record(job)
+
+    # -- live lookups ----------------------------------------------------------------------
+    def live_token(self, job: str, *, create: bool = False) -> str | None:
+        """The job's token for its tasks' live endpoints (made once with ``create``)."""
+        with (self._write if create else self._read).begin() as session:
+            row = load_job(session, job, lock=create)
+            if row.live_token is None and create:
+                row.live_token = secrets.token_urlsafe(32)
+            return row.live_token
+
+    def set_live_endpoints(
+        self, job: str, operator: str, endpoints: Sequence[LiveEndpoint]
+    ) -> None:
+        """Replace where ``operator``'s tasks serve live lookups (none: its run served none)."""
+        with self._write.begin() as session:
+            row = load_job(session, job, lock=True)
+            session.execute(
+                sa.delete(LiveEndpointRow).where(
+                    LiveEndpointRow.job_id == row.id, LiveEndpointRow.operator == operator
+                )
+            )
+            now = _now()
+            session.add_all(
+                LiveEndpointRow(
+                    job_id=row.id,
+                    operator=operator,
+                    subtask=e.subtask,
+                    key_group_start=e.key_group_start,
+                    key_group_end=e.key_group_end,
+                    address=e.address,
+                    checkpoint_id=e.checkpoint_id,
+                    updated_at=now,
+                )
+                for e in endpoints
+            )
+
+    def live_endpoints(self, job: str) -> list[LiveEndpoint]:
+        """Where the tasks of ``job``'s latest live run serve its state."""
+        with self._read.begin() as session:
+            row = load_job(session, job)
+            rows = session.scalars(
+                sa.select(LiveEndpointRow)
+                .where(LiveEndpointRow.job_id == row.id)
+                .order_by(LiveEndpointRow.operator, LiveEndpointRow.subtask)
+            )
+            return [r.to_record(job) for r in rows]
 
     def latest_checkpoint_id(self, job: str) -> int | None:
         """The largest id of a completed (or expired) CHECKPOINT of ``job``: a new run's id

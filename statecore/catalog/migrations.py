@@ -211,6 +211,33 @@ def _v5_checkpoint_watermark(connection: sa.Connection) -> None:
     connection.exec_driver_sql(f"ALTER TABLE statecore_checkpoints ADD COLUMN watermark {bigint}")
 
 
+def _v6_live_endpoints(connection: sa.Connection) -> None:
+    # Live lookups: a job's token for its tasks' endpoints, and where the tasks of its latest
+    # run serve their state (key-group range -> address, as Flink's KvStateLocationOracle).
+    connection.exec_driver_sql("ALTER TABLE statecore_jobs ADD COLUMN live_token VARCHAR(64)")
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    sa.Table("statecore_jobs", metadata, sa.Column("id", _id_type(), primary_key=True))
+    sa.Table(
+        "statecore_live_endpoints",
+        metadata,
+        sa.Column(
+            "job_id",
+            _id_type(),
+            sa.ForeignKey("statecore_jobs.id"),
+            primary_key=True,
+            autoincrement=False,
+        ),
+        sa.Column("operator", sa.String(200), primary_key=True),
+        sa.Column("subtask", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("key_group_start", sa.Integer, nullable=False),
+        sa.Column("key_group_end", sa.Integer, nullable=False),
+        sa.Column("address", sa.String(200), nullable=False),
+        sa.Column("checkpoint_id", sa.BigInteger, nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    metadata.create_all(connection, tables=[metadata.tables["statecore_live_endpoints"]])
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -236,6 +263,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=5,
         description="checkpoints' event-time watermark",
         apply=_v5_checkpoint_watermark,
+    ),
+    Migration(
+        version=6,
+        description="live lookups: jobs' live token, tasks' live endpoints",
+        apply=_v6_live_endpoints,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

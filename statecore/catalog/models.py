@@ -19,6 +19,7 @@ from statecore.catalog.records import (
     CheckpointRecord,
     CheckpointStatus,
     JobRecord,
+    LiveEndpoint,
     MaintenanceLock,
     SavepointRecord,
     StateRecord,
@@ -76,6 +77,7 @@ class JobRow(Base):
     created_at: Mapped[datetime]
     last_completion_seq: Mapped[int] = mapped_column(sa.BigInteger)
     lease_epoch: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    live_token: Mapped[str | None] = mapped_column(sa.String(64))
 
     def to_record(self) -> JobRecord:
         return JobRecord(
@@ -267,4 +269,31 @@ class MaintenanceLockRow(Base):
             acquired_at=self.acquired_at,
             epoch=self.epoch,
             expires_at=self.expires_at,
+        )
+
+
+class LiveEndpointRow(Base):
+    __tablename__ = "statecore_live_endpoints"
+
+    job_id: Mapped[int] = mapped_column(
+        _ID, sa.ForeignKey("statecore_jobs.id"), primary_key=True, autoincrement=False
+    )
+    operator: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    subtask: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    key_group_start: Mapped[int]
+    key_group_end: Mapped[int]
+    address: Mapped[str] = mapped_column(sa.String(200))
+    checkpoint_id: Mapped[int] = mapped_column(sa.BigInteger)
+    updated_at: Mapped[datetime]
+
+    def to_record(self, job: str) -> LiveEndpoint:
+        return LiveEndpoint(
+            job=job,
+            operator=self.operator,
+            subtask=self.subtask,
+            key_group_start=self.key_group_start,
+            key_group_end=self.key_group_end,
+            address=self.address,
+            checkpoint_id=self.checkpoint_id,
+            updated_at=self.updated_at,
         )

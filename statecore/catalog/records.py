@@ -25,6 +25,7 @@ __all__ = [
     "CheckpointRecord",
     "CheckpointStatus",
     "JobRecord",
+    "LiveEndpoint",
     "MaintenanceLock",
     "SavepointRecord",
     "StateRecord",
@@ -208,3 +209,22 @@ class MaintenanceLock:
     def holder(self) -> str:
         """The holder, for messages."""
         return f"{self.operation!r} ({self.owner}, epoch {self.epoch})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveEndpoint:
+    """Where a task of a job's latest run serves live lookups of its key groups: its
+    ``address`` (``host:port``), and the checkpoint its state was at when the run completed
+    (:mod:`statecore.runtime.live`)."""
+
+    job: str
+    operator: str
+    subtask: int
+    key_group_start: int
+    key_group_end: int
+    address: str
+    checkpoint_id: int
+    updated_at: datetime | None = None
+
+    def holds(self, key_group: int) -> bool:
+        return self.key_group_start <= key_group <= self.key_group_end

@@ -194,6 +194,11 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     at = get.add_mutually_exclusive_group()
     at.add_argument("--checkpoint", type=int, help="a completed checkpoint (default: latest)")
     at.add_argument("--savepoint", help="a savepoint name or folder")
+    at.add_argument(
+        "--live",
+        action="store_true",
+        help="ask the running stream's task that holds the key (else the latest checkpoint)",
+    )
     delete = _formatted(st_sub.add_parser("delete", help="erase one key from every state"))
     delete.add_argument("job")
     delete.add_argument("--key", required=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -364,7 +365,12 @@ def _lookup(args: argparse.Namespace, config: StatecoreConfig) -> str:
         savepoint=args.savepoint,
         operator=args.operator,
         config=config,
+        live=args.live,
     )
+    if found.fallback is not None:
+        print(
+            f"statecore: live lookup fell back to {found.point}: {found.fallback}", file=sys.stderr
+        )
     row = found.to_dict()
     if isinstance(row["key"], bytes):
         row["key"] = row["key"].decode("utf-8", "backslashreplace")

@@ -19,13 +19,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statecore.catalog import Catalog, TableVersion
+from statecore.catalog import Catalog, StateRecord, TableVersion
 from statecore.checkpoint.points import RestorePoint, resolve_point
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError, KeyTypeError, UnknownStateError
@@ -63,6 +63,16 @@ class LookupResult:
     bytes_read: int
     state_bytes: int
     """The size of the whole state table at that version, for comparison."""
+    live: bool = False
+    """The value came from the running task that holds the key (``lookup(..., live=True)``)."""
+    live_checkpoint: int | None = None
+    """With ``live``: the last checkpoint that task snapshotted; its state is that checkpoint
+    and whatever it processed since."""
+    uncommitted: bool = False
+    """With ``live``: the task was processing a micro-batch, or its last checkpoint had not
+    completed yet, so the value may hold updates no checkpoint holds (yet)."""
+    fallback: str | None = None
+    """Why a live lookup read the latest checkpoint instead (``None``: it did not)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,18 +102,45 @@ def lookup(
     operator: str | None = None,
     now_ms: int | None = None,
     config: StatecoreConfig | None = None,
+    live: bool = False,
 ) -> LookupResult:
     """The value of ``key`` in ``state`` of ``job``: at the latest checkpoint, at ``checkpoint``,
     or at ``savepoint`` (a name in the catalog or a folder). ``key`` may be text (it is parsed as
     the job's key type); ``user_key`` narrows a ``MapState`` to one entry; ``operator`` is needed
     only when two operators have a state of that name; ``now_ms`` is the processing time TTL is
-    judged against (default: now)."""
+    judged against (default: now).
+
+    With ``live`` the running task that holds the key answers, with its state as it is now
+    (a stream run with ``live_lookups=True``, see :mod:`statecore.query.live`); when none can,
+    the latest checkpoint does, and ``fallback`` says why."""
     if checkpoint is not None and savepoint is not None:
         raise ConfigError("give a checkpoint or a savepoint to look up, not both")
+    if live and (checkpoint is not None or savepoint is not None):
+        raise ConfigError("a live lookup reads the running job's state, not a checkpoint")
     config = config or StatecoreConfig.resolve()
     with Catalog.connect(config.catalog_url) as catalog:
         point = resolve_point(catalog, job, savepoint if savepoint is not None else checkpoint)
-    return lookup_at(
+        if live:
+            token, endpoints = catalog.live_token(job), catalog.live_endpoints(job)
+    fallback = None
+    if live:
+        from statecore.query.live import LiveUnavailable, live_lookup
+
+        try:
+            return live_lookup(
+                point,
+                endpoints,
+                token,
+                state,
+                key,
+                namespace=namespace,
+                user_key=user_key,
+                operator=operator,
+                now_ms=now_ms,
+            )
+        except LiveUnavailable as exc:
+            fallback = str(exc)
+    result = lookup_at(
         point,
         state,
         key,
@@ -112,6 +149,7 @@ def lookup(
         operator=operator,
         now_ms=now_ms,
     )
+    return result if fallback is None else replace(result, fallback=fallback)
 
 
 def lookup_at(
@@ -147,13 +185,7 @@ def lookup_at(
         change_files = pending.files(changes.version, KeyGroupRange(key_group, key_group))
         rows = apply_changes(rows, [r for _, r in pending.read_files(change_files)])
         files += change_files
-    mask = pc.and_(pc.equal(rows.column("key"), key), pc.equal(rows.column("namespace"), namespace))
-    if user_key is not None:
-        if "user_key" not in rows.column_names:
-            raise ConfigError(f"{point.label}: state {state!r} is a {record.kind} state, no map")
-        mask = pc.and_(mask, pc.equal(rows.column("user_key"), user_key))
-    matched = rows.filter(mask)
-    value, found, expired = _value(record.kind, matched, record.ttl, now_ms)
+    value, found, expired = _answer(point, state, record, rows, key, namespace, user_key, now_ms)
     return LookupResult(
         job=point.job,
         operator=table.operator,
@@ -170,6 +202,26 @@ def lookup_at(
         bytes_read=sum(f.size for f in files),
         state_bytes=table.bytes,
     )
+
+
+def _answer(
+    point: RestorePoint,
+    state: str,
+    record: StateRecord,
+    rows: pa.Table,
+    key: Any,
+    namespace: str,
+    user_key: Any,
+    now_ms: int | None,
+) -> tuple[Any, bool, int]:
+    """The value of ``key`` (and ``namespace``, ``user_key``) in a key group's snapshot rows:
+    ``(value, found, entries hidden by TTL)``."""
+    mask = pc.and_(pc.equal(rows.column("key"), key), pc.equal(rows.column("namespace"), namespace))
+    if user_key is not None:
+        if "user_key" not in rows.column_names:
+            raise ConfigError(f"{point.label}: state {state!r} is a {record.kind} state, no map")
+        mask = pc.and_(mask, pc.equal(rows.column("user_key"), user_key))
+    return _value(record.kind, rows.filter(mask), record.ttl, now_ms)
 
 
 _OPENED: OrderedDict[tuple[str, int, str], SnapshotTable] = OrderedDict()

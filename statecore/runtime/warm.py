@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from statecore.backends import BackendParameters, KeyedStateBackend
 from statecore.backends.operator import OperatorStateMode, OperatorStateStore
 from statecore.keygroups import KeyGroupRange
+from statecore.runtime.live import LIVE
 from statecore.runtime.restore import TaskFiles, fingerprint
 from statecore.runtime.task import StateSnapshotResult, TableUris, table_uri
 from statecore.ttl.time import SystemTimeProvider, TtlTimeProvider
@@ -124,6 +125,7 @@ class WarmEntry:
         return store
 
     def close(self) -> None:
+        LIVE.release(self.backend)  # no live read touches it from now on
         self.backend.close()
 
 

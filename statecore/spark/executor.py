@@ -8,6 +8,7 @@ stay on the driver, so a cold Python worker starts in a fraction of a second.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -26,6 +27,7 @@ from statecore.errors import ConfigError, KeyTypeError, StateDescriptorConflictE
 from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from statecore.runtime.latency import LatencyTracking
 from statecore.runtime.lateness import EventTimeGate
+from statecore.runtime.live import LIVE
 from statecore.runtime.restore import RestorePlan, TaskFiles
 from statecore.runtime.task import KeyedOperatorTask, TableUris
 from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmScope, snapshot_token
@@ -95,6 +97,9 @@ class TaskSpec:
     """Whether tasks keep their state in the Python worker for the next run, and take what the
     last run kept there when it is exactly the restored checkpoint (see
     :mod:`statecore.runtime.warm`)."""
+    live_token: str | None = None
+    """When set (and ``keep_warm``), tasks serve live lookups of their state with this token
+    (see :mod:`statecore.runtime.live`)."""
 
     def key_groups(self, index: int) -> KeyGroupRange:
         return compute_key_group_range_for_operator_index(
@@ -227,6 +232,7 @@ def run_task(
             backend.key_group_range, index, time.perf_counter() - started
         )
     )
+    held, live_address = _serve_live(spec, index, backend, state)
     result_schema = spec.result_schema
     writer = (
         None
@@ -253,8 +259,11 @@ def run_task(
         watermark=spec.start_watermark,
         on_late=None if late_writer is None else functools.partial(_write_late, late_writer),
     )
+    if held is not None:  # a live read and the processing of a batch exclude each other
+        batches = held.inputs(batches)
+    outputs = process(task, gate.on_time(_with_keys(batches, spec)))
     try:
-        for output in process(task, gate.on_time(_with_keys(batches, spec))):
+        for output in outputs if held is None else held.outputs(outputs):
             fault_point("task:process")
             for batch in output_batches(output, spec.output_schema):
                 if writer is not None:
@@ -264,18 +273,22 @@ def run_task(
                         [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
                         schema=result_schema,
                     )
-        snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
+        with contextlib.nullcontext() if held is None else held.lock:
+            snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
         written = None if writer is None else writer.close()
         late = None if late_writer is None else late_writer.close()
         restored = {**backend.restore_metrics(), **state.metrics()}
         next_timer = backend.timer_service.next_timestamp(TimeDomain.PROCESSING_TIME)
     except BaseException:
+        LIVE.release(backend)
         backend.close()  # a failed attempt must not keep its local state open
         for w in (writer, late_writer):
             if w is not None:
                 w.abort()
         raise
     state.keep(spec, task, snapshot)
+    if held is not None:
+        LIVE.snapshotted(held, spec.checkpoint_id)
     meta = json.dumps(
         {
             "subtask": index,
@@ -289,11 +302,31 @@ def run_task(
             "late_rows": gate.late_rows,
             "late_output": None if late is None else late.to_json_dict(),
             "next_processing_timer": next_timer,
+            "live": live_address,
         }
     )
     columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
     columns.append(pa.array([meta]))
     yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
+
+
+def _serve_live(
+    spec: TaskSpec, index: int, backend: KeyedStateBackend, state: _TaskState
+) -> tuple[Any, str | None]:
+    """The task's state served to live lookups, and the address (``None``, ``None``: off)."""
+    if spec.live_token is None or not spec.keep_warm:
+        return None, None
+    return LIVE.hold(
+        job=spec.job,
+        operator=spec.operator,
+        subtask=index,
+        key_groups=state.scope.key_groups,
+        token=spec.live_token,
+        backend=backend,
+        checkpoint_id=(
+            state.warm.checkpoint_id if state.warm is not None else spec.restore.checkpoint_id or 0
+        ),
+    )
 
 
 @dataclass

@@ -38,7 +38,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from statecore import errors
 from statecore.backends.registry import BackendParameters
 from statecore.backends.timers import MIN_WATERMARK
-from statecore.catalog import RUN_OPERATION, Catalog, CheckpointRecord, CheckpointStatus
+from statecore.catalog import (
+    RUN_OPERATION,
+    Catalog,
+    CheckpointRecord,
+    CheckpointStatus,
+    LiveEndpoint,
+)
 from statecore.checkpoint.coordinator import CheckpointCoordinator, PlannedCheckpoint
 from statecore.checkpoint.lock import hold_lease
 from statecore.checkpoint.retain import retain_checkpoints
@@ -377,6 +383,8 @@ class KeyedJob:
     stream: bool = False
     """A micro-batch of a stream: Spark's watermark rule (see the module docstring)."""
     retain_checkpoints: int | None = None
+    live_lookups: bool = False
+    """Tasks serve live lookups of their state (:mod:`statecore.runtime.live`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -555,6 +563,9 @@ class _KeyedRunner:
             start_watermark=start,
             late_output_table=job.late_output_table,
             late_schema=self.arrow_input,
+            live_token=(
+                coordinator.catalog.live_token(job.job, create=True) if job.live_lookups else None
+            ),
         )
         return _Plan(checkpoint=planned, spec=spec)
 
@@ -609,6 +620,10 @@ class _KeyedRunner:
         """Commit the output table, then every state table and the catalog; when the state
         does not complete, the output commit is rolled back."""
         job, checkpoint_id = self.job, self.job.checkpoint_id
+        if job.live_lookups:  # where the tasks' states are now, whether or not this completes
+            coordinator.catalog.set_live_endpoints(
+                job.job, job.operator, _live_endpoints(job, plan.spec, metas)
+            )
         output_committed = False
         for sink, field_name in ((self.sink, "output"), (self.late_sink, "late_output")):
             if sink is None:
@@ -765,6 +780,28 @@ def _task_error(exc: Exception, job: str, checkpoint_id: int) -> Exception:
     return errors.CheckpointCommitError(
         f"job {job!r}, checkpoint {checkpoint_id} failed in a Spark task: {exc}"
     )
+
+
+def _live_endpoints(
+    job: KeyedJob, spec: TaskSpec, metas: list[dict[str, Any]]
+) -> list[LiveEndpoint]:
+    """Where each task of the run serves live lookups (those that reported an address)."""
+    out = []
+    for m in metas:
+        if m.get("live"):
+            key_groups = spec.key_groups(m["subtask"])
+            out.append(
+                LiveEndpoint(
+                    job=job.job,
+                    operator=job.operator,
+                    subtask=m["subtask"],
+                    key_group_start=key_groups.start,
+                    key_group_end=key_groups.end,
+                    address=m["live"],
+                    checkpoint_id=spec.checkpoint_id,
+                )
+            )
+    return out
 
 
 def _metrics(metas: list[dict[str, Any]]) -> dict[str, Any]:

@@ -93,6 +93,7 @@ def keyed_stream(
     query_name: str | None = None,
     changelog: bool | ChangelogConfig = True,
     retain_checkpoints: int | None = DEFAULT_RETAINED,
+    live_lookups: bool = False,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``function`` keyed by ``key`` over ``stream_df``.
 
@@ -106,7 +107,9 @@ def keyed_stream(
     default for a stream: a micro-batch writes the keys it changed, not whole key groups (see
     :mod:`statecore.snapshot.changelog`; ``False`` turns it off). A stream keeps its last
     ``retain_checkpoints`` completed checkpoints (default :data:`DEFAULT_RETAINED`; ``None``:
-    all), so its catalog rows stay bounded (see ``keyed_process``). Arguments are checked
+    all), so its catalog rows stay bounded (see ``keyed_process``). With ``live_lookups`` the
+    tasks serve reads of their current state (``statecore.query.lookup(..., live=True)``, see
+    :mod:`statecore.runtime.live`). Arguments are checked
     (:class:`~statecore.errors.ConfigError`) before the query starts.
     """
     if not isinstance(function, KeyedProcessFunction):
@@ -135,6 +138,7 @@ def keyed_stream(
         stream=True,
         changelog=ChangelogConfig.of(changelog),
         retain_checkpoints=retain_checkpoints,
+        live_lookups=live_lookups,
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=True)
 
@@ -161,6 +165,7 @@ def keyed_stream_batches(
     query_name: str | None = None,
     changelog: bool | ChangelogConfig = True,
     retain_checkpoints: int | None = DEFAULT_RETAINED,
+    live_lookups: bool = False,
 ) -> StreamingQuery:
     """Like :func:`keyed_stream`, with a vectorized ``function`` (as
     :func:`~statecore.spark.keyed.keyed_process_batches`: no timers, no event time)."""
@@ -189,6 +194,7 @@ def keyed_stream_batches(
         stream=True,
         changelog=ChangelogConfig.of(changelog),
         retain_checkpoints=retain_checkpoints,
+        live_lookups=live_lookups,
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=False)
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helm_chart import FULLNAME, NAMESPACE, Manifests
+import yaml
+from helm_chart import FULLNAME, NAMESPACE, RELEASE, Manifests
 
 pytestmark = pytest.mark.helm
 
@@ -251,3 +252,22 @@ def test_airflow_reads_the_rendered_configuration(rendered: dict[str, Manifests]
     env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW_CONFIG=str(cfg))
     lint = subprocess.run([str(airflow), "config", "lint"], capture_output=True, text=True, env=env, timeout=120)
     assert "No issues found" in lint.stdout, lint.stdout + lint.stderr
+
+
+def test_live_lookups_bind_the_pod_ip_and_only_the_release_reaches_executors(
+    rendered: dict[str, Manifests], helm_template: Any
+) -> None:
+    manifests = rendered["default"]
+    assert spark_defaults(manifests)["spark.executorEnv.STATECORE_LIVE_PORT"] == "7079"
+    template = yaml.safe_load(
+        manifests.get("ConfigMap", f"{FULLNAME}-config")["data"]["spark-pod-template.yaml"]
+    )
+    [spark] = template["spec"]["containers"]
+    assert {"name": "STATECORE_LIVE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in spark["env"]
+    policy = manifests.get("NetworkPolicy", f"{FULLNAME}-spark-executors")["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"spark-role": "executor", "app.kubernetes.io/instance": RELEASE}
+    assert template["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE  # executors match
+    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/instance": RELEASE}}}]}]
+    off = helm_template("--set", "spark.liveLookups.networkPolicy=false")
+    assert off.returncode == 0 and "kind: NetworkPolicy" not in off.stdout

@@ -12,7 +12,12 @@ import pytest
 from statecore.catalog import Catalog
 from statecore.cli import main
 from statecore.config import StatecoreConfig
-from statecore.errors import CheckpointNotFoundError, KeyTypeError, UnknownStateError
+from statecore.errors import (
+    CheckpointNotFoundError,
+    ConfigError,
+    KeyTypeError,
+    UnknownStateError,
+)
 from statecore.keygroups import assign_to_key_group
 from statecore.ops.savepoint import take_savepoint
 from statecore.query import lookup
@@ -90,3 +95,5 @@ def test_lookup_bad_input_is_a_clear_error(shop: Any) -> None:
         lookup(JOB, "total", 7, config=config)
     with pytest.raises(CheckpointNotFoundError):
         lookup(JOB, "total", "u1", checkpoint=99, config=config)
+    with pytest.raises(ConfigError, match="live lookup reads the running"):
+        lookup(JOB, "total", "u1", checkpoint=1, live=True, config=config)

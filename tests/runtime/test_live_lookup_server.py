@@ -1,0 +1,213 @@
+"""The live lookup server of a Python worker (:mod:`statecore.runtime.live`): a real HTTP server
+over a real heap backend, read while the state changes, with its token, its errors and its
+binding rules."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from statecore.backends import HeapKeyedStateBackend
+from statecore.descriptors import MapStateDescriptor, ValueStateDescriptor
+from statecore.errors import ConfigError
+from statecore.keygroups import KeyGroupRange, assign_to_key_group
+from statecore.runtime import live
+from statecore.runtime.live import LiveRegistry, bind_host, encode_key
+from statecore.types import TypeInfo
+
+MAX_P = 128
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def backend() -> Iterator[HeapKeyedStateBackend]:
+    b = HeapKeyedStateBackend(
+        key_type=TypeInfo.of(str), key_group_range=KeyGroupRange(0, 63), max_parallelism=MAX_P
+    )
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveRegistry]:
+    monkeypatch.setenv("STATECORE_LIVE_HOST", "127.0.0.1")
+    r = LiveRegistry()
+    yield r
+    r.clear()
+    if r._server is not None:
+        r._server.close()
+
+
+def key_in_range(start: int, end: int) -> str:
+    return next(
+        k
+        for k in (f"user{i}" for i in range(1000))
+        if start <= assign_to_key_group(k, MAX_P) <= end
+    )
+
+
+def ask(address: str, body: dict[str, Any], token: str | None = TOKEN) -> tuple[int, Any, Any]:
+    host, port = address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    conn.request("POST", "/state", json.dumps(body), headers=headers)
+    response = conn.getresponse()
+    payload = response.read()
+    conn.close()
+    if response.status == 200:
+        return 200, pa.ipc.open_stream(payload).read_all(), response
+    return response.status, json.loads(payload)["error"], response
+
+
+def test_live_lookup_server_reads_the_state_as_it_is_now(
+    backend: HeapKeyedStateBackend, registry: LiveRegistry
+) -> None:
+    total = backend.get_partitioned_state(ValueStateDescriptor("total", int))
+    items = backend.get_partitioned_state(MapStateDescriptor("items", str, int))
+    key = key_in_range(0, 63)
+    kg = assign_to_key_group(key, MAX_P)
+    backend.set_current_key(key)
+    total.update(5)
+    items.put("a", 1)
+    held, address = registry.hold(
+        job="j",
+        operator="main",
+        subtask=0,
+        key_groups=KeyGroupRange(0, 63),
+        token=TOKEN,
+        backend=backend,
+        checkpoint_id=3,
+    )
+    body = {"job": "j", "operator": "main", "state": "total", "key_group": kg, **encode_key(key)}
+    status, rows, response = ask(address, body)
+    assert status == 200 and rows.column("value").to_pylist() == [5]
+    assert response.getheader("X-Statecore-Checkpoint") == "3"
+    assert response.getheader("X-Statecore-Running") == "1"
+    total.update(6)  # a later record: the next read sees it, no checkpoint needed
+    registry.snapshotted(held, 4)
+    status, rows, response = ask(address, body)
+    assert rows.column("value").to_pylist() == [6]
+    assert response.getheader("X-Statecore-Checkpoint") == "4"
+    assert response.getheader("X-Statecore-Running") == "0"
+    status, rows, _ = ask(address, {**body, "state": "items"})
+    assert dict(zip(rows.column("user_key").to_pylist(), rows.column("value").to_pylist())) == {
+        "a": 1
+    }
+    missing = {**body, **encode_key("nobody"), "key_group": assign_to_key_group("nobody", MAX_P)}
+    if assign_to_key_group("nobody", MAX_P) <= 63:
+        status, rows, _ = ask(address, missing)
+        assert status == 200 and rows.num_rows == 0
+
+
+def test_live_lookup_server_refuses_what_it_must(
+    backend: HeapKeyedStateBackend, registry: LiveRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend.get_partitioned_state(ValueStateDescriptor("total", int))
+    key = key_in_range(0, 63)
+    kg = assign_to_key_group(key, MAX_P)
+    held, address = registry.hold(
+        job="j",
+        operator="main",
+        subtask=0,
+        key_groups=KeyGroupRange(0, 63),
+        token=TOKEN,
+        backend=backend,
+        checkpoint_id=1,
+    )
+    body = {"job": "j", "operator": "main", "state": "total", "key_group": kg, **encode_key(key)}
+    assert ask(address, body, token="wrong")[0] == 401
+    assert ask(address, body, token=None)[0] == 401
+    assert ask(address, {**body, "job": "other"})[0] == 404
+    outside = key_in_range(64, 127)
+    status, error, _ = ask(
+        address, {**body, "key_group": assign_to_key_group(outside, MAX_P), **encode_key(outside)}
+    )
+    assert status == 404 and "not held here" in error
+    assert ask(address, {**body, "state": "nope"})[0] == 400
+    assert ask(address, {**body, "key": [1, 2]})[0] == 400
+    assert ask(address, {k: v for k, v in body.items() if k != "key_group"})[0] == 400
+    # a task processing a batch holds the lock: a read waits, then answers 503
+    monkeypatch.setattr(live, "READ_WAIT", 0.2)
+    with held.lock:
+        assert ask(address, body)[0] == 503
+    # released (the backend is about to close): no read reaches it
+    registry.release(backend)
+    assert ask(address, body)[0] == 404
+
+
+def test_live_lookup_server_a_read_waits_for_the_batch_being_processed(
+    backend: HeapKeyedStateBackend, registry: LiveRegistry
+) -> None:
+    """The task's batches go through ``held.outputs``/``held.inputs``: a read between two
+    batches sees whole batches, never part of one."""
+    total = backend.get_partitioned_state(ValueStateDescriptor("total", int))
+    key = key_in_range(0, 63)
+    kg = assign_to_key_group(key, MAX_P)
+    held, address = registry.hold(
+        job="j",
+        operator="main",
+        subtask=0,
+        key_groups=KeyGroupRange(0, 63),
+        token=TOKEN,
+        backend=backend,
+        checkpoint_id=0,
+    )
+    body = {"job": "j", "operator": "main", "state": "total", "key_group": kg, **encode_key(key)}
+    seen: list[Any] = []
+    inputs_ready = [threading.Event() for _ in range(3)]
+    halfway = [threading.Event() for _ in range(3)]
+
+    def batches() -> Iterator[int]:
+        for i, ready in enumerate(inputs_ready):
+            ready.wait(5)
+            yield i
+
+    def process(inputs: Iterator[int]) -> Iterator[int]:
+        for i in inputs:
+            backend.set_current_key(key)
+            total.update(10 * i + 1)  # half of the batch applied...
+            halfway[i].set()
+            time.sleep(0.3)
+            total.update(10 * i + 2)  # ...and the rest
+            yield i
+
+    def run() -> None:
+        for _ in held.outputs(process(held.inputs(batches()))):
+            pass
+
+    task = threading.Thread(target=run)
+    task.start()
+    for ready, half in zip(inputs_ready, halfway, strict=True):
+        ready.set()
+        half.wait(5)  # the read arrives while the batch is half applied: it waits
+        status, rows, _ = ask(address, body)
+        assert status == 200
+        seen.extend(rows.column("value").to_pylist())
+    task.join(5)
+    assert seen == [2, 12, 22]
+
+
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "::"])
+def test_live_lookup_server_never_binds_a_wildcard(
+    wildcard: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STATECORE_LIVE_HOST", wildcard)
+    with pytest.raises(ConfigError, match="not the wildcard"):
+        bind_host()
+
+
+def test_live_lookup_server_binds_the_pod_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STATECORE_LIVE_HOST", raising=False)
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.2")
+    assert bind_host() == "127.0.0.2"
+    monkeypatch.delenv("SPARK_LOCAL_IP")
+    assert bind_host() not in ("0.0.0.0", "::", "")
