@@ -197,8 +197,10 @@ def lookup_row(
     user_key: str | None = None,
     namespace: str | None = None,
     point: str | None = None,
+    live: bool = False,
 ) -> dict[str, Any]:
-    """A point lookup from a form's text fields, as a JSON-able dict.
+    """A point lookup from a form's text fields, as a JSON-able dict (``live``: from the running
+    stream's task, else the latest checkpoint, see ``statecore.query.lookup``).
 
     ``point`` is a checkpoint id or a savepoint *name* in the catalog (empty: the latest
     checkpoint); a folder is refused, so a form cannot make the server read a path of its
@@ -218,6 +220,8 @@ def lookup_row(
         kwargs["checkpoint"] = int(point)
     elif point is not None:
         kwargs["savepoint"] = point
+    if live:
+        kwargs["live"] = True
     user = (user_key or "").strip() or None
     try:
         result = lookup(job, state, key, user_key=user, **kwargs)

@@ -232,6 +232,9 @@ def test_ui_page_key_lookup(airflow: Airflow, browser: Chromium) -> None:
     )
     result = browser.text("#lookup-result")
     assert 'value: {"pen": 1}' in result and "before-deploy" in result, result
+    browser.goto(f"{airflow.base}/statecore/lookup?job=shop&state=total&key=u1&live=on")
+    result = browser.text("#lookup-result")  # no stream serves it live: the latest checkpoint
+    assert "value: 4" in result and "live lookup fell back:" in result, result
     browser.goto(f"{airflow.base}/statecore/lookup?job=shop&state=nope&key=u1")
     assert "error:" in browser.text("#lookup-result") and "nope" in browser.text("#lookup-result")
 

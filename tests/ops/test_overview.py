@@ -81,7 +81,9 @@ def test_ui_page_lookup_row_from_form_fields(shop: StatecoreConfig) -> None:
     assert before["value"] == {"pen": 1}
     saved = lookup_row(shop, job=JOB, state="items", key="u2", point="before-deploy")
     assert saved["value"] == ["item0"] and "before-deploy" in saved["point"]
-    json.dumps([row, before, saved])
+    live = lookup_row(shop, job=JOB, state="total", key="u1", live=True)  # a batch job
+    assert live["value"] == 4 and not live["live"] and "live_lookups=True" in live["fallback"]
+    json.dumps([row, before, saved, live])
     with pytest.raises(ConfigError, match="not a folder"):
         lookup_row(shop, job=JOB, state="total", key="u1", point="/etc")
     with pytest.raises(ConfigError, match="needs a job, a state and a key"):

@@ -73,7 +73,7 @@ def _linked_runs(job: str | None = None, **where: str) -> tuple[list[dict[str, A
 
 
 def _lookup_values(request: Request) -> dict[str, str]:
-    names = ("job", "state", "key", "user_key", "namespace", "point")
+    names = ("job", "state", "key", "user_key", "namespace", "point", "live")
     return {name: request.query_params.get(name, "") for name in names}
 
 
@@ -86,6 +86,7 @@ def _lookup(values: dict[str, str]) -> dict[str, Any]:
         user_key=values["user_key"] or None,
         namespace=values["namespace"] or None,
         point=values["point"] or None,
+        live=values["live"] in ("on", "true", "1"),
     )
 
 

@@ -53,7 +53,11 @@ document.getElementById("lookup-form").addEventListener("submit", async (event) 
       ? ("value: " + JSON.stringify(body.value) + "\\nfound: " + body.found +
          "\\nkey group: " + body.key_group + "\\nat: " + body.point +
          "\\nbytes read: " + body.bytes_read + " of " + body.state_bytes +
-         " (" + body.files_read + " file(s))" + (body.expired ? "\\nexpired: " + body.expired : ""))
+         " (" + body.files_read + " file(s))" +
+         (body.expired ? "\\nexpired: " + body.expired : "") +
+         (body.live ? "\\nlive: after checkpoint " + body.live_checkpoint +
+                      (body.uncommitted ? ", with updates no checkpoint holds yet" : "") : "") +
+         (body.fallback ? "\\nlive lookup fell back: " + body.fallback : ""))
       : ("error: " + body.detail);
   } catch (error) {
     out.dataset.status = "error";
@@ -229,10 +233,16 @@ def _lookup_form(jobs: Iterable[str], values: Mapping[str, str] | None = None) -
         f"value='{escape(values.get(name) or '')}' {extra}></label>"
         for name, label, extra in fields
     )
+    live = "checked" if values.get("live") in ("on", "true", "1") else ""
+    inputs += (
+        f"<label><input type='checkbox' name='live' id='lookup-live' {live}> live (the running "
+        "stream's task)</label>"
+    )
     return (
         "<h2 id='lookup'>Key lookup</h2>"
         "<p class='muted'>One key's value at a checkpoint (default: the latest) or a savepoint; "
-        "only the key's key group is read.</p>"
+        "only the key's key group is read. Live: the running stream's task that holds the key "
+        "answers, with updates no checkpoint holds yet.</p>"
         f"<form id='lookup-form' action='lookup' method='get'>{inputs}"
         f"<datalist id='job-names'>{options}</datalist>"
         "<button type='submit'>Look up</button></form>"
@@ -254,6 +264,13 @@ def _lookup_result(result: Mapping[str, Any] | None, error: str | None) -> str:
     ]
     if result.get("expired"):
         lines.append(f"expired: {result['expired']}")
+    if result.get("live"):
+        lines.append(
+            f"live: after checkpoint {result['live_checkpoint']}"
+            + (", with updates no checkpoint holds yet" if result.get("uncommitted") else "")
+        )
+    if result.get("fallback"):
+        lines.append(f"live lookup fell back: {result['fallback']}")
     return f"<div id='lookup-result' data-status='ok'>{escape(chr(10).join(lines))}</div>"
 
 
