@@ -6,7 +6,14 @@ at parallelism 1 and committed as checkpoint 1 (Delta + catalog, max parallelism
 
 - ``statecore.query.lookup``: what ``statecore state get`` runs: open the catalog, resolve the
   checkpoint, open the Delta version, read the key group's file;
-- ``lookup_at`` on a resolved checkpoint: what a service holding the point open pays per key.
+- ``lookup_at`` on a resolved checkpoint: what a service holding the point open pays per key;
+
+and two live ways, the same backend served by a live lookup server (:mod:`statecore.runtime.live`,
+on the loopback) as a running stream's task serves it:
+
+- ``lookup(..., live=True)``: the catalog (checkpoint, endpoints, token), then one HTTP request
+  to the task;
+- ``live_lookup`` with the endpoints resolved: the HTTP request alone.
 
 Targets (issue 14): p50 ≤ 10 ms, p99 ≤ 30 ms, and at most ``1/max_parallelism`` of the state's
 bytes read per lookup. Run: ``python -m benchmarks.lookup`` (records ``benchmarks/LOOKUP.md``).
@@ -15,6 +22,7 @@ bytes read per lookup. Run: ``python -m benchmarks.lookup`` (records ``benchmark
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import tempfile
@@ -29,7 +37,7 @@ RESULTS = Path(__file__).with_name("LOOKUP.md")
 
 
 def _checkpoint(home: str, keys: int) -> Any:
-    """Checkpoint 1 of a ValueState ``total`` with ``keys`` keys; the config."""
+    """Checkpoint 1 of a ValueState ``total`` with ``keys`` keys; the config and the backend."""
     from statecore.backends import HeapKeyedStateBackend
     from statecore.catalog import Catalog
     from statecore.checkpoint.coordinator import CheckpointCoordinator
@@ -83,7 +91,41 @@ def _checkpoint(home: str, keys: int) -> Any:
         coordinator.commit(
             planned, task.snapshot({"total": coordinator.table_uri("total")}, checkpoint_id=1)
         )
-    return config
+    return config, backend
+
+
+def _serve_live(config: Any, backend: Any) -> tuple[Any, Any, str]:
+    """The backend served for live lookups; the registry, the endpoints and the token."""
+    from statecore.catalog import Catalog, LiveEndpoint
+    from statecore.keygroups import KeyGroupRange
+    from statecore.runtime.live import LiveRegistry
+
+    os.environ.setdefault("STATECORE_LIVE_HOST", "127.0.0.1")
+    registry = LiveRegistry()
+    with Catalog.connect(config.catalog_url) as catalog:
+        token = catalog.live_token(JOB, create=True)
+        assert token is not None
+        held, address = registry.hold(
+            job=JOB,
+            operator=OPERATOR,
+            subtask=0,
+            key_groups=KeyGroupRange(0, MAX_PARALLELISM - 1),
+            token=token,
+            backend=backend,
+            checkpoint_id=1,
+        )
+        registry.snapshotted(held, 1)
+        endpoint = LiveEndpoint(
+            job=JOB,
+            operator=OPERATOR,
+            subtask=0,
+            key_group_start=0,
+            key_group_end=MAX_PARALLELISM - 1,
+            address=address,
+            checkpoint_id=1,
+        )
+        catalog.set_live_endpoints(JOB, OPERATOR, [endpoint])
+        return registry, catalog.live_endpoints(JOB), token
 
 
 def _percentiles(seconds: list[float]) -> dict[str, float]:
@@ -99,13 +141,15 @@ def _percentiles(seconds: list[float]) -> dict[str, float]:
 def run(keys: int, lookups: int, seed: int = 7) -> str:
     from statecore.catalog import Catalog
     from statecore.checkpoint.points import checkpoint_point
+    from statecore.query.live import live_lookup
     from statecore.query.lookup import lookup, lookup_at
 
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="bench-lookup-") as tmp:
         start = time.perf_counter()
-        config = _checkpoint(f"{tmp}/home", keys)
+        config, backend = _checkpoint(f"{tmp}/home", keys)
         build = time.perf_counter() - start
+        registry, endpoints, token = _serve_live(config, backend)
         wanted = [f"user-{rng.randrange(keys)}" for _ in range(lookups)]
         absent = [f"nobody-{i}" for i in range(lookups // 10)]
         with Catalog.connect(config.catalog_url) as catalog:
@@ -117,7 +161,16 @@ def run(keys: int, lookups: int, seed: int = 7) -> str:
         for name, call in (
             ("lookup (catalog + Delta + file)", lambda k: lookup(JOB, "total", k, config=config)),
             ("lookup_at (resolved checkpoint)", lambda k: lookup_at(point, "total", k)),
+            (
+                "live: lookup(live=True) (catalog + the task over HTTP)",
+                lambda k: lookup(JOB, "total", k, config=config, live=True),
+            ),
+            (
+                "live: live_lookup (resolved endpoints, HTTP)",
+                lambda k: live_lookup(point, endpoints, token, "total", k),
+            ),
         ):
+            live = name.startswith("live")
             seconds = []
             for key in [*wanted, *absent]:
                 t0 = time.perf_counter()
@@ -126,9 +179,14 @@ def run(keys: int, lookups: int, seed: int = 7) -> str:
                 expected = key.startswith("user-")
                 if got.found != expected or (expected and got.value != int(key[5:])):
                     raise AssertionError(f"lookup of {key} gave {got}")
-                read.append(got.bytes_read)
+                if got.live != live:
+                    raise AssertionError(f"lookup of {key}: live={got.live} ({got.fallback})")
+                if not live:
+                    read.append(got.bytes_read)
                 state_bytes = got.state_bytes
             rows[name] = _percentiles(seconds)
+        registry.clear()
+        backend.close()
     share = max(read) / state_bytes
     lines = [
         "# Point lookups (benchmarks/lookup.py)",
@@ -149,7 +207,8 @@ def run(keys: int, lookups: int, seed: int = 7) -> str:
         f"{1 / MAX_PARALLELISM:.3%}), at most {max(read):,} ({share:.3%}: key groups differ in "
         "size).",
         "",
-        "Targets: p50 ≤ 10 ms, p99 ≤ 30 ms, ≤ 1/max_parallelism of the state's bytes.",
+        "Targets: p50 ≤ 10 ms, p99 ≤ 30 ms, ≤ 1/max_parallelism of the state's bytes (checkpoint "
+        "lookups; a live lookup reads the task's memory, no file).",
         "",
     ]
     return "\n".join(lines)

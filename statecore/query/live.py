@@ -22,8 +22,7 @@ import pyarrow as pa
 from statecore.catalog import LiveEndpoint
 from statecore.checkpoint.points import RestorePoint
 from statecore.errors import StateError
-from statecore.keygroups import assign_to_key_group
-from statecore.query.lookup import LookupResult, _answer, _check_key, _table, parse_key
+from statecore.query.lookup import LookupResult, _resolve, _result
 from statecore.runtime.live import encode_key
 from statecore.state import VOID_NAMESPACE
 
@@ -53,15 +52,7 @@ def live_lookup(
     """``key`` in ``state`` as the running task holding it has it now. ``point`` is the job's
     latest checkpoint: it names the state's kind, schema and TTL, and tells whether the task's
     state is ahead of it (``uncommitted``)."""
-    table = _table(point, state, operator)
-    record, rows_schema = point.state(table), point.rows_schema(table)
-    if record is None or rows_schema is None:
-        raise LiveUnavailable(f"{point.label}: state {state!r} has no registered schema")
-    key_type = rows_schema.field("key").type
-    if isinstance(key, str) and not pa.types.is_string(key_type):
-        key = parse_key(key, key_type, point.job)
-    _check_key(key, key_type, point.job, state)
-    key_group = assign_to_key_group(key, point.max_parallelism)
+    table, record, _, key, key_group = _resolve(point, state, key, operator)
     endpoint = next(
         (e for e in endpoints if e.operator == table.operator and e.holds(key_group)), None
     )
@@ -104,25 +95,22 @@ def live_lookup(
             f"the task at {endpoint.address} answered {response.status}: {message}"
         )
     rows = pa.ipc.open_stream(payload).read_all()
-    value, found, expired = _answer(point, state, record, rows, key, namespace, user_key, now_ms)
     live_checkpoint = int(response.getheader("X-Statecore-Checkpoint", "0"))
     running = response.getheader("X-Statecore-Running") == "1"
     subtask = response.getheader("X-Statecore-Subtask", str(endpoint.subtask))
-    return LookupResult(
-        job=point.job,
-        operator=table.operator,
-        state=table.state,
-        kind=record.kind,
-        key=key,
+    return _result(
+        point,
+        table,
+        record,
+        rows,
+        key,
+        key_group,
         namespace=namespace,
-        key_group=key_group,
-        point=f"live state of subtask {subtask} of job {point.job!r} at {endpoint.address}",
-        found=found,
-        value=value,
-        expired=expired,
+        user_key=user_key,
+        now_ms=now_ms,
+        point_label=f"live state of subtask {subtask} of job {point.job!r} at {endpoint.address}",
         files_read=0,
         bytes_read=len(payload),
-        state_bytes=table.bytes,
         live=True,
         live_checkpoint=live_checkpoint,
         uncommitted=running or live_checkpoint > (point.checkpoint_id or 0),

@@ -163,16 +163,7 @@ def lookup_at(
     now_ms: int | None = None,
 ) -> LookupResult:
     """:func:`lookup` at a resolved checkpoint or savepoint."""
-    table = _table(point, state, operator)
-    record = point.state(table)
-    rows_schema = point.rows_schema(table)
-    if record is None or rows_schema is None:
-        raise UnknownStateError(f"{point.label}: state {state!r} has no registered schema")
-    key_type = rows_schema.field("key").type
-    if isinstance(key, str) and not pa.types.is_string(key_type):
-        key = parse_key(key, key_type, point.job)
-    _check_key(key, key_type, point.job, state)
-    key_group = assign_to_key_group(key, point.max_parallelism)
+    table, record, rows_schema, key, key_group = _resolve(point, state, key, operator)
     snapshot = _opened(table, rows_schema, label=f"{point.job}/{table.operator}/{table.state}")
     files = snapshot.files(table.version, KeyGroupRange(key_group, key_group))
     parts = [rows for _, rows in snapshot.read_files(files)]
@@ -185,7 +176,64 @@ def lookup_at(
         change_files = pending.files(changes.version, KeyGroupRange(key_group, key_group))
         rows = apply_changes(rows, [r for _, r in pending.read_files(change_files)])
         files += change_files
-    value, found, expired = _answer(point, state, record, rows, key, namespace, user_key, now_ms)
+    return _result(
+        point,
+        table,
+        record,
+        rows,
+        key,
+        key_group,
+        namespace=namespace,
+        user_key=user_key,
+        now_ms=now_ms,
+        point_label=point.label,
+        files_read=len(files),
+        bytes_read=sum(f.size for f in files),
+    )
+
+
+def _resolve(
+    point: RestorePoint, state: str, key: Any, operator: str | None
+) -> tuple[TableVersion, StateRecord, pa.Schema, Any, int]:
+    """The state's table, record and row schema at ``point``, the key as the job's key type,
+    and its key group (clear errors for an unknown state or a key of another type)."""
+    table = _table(point, state, operator)
+    record = point.state(table)
+    rows_schema = point.rows_schema(table)
+    if record is None or rows_schema is None:
+        raise UnknownStateError(f"{point.label}: state {state!r} has no registered schema")
+    key_type = rows_schema.field("key").type
+    if isinstance(key, str) and not pa.types.is_string(key_type):
+        key = parse_key(key, key_type, point.job)
+    _check_key(key, key_type, point.job, state)
+    return table, record, rows_schema, key, assign_to_key_group(key, point.max_parallelism)
+
+
+def _result(
+    point: RestorePoint,
+    table: TableVersion,
+    record: StateRecord,
+    rows: pa.Table,
+    key: Any,
+    key_group: int,
+    *,
+    namespace: str,
+    user_key: Any,
+    now_ms: int | None,
+    point_label: str,
+    **read: Any,
+) -> LookupResult:
+    """The lookup's result from the key group's snapshot rows (wherever they were read):
+    the rows of ``key`` in ``namespace`` (one ``user_key`` of a map) as the state's value.
+    ``read`` holds what it read (``files_read``, ``bytes_read``) and how (the live fields)."""
+    mask = pc.and_(pc.equal(rows.column("key"), key), pc.equal(rows.column("namespace"), namespace))
+    if user_key is not None:
+        if "user_key" not in rows.column_names:
+            raise ConfigError(
+                f"{point.label}: state {table.state!r} is a {record.kind} state, no map"
+            )
+        mask = pc.and_(mask, pc.equal(rows.column("user_key"), user_key))
+    value, found, expired = _value(record.kind, rows.filter(mask), record.ttl, now_ms)
     return LookupResult(
         job=point.job,
         operator=table.operator,
@@ -194,34 +242,13 @@ def lookup_at(
         key=key,
         namespace=namespace,
         key_group=key_group,
-        point=point.label,
+        point=point_label,
         found=found,
         value=value,
         expired=expired,
-        files_read=len(files),
-        bytes_read=sum(f.size for f in files),
         state_bytes=table.bytes,
+        **read,
     )
-
-
-def _answer(
-    point: RestorePoint,
-    state: str,
-    record: StateRecord,
-    rows: pa.Table,
-    key: Any,
-    namespace: str,
-    user_key: Any,
-    now_ms: int | None,
-) -> tuple[Any, bool, int]:
-    """The value of ``key`` (and ``namespace``, ``user_key``) in a key group's snapshot rows:
-    ``(value, found, entries hidden by TTL)``."""
-    mask = pc.and_(pc.equal(rows.column("key"), key), pc.equal(rows.column("namespace"), namespace))
-    if user_key is not None:
-        if "user_key" not in rows.column_names:
-            raise ConfigError(f"{point.label}: state {state!r} is a {record.kind} state, no map")
-        mask = pc.and_(mask, pc.equal(rows.column("user_key"), user_key))
-    return _value(record.kind, rows.filter(mask), record.ttl, now_ms)
 
 
 _OPENED: OrderedDict[tuple[str, int, str], SnapshotTable] = OrderedDict()
