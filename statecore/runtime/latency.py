@@ -20,6 +20,7 @@ are not sampled.
 
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 from collections import deque
@@ -127,7 +128,32 @@ class LatencyTracker:
                 append(perf_counter_ns() - start)
                 state.__class__ = timed_class
 
-        return timed
+        def timed0(state: Any) -> Any:
+            timed_class = state.__class__
+            state.__class__ = plain
+            start = perf_counter_ns()
+            try:
+                return method(state)
+            finally:
+                append(perf_counter_ns() - start)
+                state.__class__ = timed_class
+
+        def timed1(state: Any, a: Any) -> Any:
+            timed_class = state.__class__
+            state.__class__ = plain
+            start = perf_counter_ns()
+            try:
+                return method(state, a)
+            finally:
+                append(perf_counter_ns() - start)
+                state.__class__ = timed_class
+
+        # A wrapper of the method's own arity: no argument tuple and dictionary per call, and
+        # its call sites stay specialized (heap tracking overhead +4.5 % -> +3.2-3.6 %).
+        arity = _fixed_arity(method)
+        if arity == 1:
+            return timed0
+        return timed1 if arity == 2 else timed
 
     def sample(
         self,
@@ -155,6 +181,17 @@ class LatencyTracker:
             if samples:
                 out.setdefault(name, {})[access] = list(samples)
         return out
+
+
+def _fixed_arity(method: Callable[..., Any]) -> int | None:
+    """The number of parameters (``self`` included) of a plain function without defaults,
+    ``*args``, ``**kwargs`` or keyword-only parameters; else ``None``."""
+    code = getattr(method, "__code__", None)
+    if code is None or getattr(method, "__defaults__", None) or code.co_kwonlyargcount:
+        return None
+    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        return None
+    return int(code.co_argcount)
 
 
 def latency_percentiles(
