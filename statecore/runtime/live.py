@@ -20,7 +20,8 @@ Security: each request carries the job's token (``Authorization: Bearer ...``), 
 per job and kept in the catalog, compared in constant time; a wrong or missing one is 401. The
 server binds to one address of the pod network, never a wildcard: ``STATECORE_LIVE_HOST``, else
 Spark's ``SPARK_LOCAL_IP``, else the host's primary address (the one its default route leaves
-by), else the loopback. ``STATECORE_LIVE_PORT`` fixes the port (default: any free one).
+by), else the loopback. ``STATECORE_LIVE_PORT`` names the port (default: any free one); a
+second Python worker on the same host, finding it taken, takes any free one.
 
 The reply to ``POST /state`` with ``{"job", "operator", "state", "key_group", "key"}`` (a bytes
 key as ``{"key_base64": ...}``) is an Arrow IPC stream of the key's snapshot rows
@@ -33,6 +34,7 @@ what came since) and ``X-Statecore-Running`` (``1`` while a micro-batch is being
 from __future__ import annotations
 
 import base64
+import errno
 import hmac
 import ipaddress
 import json
@@ -237,7 +239,14 @@ class LiveServer:
         handler = type("_Handler", (_Handler,), {"registry": registry})
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         server_class = type("_Server", (ThreadingHTTPServer,), {"address_family": family})
-        self._httpd = server_class((host, port), handler)
+        try:
+            self._httpd = server_class((host, port), handler)
+        except OSError as exc:
+            if port == 0 or exc.errno != errno.EADDRINUSE:
+                raise
+            # another Python worker of this executor took the port: any free one (the catalog
+            # records the address each task reports)
+            self._httpd = server_class((host, 0), handler)
         self._httpd.daemon_threads = True
         bound_host, bound_port = self._httpd.server_address[:2]
         self.address = (

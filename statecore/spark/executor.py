@@ -232,7 +232,11 @@ def run_task(
             backend.key_group_range, index, time.perf_counter() - started
         )
     )
-    held, live_address = _serve_live(spec, index, backend, state)
+    try:
+        held, live_address = _serve_live(spec, index, backend, state)
+    except BaseException:
+        backend.close()  # e.g. no address to bind: the task fails, its local state released
+        raise
     result_schema = spec.result_schema
     writer = (
         None

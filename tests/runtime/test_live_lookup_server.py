@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -211,3 +212,23 @@ def test_live_lookup_server_binds_the_pod_address(monkeypatch: pytest.MonkeyPatc
     assert bind_host() == "127.0.0.2"
     monkeypatch.delenv("SPARK_LOCAL_IP")
     assert bind_host() not in ("0.0.0.0", "::", "")
+
+
+def test_live_lookup_server_takes_a_free_port_when_the_named_one_is_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two Python workers of one executor: the first binds STATECORE_LIVE_PORT, the second
+    any free port (each task reports its own address)."""
+    monkeypatch.setenv("STATECORE_LIVE_HOST", "127.0.0.1")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    monkeypatch.setenv("STATECORE_LIVE_PORT", str(port))
+    server = live.LiveServer(LiveRegistry())
+    try:
+        host, bound = server.address.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(bound) not in (0, port)
+    finally:
+        server.close()
+        taken.close()
