@@ -54,6 +54,24 @@ def key_in_range(start: int, end: int) -> str:
     )
 
 
+def serve(registry: LiveRegistry, backend: HeapKeyedStateBackend, checkpoint_id: int) -> Any:
+    """The backend (key groups 0-63) served as subtask 0 of job ``j``: the held state, the
+    address, and the request body of a key of the range in state ``total``."""
+    key = key_in_range(0, 63)
+    held, address = registry.hold(
+        job="j",
+        operator="main",
+        subtask=0,
+        key_groups=KeyGroupRange(0, 63),
+        token=TOKEN,
+        backend=backend,
+        checkpoint_id=checkpoint_id,
+    )
+    kg = assign_to_key_group(key, MAX_P)
+    body = {"job": "j", "operator": "main", "state": "total", "key_group": kg, **encode_key(key)}
+    return held, address, key, body
+
+
 def ask(address: str, body: dict[str, Any], token: str | None = TOKEN) -> tuple[int, Any, Any]:
     host, port = address.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
@@ -74,21 +92,10 @@ def test_live_lookup_server_reads_the_state_as_it_is_now(
 ) -> None:
     total = backend.get_partitioned_state(ValueStateDescriptor("total", int))
     items = backend.get_partitioned_state(MapStateDescriptor("items", str, int))
-    key = key_in_range(0, 63)
-    kg = assign_to_key_group(key, MAX_P)
+    held, address, key, body = serve(registry, backend, checkpoint_id=3)
     backend.set_current_key(key)
     total.update(5)
     items.put("a", 1)
-    held, address = registry.hold(
-        job="j",
-        operator="main",
-        subtask=0,
-        key_groups=KeyGroupRange(0, 63),
-        token=TOKEN,
-        backend=backend,
-        checkpoint_id=3,
-    )
-    body = {"job": "j", "operator": "main", "state": "total", "key_group": kg, **encode_key(key)}
     status, rows, response = ask(address, body)
     assert status == 200 and rows.column("value").to_pylist() == [5]
     assert response.getheader("X-Statecore-Checkpoint") == "3"
@@ -113,18 +120,7 @@ def test_live_lookup_server_refuses_what_it_must(
     backend: HeapKeyedStateBackend, registry: LiveRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend.get_partitioned_state(ValueStateDescriptor("total", int))
-    key = key_in_range(0, 63)
-    kg = assign_to_key_group(key, MAX_P)
-    held, address = registry.hold(
-        job="j",
-        operator="main",
-        subtask=0,
-        key_groups=KeyGroupRange(0, 63),
-        token=TOKEN,
-        backend=backend,
-        checkpoint_id=1,
-    )
-    body = {"job": "j", "operator": "main", "state": "total", "key_group": kg, **encode_key(key)}
+    held, address, _, body = serve(registry, backend, checkpoint_id=1)
     assert ask(address, body, token="wrong")[0] == 401
     assert ask(address, body, token=None)[0] == 401
     assert ask(address, {**body, "job": "other"})[0] == 404
@@ -151,18 +147,7 @@ def test_live_lookup_server_a_read_waits_for_the_batch_being_processed(
     """The task's batches go through ``held.outputs``/``held.inputs``: a read between two
     batches sees whole batches, never part of one."""
     total = backend.get_partitioned_state(ValueStateDescriptor("total", int))
-    key = key_in_range(0, 63)
-    kg = assign_to_key_group(key, MAX_P)
-    held, address = registry.hold(
-        job="j",
-        operator="main",
-        subtask=0,
-        key_groups=KeyGroupRange(0, 63),
-        token=TOKEN,
-        backend=backend,
-        checkpoint_id=0,
-    )
-    body = {"job": "j", "operator": "main", "state": "total", "key_group": kg, **encode_key(key)}
+    held, address, key, body = serve(registry, backend, checkpoint_id=0)
     seen: list[Any] = []
     inputs_ready = [threading.Event() for _ in range(3)]
     halfway = [threading.Event() for _ in range(3)]
