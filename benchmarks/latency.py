@@ -2,14 +2,14 @@
 128) on the per-record path, heap and RocksDB, in-process.
 
 The workload's events run through ``KeyedOperatorTask.process_batch`` with ``RunningSum`` (one
-``value()`` and one ``update()`` per event), with tracking off and on, alternating, several
-times each on fresh state; the overhead is the median over the pairs of consecutive runs of
-their ratio (a pair shares the machine's state at the time: the machine is shared), the order
-within a pair alternating (whichever runs second in a pair tends to differ by a few percent,
-as much as the effect measured). The effect of sampling every 100th record is near that noise,
-so it is also measured amplified: with every 10th record sampled, ten times the sampled
-records, whose overhead divided by ten is the cost of sampling every 100th record with the
-noise divided by ten (an upper bound: a sampled record costs no less at interval 100).
+``value()`` and one ``update()`` per event), with tracking off, on and amplified, several times
+each on fresh state, the order alternating from one repetition to the next (whichever run goes
+second tends to differ by a few percent, as much as the effect measured). The overhead is the
+median over the repetitions of the ratio to the run with tracking off (runs close in time share
+the machine's state: the machine is shared). Sampling every 100th record costs about as much as
+that noise, so it is also measured amplified: every 10th record sampled, ten times the sampled
+records, the overhead divided by ten (an estimate with a tenth of the noise, not a bound: a
+sampled record's cost varies with the interval by a few tenths of a microsecond).
 Target (issue 14): ≤ 3 % with sampling on. Run: ``python -m benchmarks.latency`` (records
 ``benchmarks/LATENCY.md``).
 """
@@ -87,18 +87,20 @@ def run(events: int, repeats: int, work: Path) -> str:
                 report = sampled if variant == "on" else report
         total = latency_percentiles([report])["total"]
         value, update = total["value"], total["update"]
-        off, on = times["off"], times["on"]
-        paired = statistics.median(n / f for n, f in zip(on, off, strict=True)) - 1
-        scaled = (
-            statistics.median(n / f for n, f in zip(times["amplified"], off, strict=True)) - 1
-        ) / AMPLIFY
         lines.append(
-            f"| {backend_name} | {min(off):.3f} | {min(on):.3f} | {paired:+.1%} | "
-            f"{scaled:+.1%} | {value['p50_us']}/{value['p99_us']} | "
+            f"| {backend_name} | {min(times['off']):.3f} | {min(times['on']):.3f} | "
+            f"{_overhead(times, 'on'):+.1%} | {_overhead(times, 'amplified') / AMPLIFY:+.1%} |"
+            f" {value['p50_us']}/{value['p99_us']} | "
             f"{update['p50_us']}/{update['p99_us']} |"
         )
     lines += ["", "Target: ≤ 3 % overhead with sampling on.", ""]
     return "\n".join(lines)
+
+
+def _overhead(times: dict[str, list[float]], variant: str) -> float:
+    """The median over the repetitions of ``variant``'s time relative to tracking off, minus 1."""
+    ratios = (t / off for t, off in zip(times[variant], times["off"], strict=True))
+    return statistics.median(ratios) - 1
 
 
 def main(argv: list[str] | None = None) -> int:
