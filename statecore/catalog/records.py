@@ -149,7 +149,9 @@ class CheckpointRecord:
     files, or one the caller gave); a replay with another identity is refused."""
     metrics: dict[str, Any] = field(default_factory=dict)
     """What the run measured: ``latency`` (per state and access: samples, p50/p95/p99 in µs,
-    when tracking was on) and ``restore`` (per subtask: bytes read, seconds to restore)."""
+    when tracking was on), ``restore`` (per subtask: bytes read, seconds to restore), ``tasks``
+    and ``warm_tasks`` (the tasks that ran, and those that continued the state their process
+    kept from the last run instead of restoring it)."""
     watermark: int | None = None
     """The event-time watermark (epoch ms) the checkpoint completed with: the next run (batch or
     micro-batch) starts from it, and no run lowers it. ``None``: no event time seen yet."""
@@ -163,6 +165,14 @@ class CheckpointRecord:
     def total_bytes(self) -> int:
         """Bytes over every table of the checkpoint."""
         return sum(table.bytes for table in self.tables)
+
+    @property
+    def warm_share(self) -> str | None:
+        """``"k/n"``: k of the run's n tasks continued their state warm; ``None`` when the run
+        did not record it (an operation, or a run before statecore recorded it)."""
+        if "tasks" not in self.metrics:
+            return None
+        return f"{self.metrics.get('warm_tasks', 0)}/{self.metrics['tasks']}"
 
     @property
     def duration(self) -> timedelta | None:

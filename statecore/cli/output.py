@@ -97,6 +97,7 @@ def checkpoint_rows(records: Sequence[CheckpointRecord]) -> list[dict[str, Any]]
             "duration_s": round(c.duration.total_seconds(), 1) if c.duration else None,
             "completed_at": c.completed_at,
             "watermark": watermark_time(c.watermark),
+            "warm": c.warm_share,
         }
         for c in records
     ]

@@ -118,6 +118,7 @@ def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:
         "watermark": plain(watermark),
         "watermark_at": _watermark_at(watermark),
         "restored_from": record.restored_from,
+        "warm": record.warm_share,
         "error": record.error,
         "restore": (
             {

@@ -805,13 +805,16 @@ def _live_endpoints(
 
 
 def _metrics(metas: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the catalog keeps of the tasks' reports: each subtask's restore (bytes, seconds)
-    and, with latency tracking on, the latency percentiles over every task's samples."""
+    """What the catalog keeps of the tasks' reports: how many tasks ran and how many of them
+    continued their state warm (``tasks``, ``warm_tasks``), each subtask's restore (bytes,
+    seconds) and, with latency tracking on, the latency percentiles over every task's samples."""
     metrics: dict[str, Any] = {
+        "tasks": len(metas),
+        "warm_tasks": sum(int(m.get("restore", {}).get("warm_tasks", 0)) for m in metas),
         "restore": sorted(
             (m["restore_timing"] for m in metas if m.get("restore_timing")),
             key=lambda t: t["subtask"],
-        )
+        ),
     }
     reports = [m["latency"] for m in metas if m.get("latency")]
     if reports:

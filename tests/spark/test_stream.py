@@ -23,6 +23,7 @@ from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
 from statecore.ops.savepoint import take_savepoint
 from statecore.runtime import KeyedProcessFunction
+from statecore.snapshot.changelog import ChangelogConfig
 from statecore.spark import keyed_process, keyed_stream
 from statecore.spark.executor import per_record
 from statecore.spark.keyed import KeyedJob
@@ -224,6 +225,7 @@ def test_stream_replayed_micro_batch_is_a_no_op(spark, statecore_home, tmp_path)
     assert [c.watermark for c in completed(statecore_home, "replay")] == [2000]
     listed = checkpoint_rows(completed(statecore_home, "replay"))  # `statecore checkpoints list`
     assert listed[0]["watermark"] == datetime(1970, 1, 1, 0, 0, 2, tzinfo=UTC)
+    assert listed[0]["warm"] == "0/1"  # of the run's one task, none continued a kept state
 
 
 def test_stream_rate_source_with_processing_time_trigger(spark, statecore_home, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -412,3 +414,42 @@ def test_stream_watermark_survives_catalog_recover(spark, statecore_home, tmp_pa
         recover_catalog(statecore_home, catalog, "lost")
         marks = [c.watermark for c in catalog.list_checkpoints("lost")]
     assert marks == [5000, 9000]
+
+
+def test_stream_materializes_changes_every_third_and_readers_merge_them(
+    spark, statecore_home, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A stream's checkpoints append change files (its default), a key group's third change
+    rewrites it whole into the state table, and until then statecore's readers merge the
+    pending changes while a plain Delta reader of the state table sees the materialized rows."""
+    s = spec(tmp_path, job="logged")
+    inp = Path(s["input"])
+    users = [f"u{i:02}" for i in range(40)]
+    every_third = ChangelogConfig(materialize_every=3, max_change_ratio=100.0)  # not by rows
+
+    def state_table() -> dict[str, int]:
+        with Catalog.connect(statecore_home.catalog_url) as catalog:
+            latest = catalog.latest_checkpoint("logged")
+        assert latest is not None
+        table = next(t for t in latest.tables if (t.table_kind, t.state) == ("keyed", "total"))
+        return dict(delta_rows(Path(table.path), "key, value"))
+
+    write_file(inp, "f0", [(u, 1000, 1) for u in users])
+    query = start(spark, s, changelog=every_third)
+    try:
+        query.processAllAvailable()
+        for n in (1, 2, 3):  # u01 changes alone: a change file, a second one, then materialized
+            write_file(inp, f"f{n}", [("u01", 1000 + n, 1)])
+            query.processAllAvailable()
+            if n == 2:
+                assert state_table()["u01"] == 1 and totals(statecore_home, "logged")["u01"] == 3
+    finally:
+        query.stop()
+    assert (
+        state_table()
+        == totals(statecore_home, "logged")
+        == {
+            **dict.fromkeys(users, 1),
+            "u01": 4,
+        }
+    )

@@ -1,7 +1,8 @@
 """Exactly-once after a SIGKILL of the stream's driver: a subprocess runs the stream of
 :mod:`tests.spark.stream_job` armed with a kill point of :mod:`statecore.snapshot.faults` in its
 second micro-batch; the query restarts here with the same checkpoint location, and its state
-and output table equal those of a stream that never died."""
+and output table equal those of a stream that never died. On the subprocess's ``local[1]`` (one
+Python worker) a micro-batch continues the last one's state warm."""
 
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ def test_stream_exactly_once_after_driver_kill(
             _kill_group(process.pid)
     assert marker.exists(), (tmp_path / "driver.log").read_text()[-3000:]
     assert returncode != 0
+    if point.startswith("catalog:complete:after"):  # micro-batches 0 and 1 completed there:
+        # on local[1] (one Python worker) micro-batch 1 continued micro-batch 0's state warm
+        assert [c.warm_share for c in completed(statecore_home, "killed")] == ["0/1", "1/1"]
     query = start(spark, s, trigger={"availableNow": True})  # the restart
     query.awaitTermination()
     reference = spec(tmp_path / "ref", job="reference")

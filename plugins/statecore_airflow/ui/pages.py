@@ -196,6 +196,7 @@ _CHECKPOINT_COLUMNS = (
     ("rows", "rows"),
     ("bytes", "bytes"),
     ("watermark_at", "watermark"),
+    ("warm", "warm tasks"),
     ("restore_subtasks", "restored subtasks"),
     ("restore_max_seconds", "slowest restore (s)"),
     ("worst_p99_us", "worst p99 (µs)"),
