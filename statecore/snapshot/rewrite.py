@@ -31,6 +31,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from statecore.errors import CheckpointCommitError, CorruptSnapshotError
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
+from statecore.snapshot.log import checkpoint_log
 from statecore.snapshot.table import TableFile, read_table_files
 
 __all__ = [
@@ -284,7 +285,7 @@ def commit_files(
                 partition_by=[partition],
                 commit_properties=properties,
             )
-            return DeltaTable(uri).version()
+            return _committed(uri)
         changed = set(replaced) | {f.key_group for f in files}
         now = time.time_ns() // 1_000_000
         actions: list[AddAction | RemoveAction] = [
@@ -301,11 +302,19 @@ def commit_files(
                 partition_by=[partition],
                 commit_properties=properties,
             )
-        return DeltaTable(uri).version()
+        return _committed(uri)
     except DeltaError as exc:
         raise CheckpointCommitError(
             f"checkpoint {checkpoint_id}: commit of {app_id} at {uri} failed: {exc}"
         ) from exc
+
+
+def _committed(uri: str) -> int:
+    """The version just committed at ``uri``, with a log checkpoint when one is due (as a
+    checkpoint's own commits write them: :mod:`statecore.snapshot.log`)."""
+    table = DeltaTable(uri)
+    checkpoint_log(table, uri)
+    return table.version()
 
 
 def versions_since(uri: str, timestamp: float) -> list[int]:

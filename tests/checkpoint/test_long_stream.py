@@ -110,7 +110,7 @@ def test_a_stream_of_300_micro_batches_stays_bounded(statecore_home: StatecoreCo
             catalog_rows.append(len(catalog.list_checkpoints("stream", with_tables=False)))
             uris = [t.path for t in record.tables] + [output_uri]
             replays.append(max(log_replay_length(uri) for uri in uris))
-            if i > 0:
+            if 0 < i <= 50 or i >= MICRO_BATCHES - 50:  # compared: the first and last 50
                 rows_written.append(
                     sum(written_rows(t.path, t.version) for t in record.tables if t.version > 0)
                 )

@@ -11,6 +11,7 @@ import pyarrow as pa
 from statecore.snapshot import SnapshotTable, write_key_group_file
 from statecore.snapshot.log import LOG_CHECKPOINT_INTERVAL, last_log_checkpoint, log_replay_length
 from statecore.snapshot.output import OutputTable, OutputWriter
+from statecore.snapshot.rewrite import TableLayout, commit_files
 from tests.snapshot.test_snapshot import ROWS, duck, rows, via_deltalake
 
 
@@ -60,3 +61,26 @@ def test_an_output_table_gets_log_checkpoints_too(tmp_path: Path) -> None:
         assert sink.commit([written], checkpoint_id=cp)
     assert last_log_checkpoint(uri) is not None
     assert log_replay_length(uri) <= LOG_CHECKPOINT_INTERVAL
+
+
+def test_maintenance_commits_get_log_checkpoints_too(tmp_path: Path) -> None:
+    """The commits of operations (TTL cleanup, savepoints, materialization) go through
+    ``commit_files``: a job maintained more often than it runs still opens from a recent log
+    checkpoint."""
+    uri = str(tmp_path / "job" / "main" / "keyed" / "last")
+    commits = LOG_CHECKPOINT_INTERVAL + 3
+    version = None
+    for cp in range(1, commits + 1):
+        f = write_key_group_file(uri, 1, rows(("k1", [cp])), checkpoint_id=cp, subtask=0)
+        version = commit_files(
+            uri,
+            TableLayout.of(ROWS, "key_group"),
+            [f],
+            replaced=[1],
+            base_version=version,
+            app_id="job/main/last",
+            checkpoint_id=cp,
+        )
+    assert last_log_checkpoint(uri) == LOG_CHECKPOINT_INTERVAL
+    assert log_replay_length(uri) == commits - LOG_CHECKPOINT_INTERVAL
+    assert duck(uri, version) == via_deltalake(SnapshotTable(uri, ROWS, label="last"), version)
