@@ -646,6 +646,7 @@ class _KeyedRunner:
                 coordinator.fail(checkpoint_id, exc)
                 raise
         snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
+        restore = _sum_restore_metrics(metas)
         watermark = plan.spec.watermark
         if job.stream:
             watermark = next_watermark(
@@ -657,7 +658,7 @@ class _KeyedRunner:
             record = coordinator.commit(
                 plan.checkpoint,
                 snapshots,
-                metrics=_metrics(metas),
+                metrics=_metrics(metas, restore),
                 watermark=None if watermark == MIN_WATERMARK else watermark,
             )
         except Exception as exc:
@@ -677,7 +678,6 @@ class _KeyedRunner:
                 plan.spec.start_watermark,
                 "went to the late-data table" if self.late_sink is not None else "were dropped",
             )
-        restore = _sum_restore_metrics(metas)
         log.info(
             "job %s: checkpoint %s complete (%d records, %d rows of state)",
             job.job,
@@ -804,13 +804,14 @@ def _live_endpoints(
     return out
 
 
-def _metrics(metas: list[dict[str, Any]]) -> dict[str, Any]:
+def _metrics(metas: list[dict[str, Any]], restore: dict[str, int]) -> dict[str, Any]:
     """What the catalog keeps of the tasks' reports: how many tasks ran and how many of them
-    continued their state warm (``tasks``, ``warm_tasks``), each subtask's restore (bytes,
-    seconds) and, with latency tracking on, the latency percentiles over every task's samples."""
+    continued their state warm (``tasks``, ``warm_tasks``, from ``restore``, the tasks' restore
+    counters summed), each subtask's restore (bytes, seconds) and, with latency tracking on, the
+    latency percentiles over every task's samples."""
     metrics: dict[str, Any] = {
-        "tasks": len(metas),
-        "warm_tasks": sum(int(m.get("restore", {}).get("warm_tasks", 0)) for m in metas),
+        "tasks": restore["tasks"],
+        "warm_tasks": restore.get("warm_tasks", 0),
         "restore": sorted(
             (m["restore_timing"] for m in metas if m.get("restore_timing")),
             key=lambda t: t["subtask"],
