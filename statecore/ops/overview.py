@@ -95,7 +95,8 @@ def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:
     ``max_seconds``) and ``latency`` lists p50/p95/p99 (µs) per state and access; both are
     ``None`` when the run did not record them. ``watermark`` (epoch ms) is ``None`` when the
     catalog does not keep one; ``watermark_at`` is it as an ISO timestamp (``None`` for no
-    watermark or the initial one, ``MIN_WATERMARK``).
+    watermark or the initial one, ``MIN_WATERMARK``). ``warm`` is
+    :attr:`~statecore.catalog.CheckpointRecord.warm_share` ("k/n" tasks continued warm).
     """
     restores = record.metrics.get("restore") or []
     latency = record.metrics.get("latency") or {}
