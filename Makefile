@@ -14,8 +14,12 @@ export AIRFLOW__CORE__PARALLELISM := 2
 export AIRFLOW_CONN_SPARK_DEFAULT := {"conn_type": "spark", "host": "local[*]"}
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Every Spark this project starts binds to loopback (driver, block manager, cluster daemons).
+export SPARK_LOCAL_IP ?= 127.0.0.1
+# The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
+export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
-.PHONY: setup demo up lint test test-quick bench bench-quick typecheck helm chromium clean
+.PHONY: setup demo up lint test test-quick bench bench-quick typecheck helm chromium postgres clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
@@ -47,7 +51,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: setup lint chromium
+test: setup lint chromium postgres
 	$(PY) -m pytest -q
 
 # The UI tests (tests/airflow/test_ui_page.py) look at the statecore page in a real headless
@@ -57,6 +61,11 @@ APT = $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 chromium:
 	command -v chromium >/dev/null || $(APT) install -y --no-install-recommends chromium \
 		|| ($(APT) update && $(APT) install -y --no-install-recommends chromium)
+
+# PostgreSQL for the catalog tests: installed, started and given its role and database when
+# missing (scripts/postgres.sh; idempotent, as root or with sudo).
+postgres:
+	bash scripts/postgres.sh
 
 test-quick: setup
 	$(PY) -m pytest -q -m "not spark and not airflow and not helm and not slow"
