@@ -381,16 +381,17 @@ class Catalog:
     def fail_checkpoint(
         self, job: str, checkpoint_id: int, *, error: str, epoch: int | None = None
     ) -> CheckpointRecord:
-        """Mark the checkpoint FAILED with ``error``; a COMPLETED one is never failed. With
-        ``epoch``, a checkpoint that another writer's epoch began again is left alone."""
+        """Mark the checkpoint FAILED with ``error``; a COMPLETED (or EXPIRED) one is never
+        failed: :meth:`begin_checkpoint` replays both. With ``epoch``, a checkpoint that another
+        writer's epoch began again is left alone."""
         with self._write.begin() as session:
             job_row = load_job(session, job, lock=True)
             row = load_checkpoint(session, job_row, checkpoint_id)
             if epoch is not None and row.epoch is not None and row.epoch != epoch:
                 return row.to_record(job)
-            if row.status == _COMPLETED:
+            if row.status in (_COMPLETED, _EXPIRED):
                 raise CheckpointCommitError(
-                    f"checkpoint {checkpoint_id} of job {job!r} is COMPLETED and cannot fail "
+                    f"checkpoint {checkpoint_id} of job {job!r} is {row.status} and cannot fail "
                     f"({error})"
                 )
             row.status = CheckpointStatus.FAILED.name
