@@ -12,7 +12,11 @@ ListType(list<item: string>)
 
 from __future__ import annotations
 
+import copy
+import datetime
+import decimal
 import enum
+import functools
 import types
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -111,6 +115,29 @@ class StateDescriptor:
         return out
 
 
+_IMMUTABLE_SCALARS = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    decimal.Decimal,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+)
+
+
+def _immutable(value: Any) -> bool:
+    if isinstance(value, _IMMUTABLE_SCALARS):
+        return True
+    if type(value) in (tuple, frozenset):
+        return all(_immutable(v) for v in value)
+    return False
+
+
 @dataclass(frozen=True)
 class ValueStateDescriptor(StateDescriptor):
     type: TypeSpec
@@ -122,6 +149,25 @@ class ValueStateDescriptor(StateDescriptor):
     @property
     def value_info(self) -> TypeInfo:
         return TypeInfo.of(self.type)
+
+    @property
+    def default_factory(self) -> Callable[[], Any] | None:
+        """What a read of an unset key returns when the default is mutable: a fresh deep copy
+        each time, as Flink copies the default through its serializer on every read, so that
+        ``acc = s.value(); acc.append(x)`` never changes the default for other keys. ``None``
+        when the default cannot be mutated (the read returns the default itself).
+
+        >>> import pyarrow as pa
+        >>> d = ValueStateDescriptor("seen", pa.list_(pa.int64()), default=[])
+        >>> fresh = d.default_factory
+        >>> fresh() == [] and fresh() is not fresh() and fresh() is not d.default
+        True
+        >>> ValueStateDescriptor("total", int, default=0).default_factory is None
+        True
+        """
+        if _immutable(self.default):
+            return None
+        return functools.partial(copy.deepcopy, self.default)
 
 
 @dataclass(frozen=True)

@@ -170,15 +170,19 @@ class _TtlSingleValue(_TtlDecorator):
 
 
 class TtlValueState(_TtlSingleValue, ValueState):
-    __slots__ = ("_default",)
+    __slots__ = ("_default", "_fresh_default")
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self._default = cast(ValueStateDescriptor, self._storage.descriptor).default
+        descriptor = cast(ValueStateDescriptor, self._storage.descriptor)
+        self._default = descriptor.default
+        self._fresh_default = descriptor.default_factory  # None: the default is immutable
 
     def value(self) -> Any:
         value = self._get()
-        return self._default if value is _MISSING else value
+        if value is not _MISSING:
+            return value
+        return self._default if self._fresh_default is None else self._fresh_default()
 
     def update(self, value: Any) -> None:
         if value is None:

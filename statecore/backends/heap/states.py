@@ -8,8 +8,9 @@ look-ups with no allocation, and a snapshot or restore touches one key group at 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
+from statecore.backends.context import KeyContextOwner
 from statecore.backends.merging import NO_ACCUMULATOR, accumulation_for
 from statecore.descriptors import (
     ListStateDescriptor,
@@ -28,9 +29,6 @@ from statecore.state import (
     ValueState,
 )
 from statecore.types import TypeInfo
-
-if TYPE_CHECKING:
-    from statecore.backends.heap.backend import HeapKeyedStateBackend
 
 __all__ = [
     "StateTable",
@@ -61,7 +59,7 @@ class _HeapState:
 
     __slots__ = ("_current", "_table", "_name", "_by_kg")
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+    def __init__(self, backend: KeyContextOwner, table: StateTable) -> None:
         self._current = backend.key_context
         self._table = table
         self._name = table.descriptor.name
@@ -134,13 +132,14 @@ class _HeapState:
 
 
 class HeapValueState(_HeapState, ValueState):
-    __slots__ = ("_default", "_info", "_accepted", "_dirty")
+    __slots__ = ("_default", "_fresh_default", "_info", "_accepted", "_dirty")
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+    def __init__(self, backend: KeyContextOwner, table: StateTable) -> None:
         super().__init__(backend, table)
         descriptor = table.descriptor
         assert isinstance(descriptor, ValueStateDescriptor)
         self._default = descriptor.default
+        self._fresh_default = descriptor.default_factory  # None: the default is immutable
         self._info = descriptor.value_info
         self._accepted = self._info.accepted or ()
         self._dirty = table.dirty
@@ -152,7 +151,10 @@ class HeapValueState(_HeapState, ValueState):
         if kg is None:
             self._no_key()
         m = self._by_kg.get(kg)
-        return self._default if m is None else m.get(current.key, self._default)
+        value = self._default if m is None else m.get(current.key, self._default)
+        if value is self._default and self._fresh_default is not None:
+            return self._fresh_default()
+        return value
 
     def update(self, value: Any) -> None:
         if value.__class__ not in self._accepted:
@@ -174,7 +176,7 @@ class HeapValueState(_HeapState, ValueState):
 class HeapListState(_HeapState, ListState):
     __slots__ = ("_info",)
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+    def __init__(self, backend: KeyContextOwner, table: StateTable) -> None:
         super().__init__(backend, table)
         descriptor = table.descriptor
         assert isinstance(descriptor, ListStateDescriptor)
@@ -227,7 +229,7 @@ class HeapListState(_HeapState, ListState):
 class HeapMapState(_HeapState, MapState):
     __slots__ = ("_key_info", "_info")
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+    def __init__(self, backend: KeyContextOwner, table: StateTable) -> None:
         super().__init__(backend, table)
         descriptor = table.descriptor
         assert isinstance(descriptor, MapStateDescriptor)
@@ -288,7 +290,7 @@ class _HeapMergingState(_HeapState, MergingState):
 
     __slots__ = ("_accumulation",)
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable) -> None:
+    def __init__(self, backend: KeyContextOwner, table: StateTable) -> None:
         super().__init__(backend, table)
         self._accumulation = accumulation_for(table.descriptor)
 

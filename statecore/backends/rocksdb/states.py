@@ -11,10 +11,11 @@ immutable scalars reads and writes through its column's write-back cache instead
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import rocksdict
 
+from statecore.backends.context import KeyContext
 from statecore.backends.merging import NO_ACCUMULATOR, accumulation_for
 from statecore.backends.rocksdb.cache import MISSING
 from statecore.backends.rocksdb.column import StateColumn
@@ -40,9 +41,6 @@ from statecore.state import (
 )
 from statecore.types import TypeInfo
 
-if TYPE_CHECKING:
-    from statecore.backends.rocksdb.backend import RocksDBKeyedStateBackend
-
 __all__ = [
     "RocksDBValueState",
     "RocksDBCachedValueState",
@@ -51,7 +49,20 @@ __all__ = [
     "RocksDBReducingState",
     "RocksDBAggregatingState",
     "STATE_CLASSES",
+    "StateHost",
 ]
+
+
+class StateHost(Protocol):
+    """What a state needs of its backend (a
+    :class:`~statecore.backends.rocksdb.backend.RocksDBKeyedStateBackend`): the current key,
+    and a state's column family handle and the backend's write path for batched deletes."""
+
+    key_context: KeyContext
+
+    def _cf_handle(self, state_name: str) -> Any: ...
+
+    def _write(self, batch: rocksdict.WriteBatch) -> None: ...
 
 
 class _RocksDBState:
@@ -67,7 +78,7 @@ class _RocksDBState:
         "_ns",
     )
 
-    def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
+    def __init__(self, backend: StateHost, column: StateColumn) -> None:
         self._backend = backend
         self._current = backend.key_context
         self._column = column
@@ -140,13 +151,14 @@ class _RocksDBState:
 
 
 class RocksDBValueState(_RocksDBState, ValueState):
-    __slots__ = ("_default", "_info", "_accepted", "_encode", "_decode")
+    __slots__ = ("_default", "_fresh_default", "_info", "_accepted", "_encode", "_decode")
 
-    def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
+    def __init__(self, backend: StateHost, column: StateColumn) -> None:
         super().__init__(backend, column)
         descriptor = column.descriptor
         assert isinstance(descriptor, ValueStateDescriptor)
         self._default = descriptor.default
+        self._fresh_default = descriptor.default_factory  # None: the default is immutable
         self._info = descriptor.value_info
         self._accepted = self._info.accepted or ()
         self._encode = column.value_codec.encode
@@ -157,7 +169,9 @@ class RocksDBValueState(_RocksDBState, ValueState):
         if current.key_group is None:
             self._no_key()
         data = self._get(current.prefix + self._ns)
-        return self._default if data is None else self._decode(data)
+        if data is not None:
+            return self._decode(data)
+        return self._default if self._fresh_default is None else self._fresh_default()
 
     def update(self, value: Any) -> None:
         if value is None:
@@ -182,7 +196,7 @@ class RocksDBCachedValueState(RocksDBValueState):
 
     __slots__ = ("_shrink", "_values", "_pending", "_capacity", "_value_class")
 
-    def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
+    def __init__(self, backend: StateHost, column: StateColumn) -> None:
         super().__init__(backend, column)
         cache = column.cache
         assert cache is not None
@@ -204,7 +218,9 @@ class RocksDBCachedValueState(RocksDBValueState):
             value = values[key] = None if data is None else self._decode(data)
             if len(values) > self._capacity:
                 self._shrink()
-        return self._default if value is None else value
+        if value is not None:
+            return value
+        return self._default if self._fresh_default is None else self._fresh_default()
 
     def update(self, value: Any) -> None:
         if value is None:
@@ -246,7 +262,7 @@ class RocksDBCachedValueState(RocksDBValueState):
 class RocksDBListState(_RocksDBState, ListState):
     __slots__ = ("_info",)
 
-    def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
+    def __init__(self, backend: StateHost, column: StateColumn) -> None:
         super().__init__(backend, column)
         descriptor = column.descriptor
         assert isinstance(descriptor, ListStateDescriptor)
@@ -299,7 +315,7 @@ class RocksDBListState(_RocksDBState, ListState):
 class RocksDBMapState(_RocksDBState, MapState):
     __slots__ = ("_key_info", "_info", "_encode_user_key", "_decode_user_key")
 
-    def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
+    def __init__(self, backend: StateHost, column: StateColumn) -> None:
         super().__init__(backend, column)
         descriptor = column.descriptor
         assert isinstance(descriptor, MapStateDescriptor)
@@ -390,7 +406,7 @@ class _RocksDBMergingState(_RocksDBState, MergingState):
 
     __slots__ = ("_accumulation", "_encode", "_decode")
 
-    def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
+    def __init__(self, backend: StateHost, column: StateColumn) -> None:
         super().__init__(backend, column)
         self._accumulation = accumulation_for(column.descriptor)
         self._encode = column.value_codec.encode
@@ -431,7 +447,7 @@ class RocksDBAggregatingState(_RocksDBMergingState, AggregatingState):
     pass
 
 
-STATE_CLASSES: dict[StateKind, Callable[[RocksDBKeyedStateBackend, StateColumn], State]] = {
+STATE_CLASSES: dict[StateKind, Callable[[StateHost, StateColumn], State]] = {
     ValueStateDescriptor.kind: RocksDBValueState,
     ListStateDescriptor.kind: RocksDBListState,
     MapStateDescriptor.kind: RocksDBMapState,
