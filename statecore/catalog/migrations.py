@@ -238,6 +238,28 @@ def _v6_live_endpoints(connection: sa.Connection) -> None:
     metadata.create_all(connection, tables=[metadata.tables["statecore_live_endpoints"]])
 
 
+def _v7_checkpoint_id_index(connection: sa.Connection) -> None:
+    # The largest completed (or expired) CHECKPOINT id of a job, a new run's floor, read as the
+    # first entry of one index range per status, however many checkpoints the job has expired.
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    checkpoints = sa.Table(
+        "statecore_checkpoints",
+        metadata,
+        sa.Column("job_id", _id_type()),
+        sa.Column("kind", sa.String(16)),
+        sa.Column("status", sa.String(16)),
+        sa.Column("checkpoint_id", sa.BigInteger),
+    )
+    index = sa.Index(
+        None,
+        checkpoints.c.job_id,
+        checkpoints.c.kind,
+        checkpoints.c.status,
+        checkpoints.c.checkpoint_id,
+    )
+    index.create(connection)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -268,6 +290,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=6,
         description="live lookups: jobs' live token, tasks' live endpoints",
         apply=_v6_live_endpoints,
+    ),
+    Migration(
+        version=7,
+        description="checkpoints indexed by job, kind, status and id",
+        apply=_v7_checkpoint_id_index,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

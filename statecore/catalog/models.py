@@ -120,6 +120,7 @@ class CheckpointRow(Base):
         sa.UniqueConstraint("job_id", "checkpoint_id"),
         sa.UniqueConstraint("job_id", "completion_seq"),
         sa.Index(None, "job_id", "status", "completion_seq"),
+        sa.Index(None, "job_id", "kind", "status", "checkpoint_id"),
     )
 
     id: Mapped[int] = mapped_column(_ID, primary_key=True)

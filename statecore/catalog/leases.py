@@ -1,0 +1,152 @@
+"""The job's lease: held by a run or a maintenance operation, with a fencing epoch."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session
+
+from statecore.catalog.lookup import load_job
+from statecore.catalog.models import JobRow, MaintenanceLockRow
+from statecore.catalog.records import MaintenanceLock
+from statecore.catalog.store import Store, now
+from statecore.config import DEFAULT_LEASE_TIMEOUT
+from statecore.errors import ConcurrentRunError, MaintenanceLockedError
+
+__all__ = ["RUN_OPERATION", "LeaseStore", "check_epoch"]
+
+RUN_OPERATION = "run"
+"""The operation of a lease held by a run of the job (``run`` + the checkpoint id)."""
+
+
+class LeaseStore(Store):
+    """One lease per job (its row keyed by the job), taken over only when its holder is gone."""
+
+    def acquire(
+        self,
+        job: str,
+        *,
+        operation: str,
+        owner: str,
+        timeout: timedelta = DEFAULT_LEASE_TIMEOUT,
+        stale_after: timedelta | None = None,
+    ) -> MaintenanceLock:
+        """Hold ``job`` for ``operation`` until ``timeout`` from now (renew it to keep it), with
+        a new fencing epoch, one more than any before.
+
+        A lease that is held is taken over only once it expired, once it is older than
+        ``stale_after``, or when its holder is a process of this host that is gone; otherwise
+        :class:`ConcurrentRunError` (:class:`MaintenanceLockedError` when a maintenance
+        operation holds it) names the holder.
+        """
+        with self._write.begin() as session:
+            job_row = load_job(session, job, lock=True)
+            row = session.get(MaintenanceLockRow, job_row.id)
+            acquired_at = now()
+            if row is not None:
+                held = row.to_record(job)
+                if not _may_take_over(held, acquired_at, stale_after):
+                    raise _held_error(held)
+                session.delete(row)
+                session.flush()
+            job_row.lease_epoch += 1
+            row = MaintenanceLockRow(
+                job_id=job_row.id,
+                operation=operation,
+                owner=owner,
+                acquired_at=acquired_at,
+                epoch=job_row.lease_epoch,
+                expires_at=acquired_at + timeout,
+            )
+            session.add(row)
+            return row.to_record(job)
+
+    def renew(self, job: str, *, epoch: int, timeout: timedelta) -> MaintenanceLock | None:
+        """Extend the lease of ``epoch`` to ``timeout`` from now; ``None`` if it was lost."""
+        with self._write.begin() as session:
+            job_row = load_job(session, job, lock=True)
+            row = session.get(MaintenanceLockRow, job_row.id)
+            if row is None or row.epoch != epoch:
+                return None
+            row.expires_at = now() + timeout
+            return row.to_record(job)
+
+    def check(self, job: str, *, epoch: int) -> None:
+        """:class:`ConcurrentRunError` unless the lease of ``epoch`` still holds ``job``."""
+        with self._read.begin() as session:
+            check_epoch(session, load_job(session, job), epoch)
+
+    def release(self, job: str, *, owner: str | None = None) -> MaintenanceLock | None:
+        """Release the job's lease (only if ``owner`` holds it, when given)."""
+        with self._write.begin() as session:
+            job_row = load_job(session, job, lock=True)
+            row = session.get(MaintenanceLockRow, job_row.id)
+            if row is None or (owner is not None and row.owner != owner):
+                return None
+            session.delete(row)
+            return row.to_record(job)
+
+    def holder(self, job: str) -> MaintenanceLock | None:
+        """The lease holding ``job`` (a run or a maintenance operation), or ``None``."""
+        with self._read.begin() as session:
+            job_row = load_job(session, job)
+            row = session.get(MaintenanceLockRow, job_row.id)
+            return None if row is None else row.to_record(job)
+
+
+def check_epoch(session: Session, job_row: JobRow, epoch: int) -> None:
+    """:class:`ConcurrentRunError` unless the lease of ``epoch`` holds the job, in ``session``."""
+    row = session.get(MaintenanceLockRow, job_row.id)
+    if row is not None and row.epoch == epoch:
+        return
+    held = "released" if row is None else f"now held by {_describe(row.to_record(job_row.name))}"
+    raise ConcurrentRunError(
+        f"job {job_row.name!r}: the lease of epoch {epoch} was lost ({held}); this writer's "
+        "commits are refused and nothing it wrote becomes visible"
+    )
+
+
+def _is_run(lease: MaintenanceLock) -> bool:
+    return lease.operation.split(" ", 1)[0] == RUN_OPERATION
+
+
+def _may_take_over(held: MaintenanceLock, at: datetime, stale_after: timedelta | None) -> bool:
+    if held.expires_at is not None and held.expires_at <= at:
+        return True
+    if stale_after is not None and at - held.acquired_at >= stale_after:
+        return True
+    return _gone(held.owner)
+
+
+def _gone(owner: str) -> bool:
+    """Whether ``owner`` (``host:pid:...``) is a process of this host that no longer exists."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _describe(lease: MaintenanceLock) -> str:
+    what = "the run" if _is_run(lease) else "the maintenance operation"
+    expires = "" if lease.expires_at is None else f", lease expires {lease.expires_at:%H:%M:%S} UTC"
+    return (
+        f"{what} {lease.operation!r} ({lease.owner}) since "
+        f"{lease.acquired_at:%Y-%m-%d %H:%M:%S} UTC (epoch {lease.epoch}{expires})"
+    )
+
+
+def _held_error(held: MaintenanceLock) -> ConcurrentRunError:
+    message = (
+        f"job {held.job!r} is held by {_describe(held)}; wait for it to finish, or if it "
+        f"died, release it with `statecore unlock {held.job}`"
+    )
+    return ConcurrentRunError(message) if _is_run(held) else MaintenanceLockedError(message)
