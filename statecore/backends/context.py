@@ -1,12 +1,10 @@
 """``KeyContext``: the current key of a keyed state backend, as its states and timers read it.
 
-A backend owns one :class:`KeyContext`; the runtime makes a key current through the backend
-(``set_current_key``, which checks the key group and, for RocksDB, encodes the key's prefix),
-and the backend's states and its timer service read the context on every access instead of the
-backend's private fields. A task whose backend switches keys by plain assignment
-(:meth:`~statecore.backends.base.KeyedStateBackend.switches_keys_by_assignment`) sets
-:attr:`~KeyContext.key` and :attr:`~KeyContext.key_group` itself in its per-record loop, with the
-key groups range-checked once per batch: no call per record.
+A backend owns one :class:`KeyContext`; the runtime makes a key current only through the
+backend (``set_current_key``, which checks the key group and, for RocksDB, encodes the key's
+prefix; or, per record of a batch whose key groups the backend checked once,
+``set_checked_key``), and the backend's states and its timer service read the context on every
+access instead of the backend's private fields.
 
 >>> context = KeyContext()
 >>> context.key_group is None  # no current key yet
@@ -21,9 +19,9 @@ True
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["KeyContext", "SavedKey"]
+__all__ = ["KeyContext", "KeyContextOwner", "SavedKey"]
 
 SavedKey = tuple[Any, "int | None", bytes]
 """What :meth:`KeyContext.save` returns: key, key group and prefix."""
@@ -57,3 +55,10 @@ class KeyContext:
 
     def __repr__(self) -> str:
         return f"KeyContext(key={self.key!r}, key_group={self.key_group!r})"
+
+
+class KeyContextOwner(Protocol):
+    """What a backend's states need of it: the :class:`KeyContext` they read the current key
+    from (the states of a backend depend on this, not on the backend's class)."""
+
+    key_context: KeyContext

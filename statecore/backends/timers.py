@@ -26,17 +26,25 @@ from __future__ import annotations
 import enum
 import heapq
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
+from statecore.backends.context import KeyContext
 from statecore.errors import CorruptSnapshotError, StateAccessError
+from statecore.keygroups import Key, KeyGroupRange
 from statecore.state import VOID_NAMESPACE
+from statecore.ttl.time import TtlTimeProvider
+from statecore.types import TypeInfo
 
-if TYPE_CHECKING:
-    from statecore.backends.base import KeyedStateBackend
-
-__all__ = ["MIN_WATERMARK", "TimeDomain", "Timer", "TimerService", "timers_schema"]
+__all__ = [
+    "MIN_WATERMARK",
+    "TimeDomain",
+    "Timer",
+    "TimerHost",
+    "TimerService",
+    "timers_schema",
+]
 
 MIN_WATERMARK = -(1 << 63)
 """The watermark before any event time is known (Flink's ``Long.MIN_VALUE``)."""
@@ -120,10 +128,23 @@ class _TimerQueue:
         return sum(len(s) for s in self.by_key_group.values())
 
 
+class TimerHost(Protocol):
+    """What a timer service needs of its backend (a
+    :class:`~statecore.backends.base.KeyedStateBackend`): the current key, the clock, the key
+    type and key groups, and making a due timer's key current."""
+
+    key_context: KeyContext
+    ttl_time_provider: TtlTimeProvider
+    key_type: TypeInfo
+    key_group_range: KeyGroupRange
+
+    def set_current_key(self, key: Key, key_group: int | None = None) -> None: ...
+
+
 class TimerService:
     """Timers of one backend's keys, bound to its current key (see the module docstring)."""
 
-    def __init__(self, backend: KeyedStateBackend) -> None:
+    def __init__(self, backend: TimerHost) -> None:
         self._backend = backend
         self._current = backend.key_context
         self._queues = {

@@ -22,7 +22,7 @@ import pyarrow as pa
 from statecore.catalog import LiveEndpoint
 from statecore.checkpoint.points import RestorePoint
 from statecore.errors import StateError
-from statecore.query.lookup import LookupResult, _resolve, _result
+from statecore.query.key_rows import LookupResult, key_result, resolve_key
 from statecore.runtime.live import encode_key
 from statecore.state import VOID_NAMESPACE
 
@@ -52,7 +52,7 @@ def live_lookup(
     """``key`` in ``state`` as the running task holding it has it now. ``point`` is the job's
     latest checkpoint: it names the state's kind, schema and TTL, and tells whether the task's
     state is ahead of it (``uncommitted``)."""
-    table, record, _, key, key_group = _resolve(point, state, key, operator)
+    table, record, _, key, key_group = resolve_key(point, state, key, operator)
     endpoint = next(
         (e for e in endpoints if e.operator == table.operator and e.holds(key_group)), None
     )
@@ -98,7 +98,7 @@ def live_lookup(
     live_checkpoint = int(response.getheader("X-Statecore-Checkpoint", "0"))
     running = response.getheader("X-Statecore-Running") == "1"
     subtask = response.getheader("X-Statecore-Subtask", str(endpoint.subtask))
-    return _result(
+    return key_result(
         point,
         table,
         record,

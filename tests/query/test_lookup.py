@@ -97,3 +97,21 @@ def test_lookup_bad_input_is_a_clear_error(shop: Any) -> None:
         lookup(JOB, "total", "u1", checkpoint=99, config=config)
     with pytest.raises(ConfigError, match="live lookup reads the running"):
         lookup(JOB, "total", "u1", checkpoint=1, live=True, config=config)
+
+
+def test_latent_live_lookups_share_public_helpers_with_checkpoint_lookups() -> None:
+    """The live client and the checkpoint lookup build their results through one public
+    module: neither reaches into the other's private names (a hidden import cycle)."""
+    import ast
+
+    import statecore.query.live as live_module
+
+    tree = ast.parse(Path(live_module.__file__).read_text())
+    imported = [
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("statecore")
+        for alias in node.names
+    ]
+    assert not [(m, n) for m, n in imported if n.startswith("_")], imported
+    assert "statecore.query.lookup" not in {m for m, _ in imported}
