@@ -10,8 +10,10 @@
 # Airflow 3.3.2, PySpark 4.2.0, deltalake, psycopg2, ...; no test tools) plus
 # `pip install --no-deps .` (statecore and its Airflow provider statecore_airflow), the DAGs
 # (dags/), Airflow plugins (plugins/) and PySpark jobs (jobs/), and the JARs cluster-side Spark SQL
-# needs to read and write Delta tables on S3 (Delta Lake for Spark 4.2, delta-storage, hadoop-aws
-# + AWS SDK; scripts/resolve_spark_jars.py). The entrypoint is scripts/statecore-entrypoint.sh.
+# needs to read and write Delta tables on S3 and to read Kafka (jars/pom.xml, the pom `make jars`
+# resolves for the tests, with its s3a profile: Delta Lake for Spark 4.2, the Kafka source,
+# hadoop-aws + AWS SDK; scripts/resolve_spark_jars.py). The entrypoint is
+# scripts/statecore-entrypoint.sh.
 #
 # Build and push (needs network access to PyPI, Debian and Maven Central):
 #
@@ -20,11 +22,6 @@
 #
 # Build arguments:
 #   PYTHON_IMAGE        base image; Debian bookworm, whose default JDK is 17
-#   DELTA_VERSION       Delta Lake release; 4.4.x is the first built for Spark 4.2
-#   DELTA_SPARK_ARTIFACT  Maven artifact for the Spark minor of the pinned pyspark (Delta >= 4.1
-#                       publishes delta-spark_<spark minor>_2.13; the unsuffixed delta-spark_2.13
-#                       is a compatibility alias and not guaranteed to target Spark 4.2)
-#   HADOOP_AWS_VERSION  defaults to the Hadoop version of the hadoop-client JARs in pyspark
 #   AIRFLOW_UID         non-root user id; the chart's `uid` value must match (default 50000)
 #   REQUIRE_KUBERNETES_PROVIDER  fail the build when apache-airflow-providers-cncf-kubernetes is
 #                       missing: SparkSubmitOperator with a k8s:// master and KubernetesExecutor
@@ -48,9 +45,6 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
 
 # --- build: the virtualenv and the Spark JARs ------------------------------------------------
 FROM base AS build
-ARG DELTA_VERSION=4.4.1
-ARG DELTA_SPARK_ARTIFACT=delta-spark_4.2_2.13
-ARG HADOOP_AWS_VERSION=
 ARG REQUIRE_KUBERNETES_PROVIDER=true
 WORKDIR /src
 
@@ -59,10 +53,15 @@ COPY requirements.lock ./
 RUN python -m venv /opt/venv \
  && pip install --no-deps -r requirements.lock
 
-# Delta Lake + S3A JARs for cluster-side Spark SQL, resolved as `spark-submit --packages` does and
-# added to pyspark's jars/ (see the script); they depend on the lock and the build arguments only.
+# The JARs of jars/pom.xml (the pom the tests resolve) with its s3a profile, resolved by Maven and
+# added to pyspark's jars/ (see the script); they depend on the lock and the pom only.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends maven \
+ && rm -rf /var/lib/apt/lists/*
+COPY jars/pom.xml jars/
 COPY scripts/resolve_spark_jars.py scripts/
-RUN python scripts/resolve_spark_jars.py
+RUN python scripts/resolve_spark_jars.py --s3a --into-pyspark \
+ && rm -rf /root/.m2
 
 COPY . ./
 RUN pip install --no-deps . \
@@ -79,10 +78,8 @@ RUN pip install --no-deps . \
 # --- final image --------------------------------------------------------------------------------
 FROM base
 ARG AIRFLOW_UID=50000
-ARG DELTA_VERSION=4.4.1
-ARG DELTA_SPARK_ARTIFACT=delta-spark_4.2_2.13
 LABEL org.opencontainers.image.title="statecore" \
-      org.opencontainers.image.description="Airflow 3.3.2 + statecore + PySpark 4.2 with Delta Lake ${DELTA_VERSION} (${DELTA_SPARK_ARTIFACT})"
+      org.opencontainers.image.description="Airflow 3.3.2 + statecore + PySpark 4.2 with Delta Lake (jars/pom.xml)"
 # Airflow's convention: a fixed non-root uid in group 0, so any uid in group 0 works as well.
 RUN useradd --uid "${AIRFLOW_UID}" --gid 0 --home-dir /home/airflow --create-home --shell /bin/bash airflow \
  && mkdir -p /opt/airflow/logs /opt/statecore/home /opt/statecore/warehouse \

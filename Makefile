@@ -19,7 +19,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
 export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
-.PHONY: setup demo up lint test test-quick bench bench-quick typecheck helm chromium postgres clean
+.PHONY: setup demo up lint test test-quick bench bench-quick typecheck helm chromium postgres jars clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
@@ -51,8 +51,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: setup lint chromium postgres
+test: setup lint chromium postgres jars
 	$(PY) -m pytest -q
+
+# The JVM side (Delta Lake for Spark 4.2, the Kafka source), pinned in jars/pom.xml and resolved
+# by Maven into $(VENV)/jars, where statecore's Spark session builder finds them; the Dockerfile
+# resolves the same pom. Cached: a second run with the same pom downloads nothing.
+jars: $(STAMP)
+	command -v mvn >/dev/null || $(APT) install -y --no-install-recommends maven \
+		|| ($(APT) update && $(APT) install -y --no-install-recommends maven)
+	$(PY) scripts/resolve_spark_jars.py --dest $(VENV)/jars
 
 # The UI tests (tests/airflow/test_ui_page.py) look at the statecore page in a real headless
 # Chromium: Debian's package, installed when missing (as root, or with sudo).

@@ -1,30 +1,40 @@
-"""Add the Delta Lake and S3A JARs that cluster-side Spark SQL needs to pyspark's ``jars/``.
+"""Resolve the JARs of ``jars/pom.xml`` (Delta Lake for Spark 4.2, the Kafka source; with
+``--s3a`` also hadoop-aws and its AWS SDK bundle) into one folder, with Maven.
 
-Run by the Dockerfile's build stage, after the lock is installed (the image cannot be built
-here). Resolved the way ``spark-submit --packages`` does (Ivy, with transitive dependencies),
-then copied into pyspark's ``jars/``, skipping any artifact pyspark already ships so Spark's own
-versions stay the only ones on the classpath. Reads the build arguments from the environment:
+The pom is the one place the JVM side is pinned: ``make jars`` (a step of ``make test``) runs
+this into ``.venv/jars``, where :func:`statecore.spark.session.build_session` finds them, and the
+Dockerfile runs it with ``--s3a --into-pyspark`` so the image's Spark has them on every
+classpath. ``mvn dependency:copy-dependencies`` resolves them with their transitive
+dependencies; any artifact pyspark already ships is dropped, so Spark's own versions stay the
+only ones on the classpath. A stamp in the folder records the pom's hash and the JARs it added:
+a second run with the same pom does nothing (no Maven, no download).
 
-    DELTA_VERSION         Delta Lake release, e.g. 4.4.1
-    DELTA_SPARK_ARTIFACT  delta-spark_<spark minor>_2.13; must match the installed pyspark
-    HADOOP_AWS_VERSION    optional; default: the Hadoop of pyspark's hadoop-client JARs
-
-    python scripts/resolve_spark_jars.py
+    python scripts/resolve_spark_jars.py                 # into .venv/jars (sys.prefix/jars)
+    python scripts/resolve_spark_jars.py --s3a --dest DIR
+    python scripts/resolve_spark_jars.py --s3a --into-pyspark   # the image
 """
 
 from __future__ import annotations
 
-import os
+import argparse
+import hashlib
+import json
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
+from importlib import metadata
 from pathlib import Path
 
 import pyspark
 
-__all__ = ["artifact_id", "main"]
+__all__ = ["artifact_id", "main", "pom_properties"]
+
+POM = Path(__file__).resolve().parents[1] / "jars" / "pom.xml"
+STAMP = ".statecore-jars.json"
+_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 
 def artifact_id(name: str) -> str:
@@ -32,59 +42,77 @@ def artifact_id(name: str) -> str:
     return re.sub(r"-\d[\w.+-]*\.jar$", "", name)
 
 
-def main() -> None:
-    spark_home = Path(pyspark.__file__).parent
-    jars = spark_home / "jars"
+def pom_properties(pom: Path) -> dict[str, str]:
+    """The ``<properties>`` of ``pom``."""
+    root = ET.parse(pom).getroot()
+    props = root.find("m:properties", _NS)
+    assert props is not None, f"{pom} has no <properties>"
+    return {child.tag.split("}")[1]: (child.text or "").strip() for child in props}
+
+
+def check_pom(pom: Path) -> None:
+    """Exit unless the pom's Spark and Delta match the installed pyspark and delta-spark."""
+    props = pom_properties(pom)
     spark_minor = ".".join(pyspark.__version__.split(".")[:2])
-    artifact = os.environ["DELTA_SPARK_ARTIFACT"]
+    artifact = props["delta.artifact"]
     if not artifact.startswith(f"delta-spark_{spark_minor}_"):
         sys.exit(
             f"{artifact} does not match pyspark {pyspark.__version__} "
             f"(want delta-spark_{spark_minor}_2.13)"
         )
-    hadoop = os.environ.get("HADOOP_AWS_VERSION") or _hadoop_version(jars)
-    delta = os.environ["DELTA_VERSION"]
-    packages = [
-        f"io.delta:{artifact}:{delta}",
-        f"io.delta:delta-storage:{delta}",
-        f"org.apache.hadoop:hadoop-aws:{hadoop}",
-    ]
-    print("resolving", *packages, flush=True)
-
-    ivy = Path(tempfile.mkdtemp())
-    noop = ivy / "noop.py"
-    noop.write_text("")
-    subprocess.run(
-        [
-            str(spark_home / "bin" / "spark-submit"),
-            "--master",
-            "local[1]",
-            "--conf",
-            f"spark.jars.ivy={ivy}",
-            "--packages",
-            ",".join(packages),
-            str(noop),
-        ],
-        check=True,
-    )
-
-    shipped = {artifact_id(p.name) for p in jars.glob("*.jar")}
-    for jar in sorted((ivy / "jars").glob("*.jar")):
-        # Ivy names them group_artifact-version
-        name = jar.name.split("_", 1)[1] if "_" in jar.name else jar.name
-        if artifact_id(name) in shipped:
-            print("  already in pyspark:", name)
-            continue
-        shutil.copy2(jar, jars / name)
-        print("  added:", name)
-    shutil.rmtree(ivy)
+    if props["spark.version"] != pyspark.__version__:
+        sys.exit(f"{pom}: spark.version {props['spark.version']} is not {pyspark.__version__}")
+    try:
+        python_delta = metadata.version("delta-spark")
+    except metadata.PackageNotFoundError:
+        return
+    if props["delta.version"] != python_delta:
+        sys.exit(f"{pom}: delta.version {props['delta.version']} is not {python_delta}")
 
 
-def _hadoop_version(jars: Path) -> str:
-    api = next(p.name for p in jars.glob("hadoop-client-api-*.jar"))
-    match = re.match(r"hadoop-client-api-(.+)\.jar", api)
-    assert match is not None, api
-    return match.group(1)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pom", type=Path, default=POM)
+    parser.add_argument("--dest", type=Path, default=Path(sys.prefix) / "jars")
+    parser.add_argument("--into-pyspark", action="store_true", help="into pyspark's own jars/")
+    parser.add_argument("--s3a", action="store_true", help="add hadoop-aws and the AWS SDK bundle")
+    args = parser.parse_args(argv)
+    check_pom(args.pom)
+    spark_jars = Path(pyspark.__file__).parent / "jars"
+    dest: Path = spark_jars if args.into_pyspark else args.dest
+    profiles = ["s3a"] if args.s3a else []
+    digest = hashlib.sha256(args.pom.read_bytes() + repr(profiles).encode()).hexdigest()
+    stamp = dest / STAMP
+    previous = json.loads(stamp.read_text()) if stamp.exists() else {}
+    if previous.get("pom_sha256") == digest and all(
+        (dest / jar).exists() for jar in previous.get("jars", [])
+    ):
+        print(f"{dest}: up to date with {args.pom} ({len(previous['jars'])} JARs)")
+        return
+    if shutil.which("mvn") is None:
+        sys.exit("Maven (mvn) is needed to resolve the JARs: apt-get install maven")
+
+    with tempfile.TemporaryDirectory(prefix="statecore-jars-") as tmp:
+        command = [
+            "mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(args.pom),
+            "dependency:copy-dependencies", f"-DoutputDirectory={tmp}", "-DincludeScope=runtime",
+        ]  # fmt: skip
+        if profiles:
+            command.append("-P" + ",".join(profiles))
+        print("resolving", args.pom, *(f"(profile {p})" for p in profiles), flush=True)
+        subprocess.run(command, check=True)
+        dest.mkdir(parents=True, exist_ok=True)
+        for jar in previous.get("jars", []):
+            (dest / jar).unlink(missing_ok=True)
+        shipped = {artifact_id(p.name) for p in spark_jars.glob("*.jar")}
+        added = []
+        for jar in sorted(Path(tmp).glob("*.jar")):
+            if artifact_id(jar.name) in shipped:
+                continue  # pyspark's own version stays
+            shutil.copy2(jar, dest / jar.name)
+            added.append(jar.name)
+    stamp.write_text(json.dumps({"pom_sha256": digest, "profiles": profiles, "jars": added}))
+    print(f"{dest}: {len(added)} JARs", *added, sep="\n  ")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.helm
 
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 JARS_SCRIPT = REPO / "scripts" / "resolve_spark_jars.py"
+POM = REPO / "jars" / "pom.xml"
 ENTRYPOINT = REPO / "scripts" / "statecore-entrypoint.sh"
 # what the dev lock adds to the runtime lock: none of it goes into the image
 DEV_ONLY = ("pytest", "pytest-timeout", "mypy", "ruff", "import-linter", "kubernetes-validate")
@@ -84,19 +85,34 @@ def test_the_charts_postgres_urls_are_served_by_psycopg2_from_the_runtime_lock()
     assert urls and set(urls) == {"postgresql+psycopg2"}
 
 
+def pom_property(name: str) -> str:
+    match = re.search(rf"<{re.escape(name)}>([^<]*)</{re.escape(name)}>", POM.read_text())
+    assert match, f"{name} is not set in jars/pom.xml"
+    return match.group(1)
+
+
 def test_delta_jars_target_the_locked_spark() -> None:
     spark_minor = ".".join(locked("pyspark").split(".")[:2])
-    assert arg("DELTA_SPARK_ARTIFACT") == f"delta-spark_{spark_minor}_2.13"
-    assert re.fullmatch(r"4\.\d+\.\d+", arg("DELTA_VERSION"))
-    script = JARS_SCRIPT.read_text()
-    compile(script, str(JARS_SCRIPT), "exec")
-    for package in ("io.delta:{artifact}:{delta}", "io.delta:delta-storage:{delta}", "org.apache.hadoop:hadoop-aws:{hadoop}"):
-        assert package in script
+    assert pom_property("delta.artifact") == f"delta-spark_{spark_minor}_2.13"
+    assert pom_property("spark.version") == locked("pyspark")
+    # the JVM side and the Python package of Delta are one release
+    assert pom_property("delta.version") == locked("delta-spark")
+    pyspark_jars = Path(__import__("pyspark").__file__).parent / "jars"
+    hadoop = next(pyspark_jars.glob("hadoop-client-api-*.jar")).name
+    assert hadoop == f"hadoop-client-api-{pom_property('hadoop.version')}.jar"
+    pom = POM.read_text()
+    for artifact in ("<artifactId>${delta.artifact}</artifactId>", "spark-sql-kafka-0-10_", "<id>s3a</id>", "<artifactId>hadoop-aws</artifactId>"):
+        assert artifact in pom
+    # hadoop-aws (and its AWS SDK bundle) only in the s3a profile, which make test leaves out
+    assert pom.index("<artifactId>hadoop-aws</artifactId>") > pom.index("<id>s3a</id>")
 
 
 def test_the_build_runs_the_scripts_it_copies() -> None:
     assert "<<" not in DOCKERFILE  # no embedded scripts
-    assert "COPY scripts/resolve_spark_jars.py scripts/\nRUN python scripts/resolve_spark_jars.py" in DOCKERFILE
+    assert (
+        "COPY jars/pom.xml jars/\nCOPY scripts/resolve_spark_jars.py scripts/\n"
+        "RUN python scripts/resolve_spark_jars.py --s3a --into-pyspark" in DOCKERFILE
+    )
     assert re.search(
         r"^COPY --chmod=0755 scripts/statecore-entrypoint.sh /usr/local/bin/statecore-entrypoint$",
         DOCKERFILE,
@@ -110,9 +126,14 @@ def test_the_build_runs_the_scripts_it_copies() -> None:
         assert ignored.index(f"!scripts/{script.name}") > ignored.index("scripts/*")
 
 
-def test_jar_resolution_refuses_a_delta_build_for_another_spark() -> None:
-    env = {**os.environ, "DELTA_SPARK_ARTIFACT": "delta-spark_3.5_2.13", "DELTA_VERSION": "4.4.1"}
-    out = subprocess.run([sys.executable, str(JARS_SCRIPT)], capture_output=True, text=True, env=env)
+def test_jar_resolution_refuses_a_delta_build_for_another_spark(tmp_path: Path) -> None:
+    pom = tmp_path / "pom.xml"
+    pom.write_text(POM.read_text().replace(pom_property("delta.artifact"), "delta-spark_3.5_2.13"))
+    out = subprocess.run(
+        [sys.executable, str(JARS_SCRIPT), "--pom", str(pom), "--dest", str(tmp_path / "jars")],
+        capture_output=True,
+        text=True,
+    )
     spark_minor = ".".join(locked("pyspark").split(".")[:2])
     assert out.returncode == 1
     assert f"delta-spark_3.5_2.13 does not match pyspark {locked('pyspark')}" in out.stderr
