@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
 
-from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus
-from statecore.errors import CheckpointCommitError
+import pytest
+import sqlalchemy as sa
+
+from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus, TableVersion
+from statecore.catalog.engine import shared_engine
+from statecore.catalog.models import CheckpointRow, CheckpointTableRow, JobRow
+from statecore.errors import CheckpointCommitError, CheckpointNotFoundError
 
 JOB = "clicks"
 CHECKPOINT = CheckpointKind.CHECKPOINT
@@ -88,3 +96,155 @@ def test_catalog_store_list_checkpoints_last_keeps_the_largest_ids(job_catalog: 
     last = job_catalog.list_checkpoints(JOB, last=2)
     assert [c.checkpoint_id for c in last] == [3, 4]
     assert [c.checkpoint_id for c in job_catalog.list_checkpoints(JOB)] == [1, 2, 3, 4]
+
+
+HISTORY = 10_000
+BOUND = 50  # rows a lookup may read, whatever the history
+
+
+def _insert_history(engine: sa.Engine, job: str) -> None:
+    """``HISTORY`` checkpoints of ``job``, in bulk: every tenth FAILED, the last ten COMPLETED
+    (with two tables each), the rest EXPIRED, in id order of completion."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    checkpoints, completed = [], []
+    seq = 0
+    with engine.begin() as connection:
+        job_pk = connection.scalar(sa.select(JobRow.id).where(JobRow.name == job))
+        for checkpoint_id in range(1, HISTORY + 1):
+            if checkpoint_id % 10 == 3:
+                status = CheckpointStatus.FAILED
+            elif checkpoint_id > HISTORY - 10:
+                status = CheckpointStatus.COMPLETED
+                completed.append(checkpoint_id)
+            else:
+                status = CheckpointStatus.EXPIRED
+            done = status is not CheckpointStatus.FAILED
+            seq += done
+            checkpoints.append(
+                {
+                    "job_id": job_pk,
+                    "checkpoint_id": checkpoint_id,
+                    "kind": CHECKPOINT.name,
+                    "status": status.name,
+                    "parallelism": 2,
+                    "max_parallelism": 128,
+                    "started_at": at,
+                    "completed_at": at if done else None,
+                    "completion_seq": seq if done else None,
+                }
+            )
+        connection.execute(sa.insert(CheckpointRow), checkpoints)
+        connection.execute(
+            sa.update(JobRow).where(JobRow.id == job_pk).values(last_completion_seq=seq)
+        )
+        pks = connection.execute(
+            sa.select(CheckpointRow.id).where(
+                CheckpointRow.job_id == job_pk, CheckpointRow.checkpoint_id.in_(completed)
+            )
+        ).scalars()
+        connection.execute(
+            sa.insert(CheckpointTableRow),
+            [
+                {
+                    "checkpoint_pk": pk,
+                    "operator": "count",
+                    "state": state,
+                    "table_kind": "keyed",
+                    "path": f"/warehouse/{job}/count/keyed/{state}",
+                    "version": 1,
+                    "rows": 1,
+                    "bytes": 1,
+                    "key_groups": {"0": [1, 1]},
+                }
+                for pk in pks
+                for state in ("total", "last")
+            ],
+        )
+
+
+@contextmanager
+def _rows_read(engine: sa.Engine) -> Iterator[Callable[[], int]]:
+    """Count the rows the catalog's SELECTs yield inside the block: each statement seen is run
+    again afterwards as ``SELECT count(*)`` over it, with its parameters (an upper bound of the
+    rows fetched: a ``scalar()`` fetches only the first)."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            seen.append((statement, parameters))
+
+    counted: list[int] = []
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield lambda: counted[0]
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    with engine.connect() as connection:
+        counted.append(
+            sum(
+                int(
+                    connection.exec_driver_sql(
+                        f"SELECT count(*) FROM ({statement}) AS counted", parameters
+                    ).scalar_one()
+                )
+                for statement, parameters in seen
+            )
+        )
+
+
+def test_catalog_store_a_long_history_is_read_in_bounded_rows(
+    catalog_url: str, job_catalog: Catalog
+) -> None:
+    engine = shared_engine(catalog_url)
+    _insert_history(engine, JOB)
+    catalog = job_catalog
+    last = HISTORY
+    table = TableVersion(
+        operator="count",
+        state="total",
+        table_kind="keyed",
+        path=f"/warehouse/{JOB}/count/keyed/total",
+        version=2,
+        rows=1,
+        bytes=1,
+        key_groups={0: (1, 1)},
+    )
+    with _rows_read(engine) as rows:  # what a run reads when it opens the job
+        assert catalog.has_job(JOB)
+        job = catalog.find_job(JOB)
+        assert job is not None and job.parallelism == 2
+        restorable = catalog.latest_restorable(JOB)
+        assert restorable is not None and restorable.checkpoint_id == last
+        assert len(restorable.tables) == 2
+        assert catalog.latest_completed_id(JOB) == last
+        assert catalog.highest_completed_id(JOB) == last
+        assert catalog.highest_checkpoint_id(JOB) == last
+        assert catalog.checkpoint_status(JOB, 5) is CheckpointStatus.EXPIRED
+        assert catalog.checkpoint_status(JOB, 13) is CheckpointStatus.FAILED
+        assert catalog.checkpoint_status(JOB, last) is CheckpointStatus.COMPLETED
+        assert catalog.checkpoint_status(JOB, last + 1) is None
+        assert catalog.get_checkpoint(JOB, last - 1).status is CheckpointStatus.COMPLETED
+    assert rows() <= BOUND, f"{rows()} rows read to open a job of {HISTORY} checkpoints"
+    with _rows_read(engine) as rows:  # its checkpoints, and what operations read
+        assert [c.checkpoint_id for c in catalog.list_checkpoints(JOB, last=3)] == [
+            last - 2,
+            last - 1,
+            last,
+        ]
+        replay = catalog.begin_checkpoint(
+            JOB, 7, kind=CHECKPOINT, parallelism=2, max_parallelism=128, increasing=True
+        )
+        assert replay.status is CheckpointStatus.EXPIRED
+        catalog.begin_checkpoint(
+            JOB, last + 1, kind=CHECKPOINT, parallelism=2, max_parallelism=128, increasing=True
+        )
+        done = catalog.complete_checkpoint(JOB, last + 1, tables=[table])
+        catalog.expire_checkpoints(JOB, [last - 1])
+        with pytest.raises(CheckpointNotFoundError, match="latest 20 checkpoints"):
+            catalog.get_checkpoint(JOB, last + 5)
+    assert done.completed_at is not None
+    assert rows() <= BOUND, f"{rows()} rows read to checkpoint a job of {HISTORY} checkpoints"
+    # the count is real: the full listing reads the whole history
+    with _rows_read(engine) as rows:
+        assert len(catalog.list_checkpoints(JOB, with_tables=False)) == HISTORY + 1
+    assert rows() > HISTORY
