@@ -1,5 +1,9 @@
 """One configuration object, resolved from arguments, environment, a config file, then defaults.
 
+The home is found as git finds a repository: ``STATECORE_HOME`` (or the ``home`` argument), else
+the nearest ``.statecore`` folder in the current folder or one of its parents, else
+``~/.statecore`` (:func:`find_home`).
+
 Order (first wins): explicit arguments, the environment (``STATECORE_HOME``,
 ``STATECORE_CATALOG_URL``, ``STATECORE_WAREHOUSE``, ``STATECORE_LEASE_TIMEOUT`` in seconds,
 ``STATECORE_LATENCY_SAMPLE_INTERVAL`` and ``STATECORE_LATENCY_HISTORY_SIZE``), the TOML file
@@ -41,13 +45,51 @@ from pathlib import Path
 
 from statecore.errors import ConfigError
 
-__all__ = ["DEFAULT_LEASE_TIMEOUT", "StatecoreConfig", "check_name", "check_state_name"]
+__all__ = [
+    "DEFAULT_LEASE_TIMEOUT",
+    "HOME_FOLDER",
+    "StatecoreConfig",
+    "check_name",
+    "check_state_name",
+    "find_home",
+    "homes_tried",
+]
 
 _KEYS = ("home", "catalog_url", "warehouse")
 _LATENCY_KEYS = ("latency_sample_interval", "latency_history_size")
 _FILE_KEYS = (*_KEYS, "lease_timeout", *_LATENCY_KEYS)
 
 DEFAULT_LEASE_TIMEOUT = timedelta(seconds=60)
+HOME_FOLDER = ".statecore"
+
+
+def find_home(*, cwd: Path | None = None, user_home: Path | None = None) -> Path:
+    """The home when ``STATECORE_HOME`` is not set: the nearest ``.statecore`` folder in ``cwd``
+    or one of its parents, else ``~/.statecore`` (which may not exist yet).
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / ".statecore").mkdir(); (root / "a" / "b").mkdir(parents=True)
+    >>> find_home(cwd=root / "a" / "b", user_home=root / "u") == root / ".statecore"
+    True
+    >>> elsewhere = Path(tempfile.mkdtemp())
+    >>> find_home(cwd=elsewhere, user_home=root / "u") == root / "u" / ".statecore"
+    True
+    """
+    here = (cwd or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        if (folder / HOME_FOLDER).is_dir():
+            return folder / HOME_FOLDER
+    return (user_home or Path.home()) / HOME_FOLDER
+
+
+def homes_tried(*, cwd: Path | None = None, user_home: Path | None = None) -> str:
+    """Where :func:`find_home` looks, for an error message."""
+    here = (cwd or Path.cwd()).absolute()
+    return (
+        f"STATECORE_HOME (not set), {here / HOME_FOLDER} and a {HOME_FOLDER} folder in each "
+        f"parent folder, {(user_home or Path.home()) / HOME_FOLDER}"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,8 +146,8 @@ class StatecoreConfig:
             "catalog_url": env.get("STATECORE_CATALOG_URL"),
             "warehouse": env.get("STATECORE_WAREHOUSE"),
         }
-        resolved_home = args["home"] or from_env["home"] or ".statecore"
-        home_path = Path(resolved_home).absolute()
+        given_home = args["home"] or from_env["home"]
+        home_path = Path(given_home).absolute() if given_home else find_home()
         from_file = _read_file(Path(env.get("STATECORE_CONFIG") or home_path / "statecore.toml"))
         values: dict[str, str] = {"home": str(home_path)}
         defaults = {

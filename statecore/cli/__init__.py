@@ -18,6 +18,11 @@
     statecore catalog recover JOB [--dry-run]
     statecore unlock JOB
 
+Every command takes ``--home PATH`` (before or after the command's name); without it the home is
+``STATECORE_HOME``, else the nearest ``.statecore`` folder here or in a parent folder, else
+``~/.statecore``. Only ``demo``, ``savepoints restore`` and ``catalog recover`` may create a
+catalog; every other command fails, naming the paths it tried, when there is none.
+
 REF is a checkpoint id, a savepoint name (of JOB) or a savepoint folder. Results print as
 ``--format table|csv|json``; progress goes to standard error. Errors print one line naming what
 is wrong and exit with status 2.
@@ -26,13 +31,15 @@ is wrong and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from statecore.cli import commands
 from statecore.cli.output import FORMATS, format_table
-from statecore.config import StatecoreConfig, check_name
-from statecore.errors import StateError
+from statecore.config import StatecoreConfig, check_name, homes_tried
+from statecore.errors import ConfigError, StateError
 from statecore.ops.retention import DEFAULT_VACUUM_GRACE
 
 __all__ = ["format_table", "main"]
@@ -233,18 +240,69 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     demo.set_defaults(run=commands.demo)
 
 
+_HOME_HELP = (
+    "the statecore home (default: STATECORE_HOME, else the nearest .statecore folder here or "
+    "in a parent folder, else ~/.statecore)"
+)
+
+
+def _global_options(parser: argparse.ArgumentParser, *, default: object = None) -> None:
+    parser.add_argument("--home", default=default, help=_HOME_HELP)
+    parser.add_argument(
+        "--catalog-url", default=default, help="SQLAlchemy URL of the checkpoint catalog"
+    )
+
+
+def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every (sub)command's own parser, so that the global options work after it too."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [parser]
+    return [leaf for a in subs for p in a.choices.values() for leaf in _leaves(p)]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="statecore",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--home", help="STATECORE_HOME (default ./.statecore)")
-    parser.add_argument("--catalog-url", help="SQLAlchemy URL of the checkpoint catalog")
+    _global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     _inspection(sub)
     _operations(sub)
+    for leaf in _leaves(parser):
+        _global_options(leaf, default=argparse.SUPPRESS)
     return parser
+
+
+def _creates_catalog(args: argparse.Namespace) -> bool:
+    """The commands that may start a catalog: the demo, restoring a savepoint into an empty
+    one, and rebuilding a lost one from the Delta logs. Every other command reads or changes
+    state that must exist already, so it never creates a catalog or a folder."""
+    return args.command in ("demo", "catalog") or (
+        args.command == "savepoints" and args.action == "restore"
+    )
+
+
+def _check_catalog_exists(args: argparse.Namespace, config: StatecoreConfig) -> None:
+    prefix = "sqlite:///"
+    if not config.catalog_url.startswith(prefix):  # a server: connecting creates nothing
+        return
+    path = Path(config.catalog_url[len(prefix) :])
+    if path.is_file():
+        return
+    if args.catalog_url:
+        where = f"the catalog {config.catalog_url} (--catalog-url) does not exist"
+    elif args.home or os.environ.get("STATECORE_HOME"):
+        given = "--home" if args.home else "STATECORE_HOME"
+        where = f"no statecore catalog at {path} (home {config.home}, from {given})"
+    else:
+        where = f"no statecore home found: looked at {homes_tried()}"
+    raise ConfigError(
+        f"{where}. Run `statecore demo` (or `make demo`) to create one, or point at a home with "
+        "--home PATH or STATECORE_HOME=PATH"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -253,6 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "job", None) is not None:  # every command naming a job
             check_name("job", args.job)
         config = StatecoreConfig.resolve(home=args.home, catalog_url=args.catalog_url)
+        if not _creates_catalog(args):
+            _check_catalog_exists(args, config)
         print(args.run(args, config))
     except StateError as exc:
         print(f"statecore: error: {exc}", file=sys.stderr)

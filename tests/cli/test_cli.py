@@ -84,5 +84,6 @@ def test_unknown_job_checkpoint_or_state_are_clear_errors(home, capsys) -> None:
 
 
 def test_sql_without_any_checkpoint(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    Catalog.connect(StatecoreConfig.resolve(home=str(tmp_path), env={}).catalog_url).close()
     assert main(["--home", str(tmp_path), "sql", "SELECT 1"]) == 2
     assert "no job has been checkpointed yet" in capsys.readouterr().err
