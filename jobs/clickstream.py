@@ -184,7 +184,8 @@ def _optional_int(text: str) -> int | None:
     return int(text) if text.strip() not in ("", "None") else None
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The job's arguments (the DAG renders them from its params)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--date", required=True, type=date.fromisoformat)
     parser.add_argument(
@@ -218,7 +219,11 @@ def main(argv: list[str] | None = None) -> None:
         type=json.loads,
         help="flagging rules as JSON, e.g. '{\"purchase\": 150}' (default: keep)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     home = StatecoreConfig.resolve().home
     args.input = args.input or f"{home}/data/clickstream"
     args.output = args.output or f"{home}/output/clickstream"

@@ -170,7 +170,8 @@ def watch(
     return FINISHED
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The job's arguments (the DAGs render them from their params)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--input", help="default: $STATECORE_HOME/data/clickstream")
     parser.add_argument(
@@ -183,11 +184,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--job", default=JOB)
     parser.add_argument("--trigger", choices=["availableNow", "once"])
     parser.add_argument("--trigger-interval", help="a continuous query, e.g. 10s")
-    parser.add_argument("--max-files-per-trigger", type=int)
+    parser.add_argument("--max-files-per-trigger", type=clickstream._optional_int)
     parser.add_argument("--parallelism", type=clickstream._optional_int)
     parser.add_argument("--backend", default="heap", choices=backend_names())
     parser.add_argument("--retain-checkpoints", type=int, default=RETAIN_CHECKPOINTS)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     config = StatecoreConfig.resolve()
     checkpoint_location = args.checkpoint_location or default_checkpoint_location(config, args.job)
     input_path = args.input or f"{config.home}/data/clickstream"
