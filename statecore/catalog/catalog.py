@@ -262,11 +262,14 @@ class Catalog:
         status: CheckpointStatus | None = None,
         with_tables: bool = True,
         last: int | None = None,
+        after: int | None = None,
     ) -> list[CheckpointRecord]:
-        """The checkpoints of ``job`` (with ``status`` if given), by checkpoint id: only the
-        ``last`` ones (largest ids) if given; without their table versions (``tables`` empty,
-        one query less) unless ``with_tables``."""
-        return self.checkpoints.every(job, status=status, with_tables=with_tables, last=last)
+        """The checkpoints of ``job`` (with ``status`` if given, with an id above ``after`` if
+        given), by checkpoint id: only the ``last`` ones (largest ids) if given; without their
+        table versions (``tables`` empty, one query less) unless ``with_tables``."""
+        return self.checkpoints.every(
+            job, status=status, with_tables=with_tables, last=last, after=after
+        )
 
     def delete_checkpoint(self, job: str, checkpoint_id: int) -> None:
         """Forget checkpoint ``checkpoint_id`` of ``job`` and its table versions."""

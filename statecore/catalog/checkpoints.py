@@ -226,9 +226,11 @@ class CheckpointStore(Store):
         status: CheckpointStatus | None = None,
         with_tables: bool = True,
         last: int | None = None,
+        after: int | None = None,
     ) -> list[CheckpointRecord]:
-        """The checkpoints of ``job`` (with ``status`` if given), by checkpoint id: only the
-        ``last`` ones (the largest ids) if given; without their tables unless ``with_tables``."""
+        """The checkpoints of ``job`` (with ``status`` if given, with an id above ``after`` if
+        given), by checkpoint id: only the ``last`` ones (the largest ids) if given; without
+        their tables unless ``with_tables``."""
         with self._read.begin() as session:
             job_row = load_job(session, job)
             query = sa.select(CheckpointRow).where(CheckpointRow.job_id == job_row.id)
@@ -236,6 +238,8 @@ class CheckpointStore(Store):
                 query = query.options(noload(CheckpointRow.tables))
             if status is not None:
                 query = query.where(CheckpointRow.status == status.name)
+            if after is not None:
+                query = query.where(CheckpointRow.checkpoint_id > after)
             if last is None:
                 rows = list(session.scalars(query.order_by(CheckpointRow.checkpoint_id)))
             else:

@@ -248,3 +248,11 @@ def test_catalog_store_a_long_history_is_read_in_bounded_rows(
     with _rows_read(engine) as rows:
         assert len(catalog.list_checkpoints(JOB, with_tables=False)) == HISTORY + 1
     assert rows() > HISTORY
+
+
+def test_catalog_store_list_checkpoints_after_an_id(job_catalog: Catalog) -> None:
+    for checkpoint_id in (1, 2, 3, 4):
+        _completed(job_catalog, checkpoint_id)
+    after = job_catalog.list_checkpoints(JOB, after=2, with_tables=False)
+    assert [c.checkpoint_id for c in after] == [3, 4]
+    assert job_catalog.list_checkpoints(JOB, after=4) == []
