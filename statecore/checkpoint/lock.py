@@ -156,7 +156,7 @@ def check_not_locked(catalog: Catalog, job: str) -> None:
 
     A run takes the lease itself (:func:`hold_lease`); this is the early check of callers that
     do not write."""
-    if job not in {j.name for j in catalog.list_jobs()}:
+    if not catalog.has_job(job):
         return
     lock = catalog.maintenance_lock(job)
     if lock is not None:
@@ -167,13 +167,8 @@ def check_not_locked(catalog: Catalog, job: str) -> None:
 
 
 def next_maintenance_checkpoint_id(catalog: Catalog, job: str) -> int:
-    """The next free maintenance checkpoint id of ``job``."""
-    ids = [
-        c.checkpoint_id
-        for c in catalog.list_checkpoints(job)
-        if c.checkpoint_id >= MAINTENANCE_ID_BASE
-    ]
-    return max(ids, default=MAINTENANCE_ID_BASE) + 1
+    """The next free maintenance checkpoint id of ``job``: above every id it has."""
+    return max(catalog.highest_checkpoint_id(job) or 0, MAINTENANCE_ID_BASE) + 1
 
 
 def commit_maintenance_checkpoint(
@@ -205,7 +200,7 @@ def commit_maintenance_checkpoint(
     )
     try:
         tables = commit(checkpoint_id)
-        latest = catalog.latest_checkpoint(job)
+        latest = catalog.latest_restorable(job)
         if (latest and latest.checkpoint_id) != (base and base.checkpoint_id):
             raise CheckpointCommitError(
                 f"job {job!r}: checkpoint {latest and latest.checkpoint_id} completed while "

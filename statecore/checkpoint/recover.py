@@ -125,9 +125,8 @@ def check_catalog_not_behind(
     uris = job_table_uris(config.warehouse, job)
     if not uris:
         return
-    known = latest is not None or job in {j.name for j in catalog.list_jobs()}
-    if latest is None and known:
-        latest = catalog.latest_checkpoint(job)
+    if latest is None and catalog.has_job(job):
+        latest = catalog.latest_restorable(job)
     named = {t.path.rstrip("/"): t.version for t in (latest.tables if latest else ())}
     last_done = latest.completed_at if latest else None
     evidence = []
@@ -145,7 +144,7 @@ def check_catalog_not_behind(
         if last_done is not None and commit.timestamp <= last_done:
             continue
         checkpoint_id = commit.metadata.checkpoint_id
-        if not known or not _knows(catalog, job, checkpoint_id):
+        if catalog.checkpoint_status(job, checkpoint_id) is None:  # unknown job or checkpoint
             evidence.append(f"{uri} (version {version}, checkpoint {checkpoint_id})")
     if evidence:
         state = (
@@ -159,14 +158,6 @@ def check_catalog_not_behind(
             f"nothing was written. Rebuild the catalog from the tables with `statecore catalog "
             f"recover {job}` (or point STATECORE_CATALOG_URL at the job's catalog)"
         )
-
-
-def _knows(catalog: Catalog, job: str, checkpoint_id: int) -> bool:
-    try:
-        catalog.get_checkpoint(job, checkpoint_id)
-    except CheckpointNotFoundError:
-        return False
-    return True
 
 
 def commit_metadata(
@@ -311,13 +302,16 @@ def recover_catalog(
     Checkpoints it knows are left as they are. The job's parallelism becomes the latest
     checkpoint's."""
     found = scan_warehouse(config, job)
-    known = {j.name: j for j in catalog.list_jobs()}.get(job)
-    existing = {c.checkpoint_id: c for c in catalog.list_checkpoints(job)} if known else {}
+    known = catalog.has_job(job)
+    existing = (
+        {c.checkpoint_id: c.status for c in catalog.list_checkpoints(job, with_tables=False)}
+        if known
+        else {}
+    )
     missing = [
         c
         for c in found.checkpoints
-        if c.checkpoint_id not in existing
-        or existing[c.checkpoint_id].status
+        if existing.get(c.checkpoint_id)
         not in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
     ]
     recorded = tuple(c.checkpoint_id for c in missing)
