@@ -25,6 +25,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from benchmarks.measure import Sample, TreeRss, clock
 from benchmarks.workload import Workload
+from statecore.spark.session import build_session
 
 __all__ = [
     "session",
@@ -62,18 +63,18 @@ def session() -> SparkSession:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
     )
-    spark = (
-        SparkSession.builder.master(f"local[{PARALLELISM}]")
-        .appName("statecore-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "4g")
-        .config("spark.sql.shuffle.partitions", str(PARALLELISM))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-        .getOrCreate()
+    spark: SparkSession = build_session(
+        master=f"local[{PARALLELISM}]",
+        app_name="statecore-bench",
+        config={
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.memory": "4g",
+            "spark.sql.shuffle.partitions": str(PARALLELISM),
+            "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        },
+        log_level="ERROR",
     )
-    spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 

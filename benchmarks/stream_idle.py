@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from statecore.runtime import KeyedProcessFunction
+from statecore.spark.session import build_session
 
 RESULTS = Path(__file__).with_name("STREAM_IDLE.md")
 
@@ -42,13 +42,12 @@ def main(seconds: float = 40.0, trigger: str = "500 milliseconds") -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["STATECORE_HOME"] = f"{tmp}/home"
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
+        spark = build_session(
+            master="local[2]",
+            app_name="statecore-bench-stream-idle",
+            config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+            log_level="ERROR",
         )
-        spark.sparkContext.setLogLevel("ERROR")
         from statecore.spark import keyed_stream
 
         folder = Path(tmp, "in")

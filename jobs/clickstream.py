@@ -50,6 +50,7 @@ from statecore.runtime import (
     RuntimeContext,
 )
 from statecore.spark import KeyedRun, keyed_process
+from statecore.spark.session import build_session
 
 JOB = "clickstream"
 LAST_N = 5
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     args.input = args.input or f"{home}/data/clickstream"
     args.output = args.output or f"{home}/output/clickstream"
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    spark = SparkSession.builder.appName(f"statecore-{args.job}").getOrCreate()
+    spark = build_session(app_name=f"statecore-{args.job}")
     day = args.date.isoformat()
     events = spark.read.parquet(f"{args.input}/date={day}")
     result = run(

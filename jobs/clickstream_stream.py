@@ -45,6 +45,7 @@ from statecore.ops.streams import (
     write_status,
 )
 from statecore.spark import keyed_stream
+from statecore.spark.session import build_session
 
 try:
     from jobs import clickstream
@@ -197,11 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     checkpoint_location = args.checkpoint_location or default_checkpoint_location(config, args.job)
     input_path = args.input or f"{config.home}/data/clickstream"
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    spark = (
-        SparkSession.builder.appName(f"statecore-{args.job}")
-        .config("spark.sql.session.timeZone", "UTC")  # Delta's timestamps are UTC
-        .getOrCreate()
-    )
+    spark = build_session(app_name=f"statecore-{args.job}")  # UTC, as Delta's timestamps
     clear_stop(checkpoint_location)
     write_status(
         checkpoint_location, StreamStatus(job=args.job, state=RUNNING, input_path=input_path)

@@ -27,22 +27,23 @@ def statecore_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Statecore
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """The one Spark session of the test run (``local[2]``), its workers on this interpreter."""
+    """The one Spark session of the test run (``local[2]``, statecore's session builder: Delta
+    Lake when ``make jars`` has run, loopback), its workers on this interpreter."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
     )
-    from pyspark.sql import SparkSession
+    from statecore.spark.session import build_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("statecore-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    session = build_session(
+        master="local[2]",
+        app_name="statecore-tests",
+        config={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.memory": "2g",
+        },
+        log_level="ERROR",
     )
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -1,7 +1,8 @@
 """The PySpark runtime (``pyspark`` is used only here and in ``jobs/``).
 
 The driver API (``keyed_process``, ``keyed_process_batches``, ``keyed_stream``,
-``keyed_stream_batches``) loads on first use, so a Spark
+``keyed_stream_batches``; ``build_session``, statecore's one Spark session builder) loads on
+first use, so a Spark
 task's Python worker, which imports only :mod:`statecore.spark.executor`, never loads the
 driver's catalog and planning code.
 """
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from statecore.spark.keyed import KeyedRun, keyed_process, keyed_process_batches
+    from statecore.spark.session import build_session
     from statecore.spark.stream import keyed_stream, keyed_stream_batches
 
 __all__ = [
@@ -18,10 +20,15 @@ __all__ = [
     "keyed_process_batches",
     "keyed_stream",
     "keyed_stream_batches",
+    "build_session",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "build_session":
+        from statecore.spark import session
+
+        return session.build_session
     if name in ("keyed_stream", "keyed_stream_batches"):
         from statecore.spark import stream
 

@@ -24,21 +24,20 @@ JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
 
 
 def spark_session(task_retries: int = 0) -> object:
-    from pyspark.sql import SparkSession
+    from statecore.spark.session import build_session
 
     master = f"local[2,{task_retries + 1}]" if task_retries else "local[2]"
-    session = (
-        SparkSession.builder.master(master)
-        .appName("statecore-faults")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
-        .getOrCreate()
+    return build_session(
+        master=master,
+        app_name="statecore-faults",
+        config={
+            "spark.ui.enabled": "false",
+            "spark.driver.extraJavaOptions": JVM_OPTIONS,
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
+        },
+        log_level="ERROR",
     )
-    session.sparkContext.setLogLevel("ERROR")
-    return session
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 
 from statecore.descriptors import ValueStateDescriptor
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
+from statecore.spark.session import build_session
 
 OUTPUT = T.StructType([T.StructField("key", T.StringType()), T.StructField("total", T.LongType())])
 
@@ -70,14 +71,12 @@ def main() -> None:
 
         Catalog.complete_checkpoint = die  # type: ignore[method-assign]
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("statecore-concurrent-run")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
+    spark = build_session(
+        master="local[1]",
+        app_name="statecore-concurrent-run",
+        config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"},
+        log_level="ERROR",
     )
-    spark.sparkContext.setLogLevel("ERROR")
     result = run(spark, spec)
     print(json.dumps({"checkpoint": result.checkpoint.checkpoint_id}), flush=True)
     spark.stop()

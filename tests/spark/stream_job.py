@@ -18,6 +18,7 @@ from pyspark.sql import types as T
 from statecore.descriptors import ValueStateDescriptor
 from statecore.runtime import Context, KeyedProcessFunction, OnTimerContext, RuntimeContext
 from statecore.snapshot.faults import FAULT_PID_ENV
+from statecore.spark.session import build_session
 
 INPUT = "user string, ts long, amount long"
 OUTPUT = T.StructType(
@@ -72,14 +73,12 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     os.environ[FAULT_PID_ENV] = str(os.getpid())  # a kill point in a task kills this driver
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("statecore-stream-job")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
+    spark = build_session(
+        master="local[1]",
+        app_name="statecore-stream-job",
+        config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"},
+        log_level="ERROR",
     )
-    spark.sparkContext.setLogLevel("ERROR")
     start(spark, spec, trigger={"availableNow": True}).awaitTermination()
     spark.stop()
 

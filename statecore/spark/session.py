@@ -1,0 +1,215 @@
+"""The one Spark session builder of statecore: jobs, DAG tasks, tests and benchmarks start
+their sessions here.
+
+:func:`build_session` adds to the caller's settings:
+
+- **Delta Lake** (``delta-spark``): its SQL extension and catalog, and the JARs of
+  ``jars/pom.xml`` (``make jars`` resolves them into ``<venv>/jars``; ``STATECORE_JARS`` names
+  another folder) on the classpath. Where the JARs are in neither that folder nor Spark's own
+  ``jars/`` (the image puts them there), the session starts without Delta: a local job still
+  runs (statecore writes its tables with delta-rs), and :func:`require_delta` says how to get
+  them.
+- **Loopback**: a local session (``local[...]``, or a standalone master on this machine) binds its
+  driver to 127.0.0.1, as ``SPARK_LOCAL_IP`` does for the Makefile's processes.
+- **S3A**, when the warehouse is on ``s3://``: the ``s3``/``s3a`` file systems, credentials,
+  endpoint and path-style access from the environment (:func:`s3a_conf`).
+- ``spark.sql.session.timeZone`` UTC (Delta's timestamps are UTC) unless the caller sets it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from statecore.config import StatecoreConfig
+from statecore.errors import ConfigError
+
+__all__ = [
+    "DELTA_CATALOG",
+    "DELTA_EXTENSION",
+    "LOOPBACK",
+    "build_session",
+    "delta_jars",
+    "has_delta",
+    "is_local_master",
+    "jars_folder",
+    "require_delta",
+    "s3a_conf",
+    "session_conf",
+]
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+LOOPBACK = "127.0.0.1"
+_HOW_TO_GET_JARS = (
+    "run `make jars` (Maven resolves jars/pom.xml into .venv/jars; STATECORE_JARS names another "
+    "folder), or give Spark spark.jars.packages=io.delta:delta-spark_4.2_2.13:4.4.0"
+)
+
+
+def jars_folder(env: Mapping[str, str] | None = None) -> Path:
+    """Where ``make jars`` puts the JARs: ``STATECORE_JARS``, else ``<venv>/jars``."""
+    env = os.environ if env is None else env
+    return Path(env.get("STATECORE_JARS") or Path(sys.prefix) / "jars")
+
+
+def delta_jars(folder: Path) -> list[Path]:
+    """The JARs of ``folder`` when it holds Delta Lake's (``delta-spark_*.jar``), else none."""
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    return jars if any(j.name.startswith("delta-spark_") for j in jars) else []
+
+
+def _spark_ships_delta() -> bool:
+    import pyspark
+
+    return any((Path(pyspark.__file__).parent / "jars").glob("delta-spark_*.jar"))
+
+
+def is_local_master(master: str) -> bool:
+    """``local``, ``local[...]``, or a standalone master on this machine.
+
+    >>> [is_local_master(m) for m in ("local[2]", "spark://127.0.0.1:7077", "k8s://https://k")]
+    [True, True, False]
+    """
+    if master.startswith("local"):
+        return True
+    host = master.removeprefix("spark://").split(":")[0]
+    return master.startswith("spark://") and host in ("127.0.0.1", "localhost")
+
+
+def s3a_conf(warehouse: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Spark settings to read an ``s3://`` (or ``s3a://``) warehouse with Hadoop's S3A, from
+    ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``),
+    ``STATECORE_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL(_S3)``, ``AWS_REGION`` and
+    ``STATECORE_S3_PATH_STYLE`` (default: path style when an endpoint is given, as S3-compatible
+    servers want). None for a warehouse elsewhere. Needs hadoop-aws on the classpath (the image
+    has it; locally ``python scripts/resolve_spark_jars.py --s3a``).
+
+    >>> s3a_conf("/tmp/warehouse")
+    {}
+    >>> conf = s3a_conf("s3://b/w", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000"})
+    >>> conf["spark.hadoop.fs.s3a.path.style.access"], conf["spark.hadoop.fs.s3a.endpoint"]
+    ('true', 'http://127.0.0.1:9000')
+    """
+    env = os.environ if env is None else env
+    if not warehouse.startswith(("s3://", "s3a://")):
+        return {}
+    s3a = "spark.hadoop.fs.s3a."
+    conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    endpoint = (
+        env.get("STATECORE_S3_ENDPOINT")
+        or env.get("AWS_ENDPOINT_URL_S3")
+        or env.get("AWS_ENDPOINT_URL")
+    )
+    if endpoint:
+        conf[s3a + "endpoint"] = endpoint
+        conf[s3a + "connection.ssl.enabled"] = str(endpoint.startswith("https://")).lower()
+    path_style = env.get("STATECORE_S3_PATH_STYLE", "true" if endpoint else "false").lower()
+    if path_style not in ("true", "false"):
+        raise ConfigError(f"STATECORE_S3_PATH_STYLE is {path_style!r}: give true or false")
+    conf[s3a + "path.style.access"] = path_style
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        conf[s3a + "endpoint.region"] = region
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        conf[s3a + "access.key"] = env["AWS_ACCESS_KEY_ID"]
+        conf[s3a + "secret.key"] = env["AWS_SECRET_ACCESS_KEY"]
+        if env.get("AWS_SESSION_TOKEN"):
+            conf[s3a + "session.token"] = env["AWS_SESSION_TOKEN"]
+            conf[s3a + "aws.credentials.provider"] = (
+                "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+            )
+    return conf
+
+
+def session_conf(
+    *,
+    master: str | None,
+    config: Mapping[str, str] | None = None,
+    warehouse: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The settings :func:`build_session` gives Spark (the caller's ``config`` wins)."""
+    env = os.environ if env is None else env
+    conf: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
+    jars = delta_jars(jars_folder(env))
+    if jars or _spark_ships_delta():
+        conf["spark.sql.extensions"] = DELTA_EXTENSION
+        conf["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    if jars:
+        conf["spark.jars"] = ",".join(str(j) for j in jars)
+    if master is not None and is_local_master(master):
+        conf["spark.driver.host"] = LOOPBACK
+        conf["spark.driver.bindAddress"] = LOOPBACK
+    if warehouse is None:
+        warehouse = StatecoreConfig.resolve(env=dict(env)).warehouse
+    conf.update(s3a_conf(warehouse, env))
+    for key, value in (config or {}).items():
+        if key == "spark.jars" and conf.get(key):
+            value = f"{value},{conf[key]}"
+        conf[key] = value
+    return conf
+
+
+def _submitted_master() -> str | None:
+    """The master spark-submit gave this driver, when spark-submit started it; else ``None``."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # joins spark-submit's JVM, launches nothing
+    return SparkConf().get("spark.master", None)
+
+
+def build_session(
+    *,
+    master: str | None = None,
+    app_name: str = "statecore",
+    config: Mapping[str, str] | None = None,
+    warehouse: str | None = None,
+    log_level: str | None = None,
+) -> Any:
+    """Get or create statecore's Spark session (see the module docstring for what it adds).
+
+    ``master``: ``None`` leaves it to spark-submit (``local[*]`` under plain Python).
+    ``warehouse``: where the snapshot tables are (default: the configured warehouse), for the
+    S3A settings. ``log_level``: the SparkContext's, e.g. ``"ERROR"``.
+    """
+    from pyspark.sql import SparkSession
+
+    effective = master or (config or {}).get("spark.master") or _submitted_master() or "local[*]"
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    conf = session_conf(master=effective, config=config, warehouse=warehouse)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    if log_level is not None:
+        session.sparkContext.setLogLevel(log_level)
+    return session
+
+
+def has_delta(spark: Any) -> bool:
+    """Whether ``spark`` can read Delta tables (Delta's classes are on its classpath)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        loader = jvm.Thread.currentThread().getContextClassLoader()
+        loader.loadClass("org.apache.spark.sql.delta.sources.DeltaDataSource")
+    except Exception:
+        return False
+    return bool(spark.conf.get("spark.sql.catalog.spark_catalog", "") == DELTA_CATALOG)
+
+
+def require_delta(spark: Any) -> None:
+    """:class:`ConfigError` unless ``spark`` has Delta Lake (classes, extension and catalog)."""
+    if not has_delta(spark):
+        raise ConfigError(
+            "Spark SQL over state needs Delta Lake's JARs in the Spark session, with "
+            f"spark.sql.extensions={DELTA_EXTENSION} and "
+            f"spark.sql.catalog.spark_catalog={DELTA_CATALOG} (statecore.spark.build_session "
+            f"adds them when it finds the JARs): {_HOW_TO_GET_JARS}"
+        )
