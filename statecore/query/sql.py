@@ -45,6 +45,7 @@ from statecore.errors import (
 )
 from statecore.snapshot.changelog import CHANGE_CHECKPOINT, CHANGES, TOMBSTONE
 from statecore.snapshot.rewrite import missing_log_entries
+from statecore.snapshot.storage import S3Settings
 
 __all__ = [
     "StateViews",
@@ -76,11 +77,34 @@ def _literal(text: str) -> str:
 
 
 def connect() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the Delta extension loaded (not yet sandboxed)."""
+    """An in-memory DuckDB connection with the Delta extension loaded (not yet sandboxed), and
+    the S3 settings of the environment as its S3 secret when there are any."""
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
     import_extension("delta", con=con)  # installs the bundled build, offline
     con.execute("LOAD delta")  # now: the sandbox forbids loading it later
+    _s3_secret(con)
     return con
+
+
+def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:
+    """httpfs and an S3 secret from :class:`~statecore.snapshot.storage.S3Settings` (DuckDB's
+    Delta extension reads ``s3://`` tables with it), when the environment configures S3."""
+    settings = S3Settings.from_env()
+    if not (settings.access_key_id or settings.endpoint_url):
+        return
+    import_extension("httpfs", con=con)
+    con.execute("LOAD httpfs")
+    options = {"REGION": settings.region}
+    if settings.access_key_id and settings.secret_access_key:
+        options.update(KEY_ID=settings.access_key_id, SECRET=settings.secret_access_key)
+        if settings.session_token:
+            options["SESSION_TOKEN"] = settings.session_token
+    if settings.endpoint_host:
+        options.update(ENDPOINT=settings.endpoint_host, URL_STYLE="path")
+    body = ", ".join(f"{k} {_literal(v)}" for k, v in options.items())
+    con.execute(
+        f"CREATE SECRET statecore_s3 (TYPE s3, {body}, USE_SSL {str(settings.use_ssl).lower()})"
+    )
 
 
 def _folder(path: str) -> str:
@@ -168,9 +192,8 @@ def _corrupt(tables: Sequence[TableVersion], exc: duckdb.Error) -> CorruptSnapsh
             return CorruptSnapshotError(
                 f"{_where(table)}: file {', '.join(missing)} is missing: {message}"
             )
-    probe = duckdb.connect()
+    probe = connect()
     try:
-        import_extension("delta", con=probe)
         for table in tables:
             try:
                 probe.execute(f"DESCRIBE SELECT * FROM {delta_scan(table)}")
@@ -392,12 +415,12 @@ def open_views(
     catalog: Catalog, *, jobs: Sequence[str] | None = None, checkpoint_id: int | None = None
 ) -> StateViews:
     """Views for ``jobs`` (all when ``None``) at their latest or the given checkpoint."""
-    known = [j.name for j in catalog.list_jobs()]
     if jobs is None:
-        jobs = known
+        jobs = [j.name for j in catalog.list_jobs()]
     for job in jobs:
         catalog.get_job(job)  # JobNotFoundError names the known jobs
     if checkpoint_id is not None and len(jobs) != 1:
+        known = [j.name for j in catalog.list_jobs()]
         raise ConfigError(f"--checkpoint needs exactly one job; known jobs: {known}")
     points = []
     for job in jobs:
@@ -419,12 +442,8 @@ def run_sql(
 ) -> pa.Table:
     """Run ``query`` over the views of ``job`` (or every job) at a checkpoint, or over a
     savepoint (a name of ``job``'s or a folder)."""
-    if (
-        job is not None
-        and job not in {j.name for j in catalog.list_jobs()}
-        and not (savepoint and "/" in savepoint)
-    ):
-        catalog.get_job(job)  # raises JobNotFoundError
+    if job is not None and not (savepoint and "/" in savepoint):
+        catalog.get_job(job)  # JobNotFoundError names the known jobs
     if savepoint is not None:
         if checkpoint_id is not None:
             raise ConfigError("give --checkpoint or --savepoint, not both")

@@ -19,11 +19,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow.fs as pafs
-from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from statecore.errors import CorruptSnapshotError
 from statecore.snapshot.files import table_filesystem
+from statecore.snapshot.storage import open_table
 
 __all__ = [
     "CommitMetadata",
@@ -119,7 +119,7 @@ class TableCommit:
 
 def _history(uri: str) -> list[dict[str, Any]]:
     try:
-        return sorted(DeltaTable(uri).history(), key=lambda entry: int(entry["version"]))
+        return sorted(open_table(uri).history(), key=lambda entry: int(entry["version"]))
     except (TableNotFoundError, DeltaError, OSError) as exc:
         raise CorruptSnapshotError(
             f"snapshot table {uri}: its Delta log cannot be read: {exc}"
@@ -182,7 +182,7 @@ def head_version(uri: str) -> int | None:
 def last_commit(uri: str) -> tuple[int | None, TableCommit | None]:
     """The table's latest version (``None``: no table) and its newest statecore commit."""
     try:
-        table = DeltaTable(uri)
+        table = open_table(uri)
         history = table.history(limit=4)
     except (TableNotFoundError, DeltaError, OSError):
         return None, None

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from statecore.errors import SnapshotWriteError
 from statecore.snapshot.faults import fault_point
+from statecore.snapshot.storage import table_filesystem
 
 __all__ = [
     "WRITE_THREADS",
@@ -68,14 +68,6 @@ class SnapshotFile:
     size: int
     modification_time: int
     stats: str
-
-
-def table_filesystem(table_uri: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and root path of a table URI (a local path or e.g. ``s3://...``)."""
-    if "://" not in table_uri:
-        return pafs.LocalFileSystem(), table_uri
-    fs, path = pafs.FileSystem.from_uri(table_uri)
-    return fs, str(path)
 
 
 def stat_columns(schema: pa.Schema) -> list[str]:

@@ -34,6 +34,7 @@ from statecore.errors import CheckpointCommitError, ConfigError
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
 from statecore.snapshot.log import checkpoint_log
+from statecore.snapshot.storage import create_table, open_table
 from statecore.snapshot.table import (
     CHECKPOINT_METADATA,
     Fence,
@@ -137,7 +138,7 @@ class OutputTable:
         run: later calls read only the commits added since (a run opens it three times)."""
         try:
             if self._opened is None:
-                self._opened = DeltaTable(self.uri)
+                self._opened = open_table(self.uri)
             else:
                 self._opened.update_incremental()
             return self._opened
@@ -184,7 +185,7 @@ class OutputTable:
         fault_point("output:commit:before")
         try:
             if table is None:
-                table = self._opened = DeltaTable.create(self.uri, self.schema, mode="ignore")
+                table = self._opened = create_table(self.uri, self.schema, mode="ignore")
                 if fence is not None:
                     fence.verify(table, where)
             table.create_write_transaction(

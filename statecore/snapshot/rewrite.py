@@ -32,6 +32,7 @@ from statecore.errors import CheckpointCommitError, CorruptSnapshotError
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
 from statecore.snapshot.log import checkpoint_log
+from statecore.snapshot.storage import create_table, open_table
 from statecore.snapshot.table import TableFile, read_table_files
 
 __all__ = [
@@ -81,7 +82,7 @@ class VacuumResult:
 
 def _open(uri: str, version: int | None = None) -> DeltaTable:
     try:
-        return DeltaTable(uri, version=version)
+        return open_table(uri, version=version)
     except (TableNotFoundError, DeltaError, OSError) as exc:
         raise CorruptSnapshotError(
             f"snapshot table {uri} version {version} cannot be opened: {exc}"
@@ -91,7 +92,7 @@ def _open(uri: str, version: int | None = None) -> DeltaTable:
 def table_version(uri: str) -> int | None:
     """The latest version of the table at ``uri``, or ``None`` when there is no table."""
     try:
-        return DeltaTable(uri).version()
+        return open_table(uri).version()
     except (TableNotFoundError, DeltaError, OSError):
         return None
 
@@ -272,11 +273,11 @@ def commit_files(
     ]
     try:
         if table_version(uri) is None:
-            DeltaTable.create(uri, layout.schema, partition_by=[partition], mode="ignore")
-        table = DeltaTable(uri)
+            create_table(uri, layout.schema, partition_by=[partition], mode="ignore")
+        table = open_table(uri)
         if base_version is not None and table.version() != base_version:
             table.restore(base_version)
-            table = DeltaTable(uri)
+            table = open_table(uri)
         if replaced is None:
             table.create_write_transaction(
                 adds,
@@ -312,7 +313,7 @@ def commit_files(
 def _committed(uri: str) -> int:
     """The version just committed at ``uri``, with a log checkpoint when one is due (as a
     checkpoint's own commits write them: :mod:`statecore.snapshot.log`)."""
-    table = DeltaTable(uri)
+    table = open_table(uri)
     checkpoint_log(table, uri)
     return table.version()
 
@@ -321,7 +322,7 @@ def versions_since(uri: str, timestamp: float) -> list[int]:
     """The versions of the table at ``uri`` committed at or after ``timestamp`` (epoch seconds),
     by the commit times in its Delta log."""
     try:
-        history = DeltaTable(uri).history()
+        history = open_table(uri).history()
     except (TableNotFoundError, DeltaError, OSError):
         return []
     return [

@@ -38,6 +38,7 @@ from statecore.keygroups import KeyGroupRange
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem
 from statecore.snapshot.log import checkpoint_log
+from statecore.snapshot.storage import create_table, open_table
 
 __all__ = ["Fence", "SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
 
@@ -108,7 +109,7 @@ def fenced_failure(
     if fence is None or not isinstance(exc, CommitFailedError):
         return None
     try:
-        fence.verify(DeltaTable(uri), label)
+        fence.verify(open_table(uri), label)
     except ConcurrentRunError as fenced:
         return fenced
     return None
@@ -174,7 +175,7 @@ class SnapshotTable:
         if version is not None and self._opened is not None and self._opened.version() == version:
             return self._opened
         try:
-            self._opened = DeltaTable(self.uri, version=version)
+            self._opened = open_table(self.uri, version=version)
         except (TableNotFoundError, DeltaError, OSError) as exc:
             raise CorruptSnapshotError(
                 f"snapshot table of {self.label} at {self.uri} version {version} cannot be "
@@ -184,7 +185,7 @@ class SnapshotTable:
 
     def exists(self) -> bool:
         try:
-            DeltaTable(self.uri)
+            open_table(self.uri)
         except (TableNotFoundError, DeltaError, OSError):
             return False
         return True
@@ -256,9 +257,9 @@ class SnapshotTable:
         ]
         try:
             try:
-                table = DeltaTable(self.uri)
+                table = open_table(self.uri)
             except TableNotFoundError:
-                table = DeltaTable.create(self.uri, schema, partition_by=[partition], mode="ignore")
+                table = create_table(self.uri, schema, partition_by=[partition], mode="ignore")
             if fence is not None:
                 fence.verify(table, f"checkpoint {checkpoint_id}: {self.label}")
             if base_version is not None and table.version() != base_version:
@@ -314,7 +315,7 @@ class SnapshotTable:
         never completed); whether it did."""
         try:
             try:
-                table = DeltaTable(self.uri)
+                table = open_table(self.uri)
             except TableNotFoundError:
                 return False
             if table.version() <= version:

@@ -1,0 +1,125 @@
+"""One S3 server per test session (moto's, :mod:`tests.object_store.s3_server`, on 127.0.0.1),
+and a statecore home whose warehouse is a fresh prefix of one of its buckets.
+
+The credentials are made up per session and given to statecore only through the environment
+(as the Helm chart's secret does), so a test can grep for them everywhere statecore writes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pytest
+
+from statecore.config import StatecoreConfig
+
+REPO = Path(__file__).resolve().parents[2]
+BUCKETS = ("warehouse", "savepoints", "output")
+_prefixes = itertools.count()
+
+
+@dataclass(frozen=True)
+class S3Server:
+    port: int
+    env: dict[str, str]
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def secret(self) -> str:
+        return self.env["AWS_SECRET_ACCESS_KEY"]
+
+    def filesystem(self) -> pafs.S3FileSystem:
+        """A filesystem of the test's own (not statecore's), to look at the buckets."""
+        return pafs.S3FileSystem(
+            access_key=self.env["AWS_ACCESS_KEY_ID"],
+            secret_key=self.secret,
+            region=self.env["AWS_REGION"],
+            endpoint_override=f"127.0.0.1:{self.port}",
+            scheme="http",
+            allow_bucket_creation=True,
+        )
+
+    def gate(self, prefix: str, parties: int = 2) -> None:
+        """Hold the next ``parties`` writes under ``prefix`` until all have arrived."""
+        request = urllib.request.Request(
+            f"{self.endpoint}/_gate?prefix={prefix}&parties={parties}", method="PUT"
+        )
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server in a subprocess, bound to 127.0.0.1, with the test buckets."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.object_store.s3_server"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        server = S3Server(
+            port,
+            {
+                "AWS_ACCESS_KEY_ID": f"SCTEST{secrets.token_hex(6).upper()}",
+                "AWS_SECRET_ACCESS_KEY": f"sc-secret-{secrets.token_hex(12)}",
+                "AWS_REGION": "us-east-1",
+                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+                "AWS_ALLOW_HTTP": "true",
+            },
+        )
+        fs = server.filesystem()
+        for bucket in BUCKETS:
+            fs.create_dir(bucket)
+        yield server
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """The server's settings in this process's environment (nothing else names them)."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_S3_ALLOW_UNSAFE_RENAME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
+@pytest.fixture
+def s3_home(s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StatecoreConfig:
+    """A fresh home: SQLite catalog on local disk, warehouse ``s3://warehouse/<fresh prefix>``."""
+    home = tmp_path / "statecore"
+    warehouse = f"s3://warehouse/t{next(_prefixes)}-{secrets.token_hex(3)}"
+    monkeypatch.setenv("STATECORE_HOME", str(home))
+    monkeypatch.setenv("STATECORE_WAREHOUSE", warehouse)
+    monkeypatch.delenv("STATECORE_CATALOG_URL", raising=False)
+    return StatecoreConfig.resolve(home=str(home), warehouse=warehouse, env={})
+
+
+@pytest.fixture
+def s3_spark(spark: Any, s3_env: S3Server) -> Iterator[Any]:
+    """The shared Spark session, its Python workers given the S3 settings (as
+    ``spark.executorEnv.*`` gives them in a cluster)."""
+    environment: dict[str, str] = spark.sparkContext.environment
+    before = dict(environment)
+    environment.update(s3_env.env)
+    yield spark
+    environment.clear()
+    environment.update(before)
