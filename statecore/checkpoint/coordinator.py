@@ -2,8 +2,11 @@
 
 A checkpoint is complete only when its catalog row is committed, naming the Delta version of every
 table: keyed states, operator states and the timers. States the run did not touch keep the
-version of the checkpoint it restored from. Before anything runs, the states a function registers
-are checked against the stored schemas (:mod:`statecore.compatibility`).
+version of the checkpoint it restored from. Everything a checkpoint commits (the state tables,
+the output and late-data tables, any sink) is a commit participant: the coordinator alone owns
+the order of their commits and the failure policy (:mod:`statecore.checkpoint.participants`).
+Before anything runs, the states a function registers are checked against the stored schemas
+(:mod:`statecore.compatibility`).
 
 A coordinator given the job's lease (:class:`~statecore.checkpoint.lock.JobLease`) fences every
 commit with its epoch: each Delta commit carries it and checks the table and the catalog first,
@@ -27,24 +30,22 @@ from statecore.catalog import (
     CheckpointKind,
     CheckpointRecord,
     CheckpointStatus,
-    StateRecord,
-    TableVersion,
 )
 from statecore.checkpoint.lock import JobLease
+from statecore.checkpoint.participants import CommitParticipant
 from statecore.checkpoint.recover import check_catalog_not_behind
+from statecore.checkpoint.state_tables import StateTables, table_partition
 from statecore.compatibility import check_schema
 from statecore.config import StatecoreConfig, check_name
 from statecore.errors import (
     ConcurrentRunError,
     MaxParallelismMismatchError,
-    StateError,
     StateMigrationError,
 )
 from statecore.keygroups import check_parallelism
 from statecore.runtime.task import RestoredState, RestorePlan, StateSchema, StateSnapshotResult
 from statecore.snapshot import TIMERS, Fence, SnapshotTable, state_table_uri
 from statecore.snapshot.changelog import CHANGES, changes_schema
-from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.faults import fault_point
 from statecore.types import schema_from_text
 
@@ -61,10 +62,6 @@ def table_schema(table_kind: str, state_schema: str) -> pa.Schema:
     """The row schema of a table of a state registered with ``state_schema``."""
     schema = schema_from_text(state_schema)
     return changes_schema(schema) if table_kind == CHANGES else schema
-
-
-def _partition(table_kind: str) -> str:
-    return "subtask" if table_kind == "operator" else "key_group"
 
 
 @dataclass(frozen=True)
@@ -154,10 +151,18 @@ class CheckpointCoordinator:
             )
         return PlannedCheckpoint(checkpoint_id, p, max_p, self._restore_plan(base), base, replayed)
 
-    def resolve_abandoned(self) -> list[CheckpointRecord]:
+    def resolve_abandoned(
+        self, participants: Sequence[CommitParticipant] = ()
+    ) -> list[CheckpointRecord]:
         """Roll back and fail every IN_PROGRESS checkpoint of the job: holding the lease, this
         writer is the only one, so they were left by writers that died or were taken over.
-        Every table goes back to the latest completed checkpoint's version."""
+        Every table goes back to the latest completed checkpoint's version, and the
+        ``participants`` (the run's sinks) past the effects of every checkpoint after it
+        (also of one that failed, but whose rollback failed)."""
+        if participants:
+            completed = self.catalog.latest_checkpoint_id(self.job)
+            for participant in participants:
+                participant.roll_back(completed, self.fence)
         abandoned = self.catalog.list_checkpoints(self.job, status=CheckpointStatus.IN_PROGRESS)
         if not abandoned:
             return []
@@ -171,7 +176,7 @@ class CheckpointCoordinator:
                 t.path,
                 table_schema(t.table_kind, schema),
                 label=f"{self.job}/{t.operator}/{t.state}",
-                partition=_partition(t.table_kind),
+                partition=table_partition(t.table_kind),
             )
             if table.roll_back(t.version, fence=self.fence):
                 log.info("job %s: %s rolled back to version %s", self.job, t.path, t.version)
@@ -207,7 +212,7 @@ class CheckpointCoordinator:
                 t.path,
                 table_schema(t.table_kind, schemas[t.state]),
                 label=f"{self.job}/{self.operator}/{t.state}",
-                partition=_partition(t.table_kind),
+                partition=table_partition(t.table_kind),
             )
             restored[t.table_kind][t.state] = RestoredState(
                 t.path, schemas[t.state], tuple(table.files(t.version))
@@ -259,58 +264,48 @@ class CheckpointCoordinator:
         *,
         metrics: Mapping[str, Any] | None = None,
         watermark: int | None = None,
+        participants: Sequence[CommitParticipant] = (),
     ) -> CheckpointRecord:
-        """Commit every table and complete the checkpoint (with the run's ``metrics`` and its
-        event-time ``watermark``, epoch ms); fail it on any error, with every table it committed
-        rolled back to the base checkpoint's version."""
+        """Commit the checkpoint and complete it (with the run's ``metrics`` and its
+        event-time ``watermark``, epoch ms), by the protocol of
+        :mod:`statecore.checkpoint.participants`: every participant checked, then committed
+        in order (``participants``, e.g. the output tables, then the state tables of
+        ``results``), then the catalog completion. On any error the participants asked to
+        commit are rolled back, the checkpoint fails, and the error propagates."""
         checkpoint_id = planned.checkpoint_id
-        committed: list[tuple[SnapshotTable, int]] = []
+        states = StateTables(
+            self.config,
+            job=self.job,
+            operator=self.operator,
+            results=results,
+            base=planned.base.tables if planned.base else (),
+            migrated=planned.restore.migrated,
+            parallelism=planned.parallelism,
+            max_parallelism=planned.max_parallelism,
+            watermark=watermark,
+        )
+        ordered: list[CommitParticipant] = [*participants, states]
+        asked: list[CommitParticipant] = []
         try:
-            by_table: dict[tuple[str, str], list[StateSnapshotResult]] = defaultdict(list)
-            for r in results:
-                by_table[r.table_kind, r.state].append(r)
-            base_tables = {
-                (t.table_kind, t.state): t
-                for t in (planned.base.tables if planned.base else ())
-                if t.operator == self.operator
-            }
-            tables: list[TableVersion] = [t for k, t in base_tables.items() if k not in by_table]
-            states: list[StateRecord] = []
-            for (table_kind, state), parts in sorted(by_table.items()):
-                base = base_tables.get((table_kind, state))
-                if (
-                    table_kind in (TIMERS, CHANGES)
-                    and base is None
-                    and not any(p.files or p.changed_key_groups for p in parts)
-                ):
-                    continue  # no timers (no changes) ever: no table
-                first = parts[0]
-                if table_kind != CHANGES:  # a changes table belongs to its keyed state
-                    states.append(
-                        StateRecord(
-                            job=self.job,
-                            operator=self.operator,
-                            name=state,
-                            kind=first.catalog_kind,
-                            descriptor=first.descriptor,
-                            schema=first.schema,
-                            ttl=first.descriptor.get("ttl"),
-                        )
+            for participant in ordered:
+                participant.check()
+            for participant in ordered:
+                asked.append(participant)  # it may fail after its commit: rolled back too
+                if not participant.commit(checkpoint_id, self.fence):
+                    log.warning(
+                        "job %s: the %s of checkpoint %s was committed by an earlier attempt; "
+                        "this attempt's files were dropped",
+                        self.job,
+                        participant.name,
+                        checkpoint_id,
                     )
-                replace_all = first.replace_all or state in planned.restore.migrated
-                table, version = self._commit_table(
-                    table_kind, state, parts, base, planned, replace_all, watermark
-                )
-                if base is not None:
-                    committed.append((table, base.version))
-                tables.append(version)
             fault_point("catalog:states")
-            self.catalog.register_states(self.job, self.operator, states)
+            self.catalog.register_states(self.job, self.operator, states.states)
             fault_point("catalog:complete:before")
             record = self.catalog.complete_checkpoint(
                 self.job,
                 checkpoint_id,
-                tables=tables,
+                tables=states.tables,
                 epoch=self.epoch,
                 metrics=metrics,
                 watermark=watermark,
@@ -318,77 +313,55 @@ class CheckpointCoordinator:
             fault_point("catalog:complete:after")
             return record
         except BaseException as exc:
-            self.fail(checkpoint_id, exc)
-            if not isinstance(exc, ConcurrentRunError):  # the new holder resolves it
-                self._roll_back(committed)
+            self.abort(checkpoint_id, exc, asked)
             raise
 
-    def _roll_back(self, committed: Sequence[tuple[SnapshotTable, int]]) -> None:
-        for table, version in committed:
+    def abort(
+        self,
+        checkpoint_id: int,
+        exc: BaseException,
+        participants: Sequence[CommitParticipant] = (),
+    ) -> None:
+        """The failure policy: roll ``participants`` back (not on :class:`ConcurrentRunError`:
+        the writer that holds the job now resolves it), then mark the checkpoint FAILED. Never
+        raises: the caller re-raises ``exc``, which carries a note of any error of the
+        rollback or of the catalog (logged too)."""
+        if participants and not isinstance(exc, ConcurrentRunError):
             try:
-                table.roll_back(version, fence=self.fence)
-            except StateError as exc:  # the next run's commit restores the base version
-                log.warning("job %s: rollback of %s failed: %s", self.job, table.uri, exc)
+                completed = self.catalog.latest_checkpoint_id(self.job)
+            except Exception as error:  # the next run rolls them back first
+                _attach(exc, f"job {self.job}: no rollback (the catalog failed: {error!r})")
+            else:
+                for participant in reversed(participants):
+                    try:
+                        participant.roll_back(completed, self.fence)
+                    except Exception as error:  # the next run rolls it back first
+                        _attach(
+                            exc,
+                            f"job {self.job}: rollback of the {participant.name} failed: {error!r}",
+                        )
+        self.fail(checkpoint_id, exc)
 
     def fail(self, checkpoint_id: int, exc: BaseException) -> None:
-        """Mark the checkpoint FAILED (unless a newer writer began it again)."""
-        self.catalog.fail_checkpoint(
-            self.job, checkpoint_id, error=f"{type(exc).__name__}: {exc}", epoch=self.epoch
-        )
+        """Mark the checkpoint FAILED (unless a newer writer began it again). Never raises:
+        when the catalog fails, ``exc`` (the error that failed the checkpoint, which the
+        caller re-raises) gets a note of it, and it is logged; the checkpoint then stays
+        IN_PROGRESS and the job's next writer fails it."""
+        try:
+            self.catalog.fail_checkpoint(
+                self.job, checkpoint_id, error=f"{type(exc).__name__}: {exc}", epoch=self.epoch
+            )
+        except Exception as error:
+            _attach(
+                exc,
+                f"job {self.job}: checkpoint {checkpoint_id} could not be marked FAILED: {error!r}",
+            )
 
-    def _commit_table(
-        self,
-        table_kind: str,
-        state: str,
-        parts: Sequence[StateSnapshotResult],
-        base: TableVersion | None,
-        planned: PlannedCheckpoint,
-        replace_all: bool,
-        watermark: int | None = None,
-    ) -> tuple[SnapshotTable, TableVersion]:
-        uri = self.table_uri(state, table_kind)
-        table = SnapshotTable(
-            uri,
-            schema_from_text(parts[0].schema),
-            label=f"{self.job}/{self.operator}/{state}",
-            partition=_partition(table_kind),
-        )
-        fault_point(f"commit:{table_kind}:{state}:before")
-        version = table.commit(
-            [f for p in parts for f in p.files],
-            changed_key_groups={kg for p in parts for kg in p.changed_key_groups},
-            base_version=base.version if base else None,
-            app_id=f"{self.job}/{self.operator}/{state}",
-            checkpoint_id=planned.checkpoint_id,
-            replace_all=replace_all and table_kind != CHANGES,
-            append=any(p.append for p in parts),
-            fence=self.fence,
-            metadata=CommitMetadata(
-                checkpoint_id=planned.checkpoint_id,
-                operator=self.operator,
-                state=state,
-                table_kind=table_kind,
-                kind=parts[0].catalog_kind,
-                schema=parts[0].schema,
-                descriptor=parts[0].descriptor,
-                ttl=parts[0].descriptor.get("ttl"),
-                parallelism=planned.parallelism,
-                max_parallelism=planned.max_parallelism,
-                watermark=watermark,
-            ),
-        )
-        fault_point(f"commit:{table_kind}:{state}:after")
-        sizes = table.key_group_sizes(version)
-        return table, TableVersion(
-            operator=self.operator,
-            state=state,
-            table_kind=table_kind,
-            path=uri,
-            version=version,
-            rows=sum(r for r, _ in sizes.values()),
-            bytes=sum(b for _, b in sizes.values()),
-            key_groups=sizes,
-        )
+
+def _attach(exc: BaseException, note: str) -> None:
+    """Log ``note`` and add it to ``exc``, the error that propagates."""
+    log.error("%s (while failing on %s: %s)", note, type(exc).__name__, exc)
+    exc.add_note(note)
 
 
 def _fields(schema_text: str) -> str:
