@@ -33,7 +33,7 @@ from statecore.catalog import (
     SavepointRecord,
     TableVersion,
 )
-from statecore.checkpoint.lock import commit_maintenance_checkpoint, maintenance_lock
+from statecore.checkpoint.lock import JobLease, commit_maintenance_checkpoint, maintenance_lock
 from statecore.checkpoint.points import (
     METADATA_FILE,
     RestorePoint,
@@ -62,6 +62,7 @@ __all__ = [
     "TableRewriter",
     "discarded_checkpoints",
     "import_point",
+    "register_savepoint_job",
     "restore_savepoint",
     "savepoint_folder",
     "take_savepoint",
@@ -356,6 +357,23 @@ def import_point(
     return record
 
 
+def register_savepoint_job(
+    catalog: Catalog, path: str, *, job: str | None = None, parallelism: int | None = None
+) -> RestorePoint:
+    """The savepoint at ``path`` as a restore point of ``job`` (default: the savepoint's job),
+    with the job registered (with the savepoint's max parallelism) if the catalog does not
+    know it: a writer can then take the job's lease to restore it."""
+    point = load_savepoint(path)
+    if job is not None and job != point.job:  # its source is another job's checkpoint
+        point = replace(point.for_job(job), checkpoint_id=None)
+    catalog.ensure_job(
+        point.job,
+        parallelism=parallelism or point.parallelism,
+        max_parallelism=point.max_parallelism,
+    )
+    return point
+
+
 def restore_savepoint(
     config: StatecoreConfig,
     catalog: Catalog,
@@ -365,19 +383,26 @@ def restore_savepoint(
     parallelism: int | None = None,
     force: bool = False,
     progress: Progress = silent,
+    lease: JobLease | None = None,
 ) -> CheckpointRecord:
     """Restore ``job`` (default: the savepoint's job) from the savepoint folder ``path``: the
     next run of the job continues from it. Works with an empty catalog. Refuses to discard the
-    checkpoints the job completed after the savepoint's source checkpoint, unless ``force``."""
-    point = load_savepoint(path)
-    if job is not None and job != point.job:  # its source is another job's checkpoint
-        point = replace(point.for_job(job), checkpoint_id=None)
-    catalog.ensure_job(
-        point.job,
-        parallelism=parallelism or point.parallelism,
-        max_parallelism=point.max_parallelism,
-    )
-    with maintenance_lock(catalog, point.job, "restore"):
-        return import_point(
-            config, catalog, point, parallelism=parallelism, force=force, progress=progress
+    checkpoints the job completed after the savepoint's source checkpoint, unless ``force``.
+
+    It holds the job's lease while it restores: its own, or ``lease``, one the caller holds on
+    the job (a run restoring before it processes: no other writer comes in between)."""
+    point = register_savepoint_job(catalog, path, job=job, parallelism=parallelism)
+    if lease is None:
+        with maintenance_lock(catalog, point.job, "restore"):
+            return import_point(
+                config, catalog, point, parallelism=parallelism, force=force, progress=progress
+            )
+    if lease.job != point.job:
+        raise ConfigError(
+            f"restoring {path} into job {point.job!r} needs that job's lease, not the lease "
+            f"of job {lease.job!r}"
         )
+    lease.check()
+    return import_point(
+        config, catalog, point, parallelism=parallelism, force=force, progress=progress
+    )

@@ -1,0 +1,95 @@
+"""What one keyed run is asked to do (:class:`KeyedJob`) and what it did (:class:`KeyedRun`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+
+from statecore.backends.registry import BackendParameters
+from statecore.catalog import CheckpointRecord
+from statecore.config import StatecoreConfig
+from statecore.runtime.functions import KeyedProcessFunction
+from statecore.runtime.vectorized import KeyedBatchFunction
+from statecore.snapshot.changelog import ChangelogConfig
+from statecore.spark.executor import Process, TaskSpec
+from statecore.ttl.time import TtlTimeProvider
+
+__all__ = ["KeyedJob", "KeyedRun"]
+
+
+@dataclass(frozen=True)
+class KeyedRun:
+    """The outcome of one run: its output rows, the completed checkpoint, whether it replayed."""
+
+    read_output: Callable[[], DataFrame] = field(repr=False)
+    """Builds :attr:`output` (when first asked for: a stream's micro-batch never reads it)."""
+    checkpoint: CheckpointRecord
+    replayed: bool
+    records: int
+    restore: dict[str, int] = field(default_factory=dict)
+    """Summed over tasks: how the backends got their state (e.g. ``reused_key_groups``,
+    ``ingested_rows``), and ``tasks``."""
+    late_rows: int = 0
+    """Records at or below the watermark the run started from: written to the late-data table,
+    or dropped (Spark's ``numRowsDroppedByWatermark``)."""
+    next_processing_timer: int | None = None
+    """When the earliest pending processing-time timer is due (epoch ms; ``None``: none, or
+    not known on a replay)."""
+    persisted: DataFrame | None = field(default=None, repr=False)
+    """The persisted result the output is read from (without an output table)."""
+
+    @functools.cached_property
+    def output(self) -> DataFrame:
+        """The run's output rows: Spark's result (persisted; :meth:`unpersist` it when done),
+        or with an output table this checkpoint's rows read from the table."""
+        return self.read_output()
+
+    def unpersist(self) -> None:
+        """Release the persisted result (``output.unpersist()`` would not: the output is a
+        projection of it, which Spark's cache does not match)."""
+        if self.persisted is not None:
+            self.persisted.unpersist()
+
+    @property
+    def watermark(self) -> int | None:
+        """The event-time watermark (epoch ms) the checkpoint completed with."""
+        return self.checkpoint.watermark
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyedJob:
+    """What one run of either API is asked to do: the arguments of :func:`keyed_process`, plus
+    how a task processes its batches (per record, or in keyed batches)."""
+
+    key: str
+    function: KeyedProcessFunction | KeyedBatchFunction
+    process: Callable[[TaskSpec], Process]
+    output_schema: T.StructType
+    job: str
+    checkpoint_id: int
+    operator: str = "main"
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    order_by: list[str] | None = None
+    backend: BackendParameters = field(default_factory=BackendParameters)
+    config: StatecoreConfig | None = None
+    event_time: str | None = None
+    allowed_lateness: timedelta = timedelta(0)
+    processing_time: TtlTimeProvider | None = None
+    restore_from: str | None = None
+    force_restore: bool = False
+    output_table: str | None = None
+    input_fingerprint: str | Mapping[str, Any] | None = None
+    changelog: ChangelogConfig | None = None
+    late_output_table: str | None = None
+    stream: bool = False
+    """A micro-batch of a stream: Spark's watermark rule (see :mod:`statecore.spark.keyed`)."""
+    retain_checkpoints: int | None = None
+    live_lookups: bool = False
+    """Tasks serve live lookups of their state (:mod:`statecore.runtime.live`)."""
