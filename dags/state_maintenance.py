@@ -1,9 +1,12 @@
 """
 ### state_maintenance
 
-Daily state maintenance of a statecore job: **TTL cleanup → retention**. Runs at 03:00 UTC and
-also whenever the job completes a checkpoint (the Asset `statecore://clickstream` that
-`stateful_pipeline` updates).
+Daily state maintenance of a statecore job: **TTL cleanup → retention**. Its schedule is for
+the `clickstream` job: it runs at 03:00 UTC and whenever `clickstream` completes a checkpoint
+(the Asset `statecore://clickstream` that `stateful_pipeline` updates), and those runs maintain
+`clickstream` (the default of `job`). Airflow fixes a schedule when it parses the DAG, so the
+`job` param cannot move it: a manual trigger naming another job maintains that job once, and a
+job of its own to maintain on schedule needs a copy of this DAG with its `SCHEDULED_JOB`.
 
 - `ttl_cleanup`: removes the expired entries of every state with a TTL as a new maintenance
   checkpoint, merges small files per key group, and VACUUMs files no retained checkpoint needs.
@@ -11,9 +14,10 @@ also whenever the job completes a checkpoint (the Asset `statecore://clickstream
 - `retention`: keeps the last `retain` completed checkpoints, expires the others, VACUUMs.
 
 **Params**
-- `job`: the statecore job (default `clickstream`).
+- `job`: the statecore job (default: the scheduled one, `clickstream`).
 - `retain`: completed checkpoints to keep (default 7).
-- `vacuum_retention_hours`: only files older than this are vacuumed (default 168, as Delta).
+- `vacuum_retention_hours`: only files older than this are vacuumed (default 168, as Delta;
+  empty: no VACUUM).
 - `dry_run`: report what would be done, change nothing.
 """
 
@@ -24,6 +28,9 @@ from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag
 
 from statecore_airflow import RetentionOperator, TtlCleanupOperator, checkpoint_asset
 
+SCHEDULED_JOB = "clickstream"
+"""The job whose checkpoints (its Asset) and daily time schedule this DAG, and the default of
+its ``job`` param: one name, so the schedule and what a scheduled run maintains agree."""
 JOB = "{{ params.job }}"
 VACUUM_HOURS = "{{ params.vacuum_retention_hours }}"
 DRY_RUN = "{{ params.dry_run }}"
@@ -32,7 +39,7 @@ DRY_RUN = "{{ params.dry_run }}"
 @dag(
     schedule=AssetOrTimeSchedule(
         timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"),
-        assets=[checkpoint_asset("clickstream")],
+        assets=[checkpoint_asset(SCHEDULED_JOB)],
     ),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
@@ -40,9 +47,14 @@ DRY_RUN = "{{ params.dry_run }}"
     tags=["statecore", "operations"],
     doc_md=__doc__,
     params={
-        "job": Param("clickstream", type="string", minLength=1),
+        "job": Param(
+            SCHEDULED_JOB,
+            type="string",
+            minLength=1,
+            description=f"Scheduled runs maintain {SCHEDULED_JOB!r}; a manual run, this job.",
+        ),
         "retain": Param(7, type="integer", minimum=1),
-        "vacuum_retention_hours": Param(168, type="number", minimum=0),
+        "vacuum_retention_hours": Param(168, type=["null", "number"], minimum=0),
         "dry_run": Param(False, type="boolean"),
     },
 )

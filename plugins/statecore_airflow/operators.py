@@ -189,7 +189,7 @@ class TtlCleanupOperator(_StatecoreOperator):
 
 class RetentionOperator(_StatecoreOperator):
     """Keep the last ``retain`` checkpoints of ``job``, expire the rest, VACUUM
-    (``statecore retention``).
+    (``statecore retention``); no VACUUM when ``vacuum_retention_hours`` is empty (``None``).
 
     XCom: ``{"retained", "expired", "files_deleted", "bytes_reclaimed", ...}``.
     """
@@ -201,7 +201,7 @@ class RetentionOperator(_StatecoreOperator):
         *,
         job: str,
         retain: int | str,
-        vacuum_retention_hours: float | str = 168,
+        vacuum_retention_hours: float | str | None = 168,
         dry_run: bool | str = False,
         **kwargs: Any,
     ) -> None:
@@ -215,6 +215,7 @@ class RetentionOperator(_StatecoreOperator):
 
         hook = self._hook()
         config = hook.get_config()
+        hours = _optional_str(self.vacuum_retention_hours)
         with hook.catalog() as catalog:
             report = apply_retention(
                 config,
@@ -222,7 +223,7 @@ class RetentionOperator(_StatecoreOperator):
                 self.job,
                 retain=int(self.retain),
                 dry_run=_flag(self.dry_run),
-                vacuum_after=timedelta(hours=float(self.vacuum_retention_hours)),
+                vacuum_after=None if hours is None else timedelta(hours=float(hours)),
                 progress=self.log.info,
             )
         return report.to_dict()

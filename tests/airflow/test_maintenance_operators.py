@@ -1,0 +1,120 @@
+"""The maintenance operators' ``execute`` with their templated fields as Airflow renders them:
+a param left empty in the Trigger form renders as the text ``"None"``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statecore.cli.demo import airflow_environment
+from tests.airflow.dagrun import REPO
+
+pytestmark = pytest.mark.airflow
+
+EXECUTE = """
+import json, sys
+from contextlib import contextmanager
+
+sys.path.insert(0, sys.argv[1])
+import statecore.ops.retention as retention
+from statecore_airflow import RetentionOperator
+
+calls = []
+
+
+class Report:
+    def to_dict(self):
+        return {}
+
+
+def apply_retention(config, catalog, job, *, retain, dry_run, vacuum_after, progress):
+    hours = None if vacuum_after is None else vacuum_after.total_seconds() / 3600
+    calls.append({"job": job, "retain": retain, "dry_run": dry_run, "vacuum_hours": hours})
+    return Report()
+
+
+class Hook:  # no connection, no catalog: execute's own logic only
+    def get_config(self):
+        return None
+
+    @contextmanager
+    def catalog(self):
+        yield None
+
+
+retention.apply_retention = apply_retention
+for i, hours in enumerate(sys.argv[2:]):
+    operator = RetentionOperator(
+        task_id=f"retention{i}", job="clicks", retain="3", vacuum_retention_hours=hours,
+        dry_run="False",
+    )
+    operator._hook = Hook
+    operator.execute({})
+print(json.dumps(calls))
+"""
+
+
+def test_latent_retention_operator_takes_a_rendered_none_as_no_vacuum(tmp_path: Path) -> None:
+    """``vacuum_retention_hours`` rendered from an empty param (``"None"``, or empty) means
+    no VACUUM, as for ``TtlCleanupOperator``; a number of hours is taken as it is."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXECUTE, str(REPO / "plugins"), "None", "", "12"],
+        env=airflow_environment(REPO, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    calls = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [c["vacuum_hours"] for c in calls] == [None, None, 12.0]
+    assert calls[0] == {"job": "clicks", "retain": 3, "dry_run": False, "vacuum_hours": None}
+
+
+SCHEDULE = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+
+bag = DagBag(dag_folder=sys.argv[1] + "/state_maintenance.py")
+assert not bag.import_errors, bag.import_errors
+dag = bag.dags["state_maintenance"]
+
+
+def uris(condition):  # an Asset, or an AssetAll/AssetAny of them
+    if hasattr(condition, "uri"):
+        yield condition.uri
+    for part in getattr(condition, "objects", ()):
+        yield from uris(part)
+
+
+sys.path.insert(0, sys.argv[2])
+from statecore_airflow import checkpoint_asset
+
+found = {
+    "assets": list(uris(dag.timetable.asset_condition)),
+    "job": dag.params["job"],
+    "asset_of_job": checkpoint_asset(dag.params["job"]).uri,
+}
+print(json.dumps(found))
+"""
+
+
+def test_state_maintenance_is_scheduled_on_the_job_it_maintains_by_default(tmp_path: Path) -> None:
+    """The Asset the DAG is scheduled on is the checkpoint Asset of its ``job`` param's
+    default: a scheduled run (asset or time) maintains the job whose checkpoint triggered it."""
+    done = subprocess.run(
+        [sys.executable, "-c", SCHEDULE, str(REPO / "dags"), str(REPO / "plugins")],
+        env=airflow_environment(REPO, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["job"] == "clickstream"
+    assert found["assets"] == [found["asset_of_job"]]
