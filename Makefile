@@ -11,6 +11,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW__CORE__PLUGINS_FOLDER := $(CURDIR)/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__PARALLELISM := 2
+export AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT ?= 180
 export AIRFLOW_CONN_SPARK_DEFAULT := {"conn_type": "spark", "host": "local[*]"}
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -19,7 +20,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
 export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
-.PHONY: setup demo up lint test test-quick bench bench-quick typecheck helm chromium postgres jars clean
+.PHONY: setup demo up down lint test test-quick bench bench-quick typecheck helm chromium postgres jars clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
@@ -38,12 +39,17 @@ $(VENV)/bin/helm: scripts/install_helm.py | $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/statecore demo
 
+# Airflow standalone in a process group of its own: Ctrl-C or SIGTERM stops all of it, and so
+# does `make down` (from another terminal, for a `make up &`).
 up: $(STAMP)
 	@mkdir -p $(AIRFLOW_HOME)
 	@echo "Airflow UI: http://localhost:8080  (user admin; password in" \
 	      "$(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated once started)"
-	@echo "Trigger 'stateful_pipeline' with config {\"date\": \"2026-01-01\"} (run 'make demo' first for data). Ctrl-C stops."
-	$(VENV)/bin/airflow standalone
+	@echo "Run 'make demo' first for data. Ctrl-C (or 'make down') stops every Airflow process."
+	bash scripts/airflow_standalone.sh up
+
+down:
+	bash scripts/airflow_standalone.sh down
 
 # ruff (lint, import order, format) and the architecture contracts (import-linter), then pytest.
 lint: $(STAMP)

@@ -1,9 +1,11 @@
-"""Smoke test of a real ``airflow standalone`` (SQLite, parallelism 2) driven over its REST API.
+"""Smoke test of a real ``airflow standalone`` (SQLite, parallelism 2) started by ``make up`` and
+driven over its REST API.
 
 Airflow runs in an isolated AIRFLOW_HOME on a free port of 127.0.0.1; the test gets a token with
 the generated admin password, unpauses the ``savepoint`` DAG, triggers it with
 ``{"logical_date": null, "conf": ...}``, waits (bounded) for success, checks the savepoint in the
-catalog, and stops Airflow with SIGINT (Ctrl-C, twice if a component hangs in its shutdown).
+catalog, and stops Airflow with ``make down``: afterwards no process of it is left (none in its
+process group, none with its AIRFLOW_HOME in its environment).
 """
 
 from __future__ import annotations
@@ -109,6 +111,19 @@ def stop(process: subprocess.Popen[bytes], log: Path) -> str:
     return how
 
 
+def processes_with(airflow_home: str) -> list[str]:
+    """The command lines of the processes whose environment has this AIRFLOW_HOME."""
+    wanted = f"AIRFLOW_HOME={airflow_home}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and wanted in (proc / "environ").read_bytes().split(b"\0"):
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
 def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
     home = tmp_path / "home"
     config = StatecoreConfig.resolve(home=str(home), env={})
@@ -128,14 +143,16 @@ def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
         }
     )
     log = (tmp_path / "standalone.log").open("wb")
-    process = subprocess.Popen(
-        ["airflow", "standalone"],
+    process = subprocess.Popen(  # as a user starts it, in the background
+        ["make", "-s", "up"],
+        cwd=REPO,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     api = Api(port)
+    stopped = None
     try:
         api.wait(
             "the API server",
@@ -167,15 +184,26 @@ def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
             return state if state in ("success", "failed") else None
 
         assert api.wait("the run", finished, RUN_TIMEOUT, process) == "success"
+        group = int((Path(env["AIRFLOW_HOME"]) / "standalone.pid").read_text().split()[1])
+        down = subprocess.run(
+            ["make", "-s", "down"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert down.returncode == 0, down.stdout + down.stderr
+        process.wait(timeout=60)
+        stopped = "make down"
     finally:
-        stopped = stop(process, tmp_path / "standalone.log")
+        if stopped is None:  # the test failed: leave nothing running
+            subprocess.run(["make", "-s", "down"], cwd=REPO, env=env, timeout=300, check=False)
+            stop(process, tmp_path / "standalone.log")
         log.close()
     tail = "".join(
         (tmp_path / "standalone.log").read_text(errors="replace").splitlines(keepends=True)[-60:]
     )
-    assert stopped != "killed", (
-        f"airflow standalone did not stop on SIGINT; its log ends with:\n{tail}"
-    )
+    assert "killing what is left" not in tail, f"Airflow did not stop on SIGINT:\n{tail}"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(group, 0)
+    assert processes_with(env["AIRFLOW_HOME"]) == [], tail
+    assert not (Path(env["AIRFLOW_HOME"]) / "standalone.pid").exists()
     with Catalog.connect(config.catalog_url) as catalog:
         [saved] = catalog.list_savepoints("clicks")
     assert saved.name == "smoke" and load_savepoint(saved.path).total_rows == 2
