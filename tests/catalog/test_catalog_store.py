@@ -256,3 +256,46 @@ def test_catalog_store_list_checkpoints_after_an_id(job_catalog: Catalog) -> Non
     after = job_catalog.list_checkpoints(JOB, after=2, with_tables=False)
     assert [c.checkpoint_id for c in after] == [3, 4]
     assert job_catalog.list_checkpoints(JOB, after=4) == []
+
+
+@contextmanager
+def _selects(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
+    """The SELECT statements (with their parameters) run on ``engine`` inside the block."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            seen.append((statement, parameters))
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+
+
+def test_catalog_store_lookups_search_an_index_on_sqlite(
+    catalog_url: str, job_catalog: Catalog
+) -> None:
+    if not catalog_url.startswith("sqlite"):
+        pytest.skip("SQLite's query plans")
+    engine = shared_engine(catalog_url)
+    _insert_history(engine, JOB)
+    with _selects(engine) as statements:
+        job_catalog.find_job(JOB)
+        job_catalog.latest_restorable(JOB)
+        job_catalog.latest_completed_id(JOB)
+        job_catalog.highest_completed_id(JOB)
+        job_catalog.highest_checkpoint_id(JOB)
+        job_catalog.checkpoint_status(JOB, 5)
+        job_catalog.list_checkpoints(JOB, last=3)
+    with engine.connect() as connection:
+        for statement, parameters in statements:
+            plan = [
+                row[-1]
+                for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+            ]
+            assert not [step for step in plan if step.startswith("SCAN")], (statement, plan)
+            if any(step.startswith("SEARCH statecore_checkpoints ") for step in plan):
+                # ordered by the index itself, so LIMIT stops at the first rows
+                assert not [step for step in plan if "TEMP B-TREE" in step], (statement, plan)
