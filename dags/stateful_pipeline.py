@@ -7,9 +7,20 @@ restores keyed state from the previous day's checkpoint, processes the day's eve
 new checkpoint in the statecore catalog; the checkpoint is published as the Asset
 `statecore://clickstream`.
 
-**Params** (set them in *Trigger DAG w/ config*):
+Before Spark starts, the `check` task skips the run, with the reason in its log, when the day's
+input is not there yet (so a scheduled run ahead of its data, or unpausing the DAG, never fails)
+or when the day's checkpoint is already complete ("no-op: checkpoint N ... already complete");
+it fails when `parallelism` asks to redo a complete checkpoint at another parallelism.
+
+`catchup` is off: unpausing runs only the latest interval. A backfill (`airflow backfill create
+--dag-id stateful_pipeline --from-date ... --to-date ...`) runs each day in order; days already
+checkpointed are no-ops and days without input are skipped.
+
+**Params** (the Trigger button's form):
 - `date`: the day to process (`YYYY-MM-DD`); default: the run's logical date, or its
   `run_after` for runs triggered without one.
+- `input`: the folder (or `s3://` prefix) of `date=YYYY-MM-DD` partitions; default:
+  `$STATECORE_INPUT`, else `$STATECORE_HOME/data/clickstream`.
 - `parallelism`: parallel instances of the keyed operator; default: the job's current parallelism
   (as the `rescale` DAG left it). A change rescales at the next run.
 - `backend`: the keyed state backend, `heap` or `rocksdb`.
@@ -20,10 +31,11 @@ new checkpoint in the statecore catalog; the checkpoint is published as the Asse
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Param, dag
+from airflow.sdk import Param, dag, task
 
 from statecore_airflow import checkpoint_asset
 
@@ -57,10 +69,47 @@ RUN_DATE = "{{ params.date or ((dag_run.logical_date or dag_run.run_after) | ds)
         "from_savepoint": Param(
             None, type=["null", "string"], description="savepoint folder to restore from"
         ),
+        "input": Param(
+            None,
+            type=["null", "string"],
+            description="folder or s3:// prefix of date=YYYY-MM-DD partitions; default: "
+            "$STATECORE_INPUT, else $STATECORE_HOME/data/clickstream",
+        ),
     },
 )
 def stateful_pipeline() -> None:
-    SparkSubmitOperator(
+    @task
+    def check(**context: Any) -> dict[str, Any]:
+        """Skip a run without input or whose checkpoint is complete; refuse a parallelism a
+        complete checkpoint cannot take."""
+        import os
+
+        from airflow.exceptions import AirflowSkipException
+
+        from statecore.ops.runs import plan_batch_run
+        from statecore_airflow import StatecoreHook
+
+        params, run = context["params"], context["dag_run"]
+        day = params["date"] or (run.logical_date or run.run_after).date().isoformat()
+        hook = StatecoreHook()
+        root = (
+            params["input"]
+            or os.environ.get("STATECORE_INPUT")
+            or f"{hook.get_config().home}/data/clickstream"
+        )
+        with hook.catalog() as catalog:
+            plan = plan_batch_run(
+                catalog,
+                job="clickstream",
+                checkpoint_id=int(day.replace("-", "")),
+                input_uri=f"{root}/date={day}",
+                parallelism=params["parallelism"],
+            )
+        if not plan.runs:
+            raise AirflowSkipException(plan.reason)
+        return {"date": day, "checkpoint_id": plan.checkpoint_id}
+
+    process = SparkSubmitOperator(
         task_id="clickstream",
         conn_id="spark_default",
         application=str(JOB_FILE),
@@ -72,10 +121,12 @@ def stateful_pipeline() -> None:
             "--backend",
             "{{ params.backend }}",
             "--from-savepoint={{ params.from_savepoint or '' }}",
+            "--input={{ params.input or '' }}",
         ],
         conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
         outlets=[CLICKSTREAM_CHECKPOINTS],
     )
+    check() >> process
 
 
 stateful_pipeline()

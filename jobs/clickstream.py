@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from datetime import date
 from typing import Any
@@ -191,7 +192,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--date", required=True, type=date.fromisoformat)
     parser.add_argument(
         "--input",
-        help="folder of date=YYYY-MM-DD partitions (default: $STATECORE_HOME/data/clickstream)",
+        help="folder of date=YYYY-MM-DD partitions (default: $STATECORE_INPUT, else "
+        "$STATECORE_HOME/data/clickstream)",
     )
     parser.add_argument(
         "--output",
@@ -226,7 +228,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     home = StatecoreConfig.resolve().home
-    args.input = args.input or f"{home}/data/clickstream"
+    args.input = args.input or os.environ.get("STATECORE_INPUT") or f"{home}/data/clickstream"
     args.output = args.output or f"{home}/output/clickstream"
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     spark = build_session(app_name=f"statecore-{args.job}")

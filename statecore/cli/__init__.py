@@ -1,6 +1,6 @@
 """The ``statecore`` command: run the demo, inspect, operate on and repair the state of jobs.
 
-    statecore demo [--days N] [--parallelism P] [--backend heap]
+    statecore demo [--days N] [--parallelism P] [--backend heap] | demo --day YYYY-MM-DD
     statecore checkpoints list [--job J] | show JOB CHECKPOINT_ID [--key-groups]
     statecore savepoint JOB [--name N] [--target DIR] [--checkpoint ID]
     statecore savepoints list [--job J] | show REF [--job J] [--key-groups]
@@ -34,6 +34,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 
 from statecore.cli import commands
@@ -244,9 +245,21 @@ _HOME_HELP = (
     "the statecore home (default: STATECORE_HOME, else the nearest .statecore folder here or "
     "in a parent folder, else ~/.statecore)"
 )
+    demo.add_argument(
+        "--day",
+        type=_iso_date,
+        help="only write one more day of sample input (then trigger stateful_pipeline for it)",
+    )
 
 
 def _global_options(parser: argparse.ArgumentParser, *, default: object = None) -> None:
+def _iso_date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
+
+
     parser.add_argument("--home", default=default, help=_HOME_HELP)
     parser.add_argument(
         "--catalog-url", default=default, help="SQLAlchemy URL of the checkpoint catalog"

@@ -333,9 +333,16 @@ def unlock(args: argparse.Namespace, config: StatecoreConfig) -> str:
 
 
 def demo(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.cli.demo import run_demo
+    from statecore.cli.demo import add_demo_day, run_demo
     from statecore.query.sql import run_sql
 
+    if args.day is not None:
+        folder = add_demo_day(Path(config.home), args.day)
+        return (
+            f"wrote one day of sample input: {folder}\n"
+            f'Trigger stateful_pipeline with {{"date": "{args.day.isoformat()}"}} to '
+            f"process it (checkpoint {args.day.strftime('%Y%m%d')})."
+        )
     run_demo(
         project=Path(args.project).absolute(),
         home=Path(config.home),

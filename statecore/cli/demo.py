@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["EVENT_TYPES", "generate_clickstream"]
+__all__ = ["EVENT_TYPES", "add_demo_day", "airflow_environment", "generate_clickstream", "run_demo"]
 
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
 
@@ -65,6 +65,9 @@ def airflow_environment(project: Path, home: Path) -> dict[str, str]:
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(project / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "2",
+        # the Spark provider's import takes seconds of CPU; a busy machine must not fail the
+        # DAG file for it (Airflow's default is 30 s)
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -74,6 +77,17 @@ def airflow_environment(project: Path, home: Path) -> dict[str, str]:
     if not env.get("PATH", "").startswith(bin_dir):
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     return env
+
+
+def add_demo_day(home: Path, day: date) -> Path:
+    """Write one more day of the demo's sample input under ``home`` (refused if it is there)."""
+    from statecore.errors import ConfigError
+
+    folder = home / "data" / "clickstream" / f"date={day.isoformat()}"
+    if folder.exists():
+        raise ConfigError(f"sample input for {day} is already there ({folder}); pick another --day")
+    [written] = generate_clickstream(folder.parent, start=day, days=1, seed=day.toordinal())
+    return written
 
 
 def run_demo(
@@ -113,14 +127,13 @@ def run_demo(
 
     print("airflow: migrating the metadata database (SQLite) ...", flush=True)
     airflow(["db", "migrate"], "airflow-db-migrate.log")
-    conf = json.dumps({"parallelism": parallelism, "backend": backend})
     ran = []
     for d in range(days):
         day = start + timedelta(days=d)
-        print(f"airflow: dags test stateful_pipeline {day} ...", flush=True)
-        airflow(
-            ["dags", "test", "stateful_pipeline", day.isoformat(), "-c", conf],
-            f"stateful_pipeline-{day}.log",
-        )
+        # The day is the run's `date` param, not its logical date: a run dated in the past
+        # would start "then" and show a duration of months in the UI.
+        conf = json.dumps({"date": day.isoformat(), "parallelism": parallelism, "backend": backend})
+        print(f"airflow: dags test stateful_pipeline -c {conf} ...", flush=True)
+        airflow(["dags", "test", "stateful_pipeline", "-c", conf], f"stateful_pipeline-{day}.log")
         ran.append(day)
     return ran

@@ -51,10 +51,12 @@ def run_dags(
     *,
     timeout: float = 1500,
     first_minute: int = 0,
+    allow_failure: bool = False,
 ) -> list[dict[str, Any]]:
     """Run ``steps`` with STATECORE_HOME ``home``; the result of each step (the runs' output is
     kept in ``home/dag-runs.log``). Step ``i``'s logical date is 2026-02-01 plus
-    ``first_minute + i`` minutes (a later call continues with a larger ``first_minute``)."""
+    ``first_minute + i`` minutes (a later call continues with a larger ``first_minute``). A run
+    that fails stops the steps; with ``allow_failure`` its result is returned, else it fails."""
     env = airflow_environment(REPO, home)
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, str(REPO / "dags"), json.dumps(steps), str(first_minute)],
@@ -74,5 +76,7 @@ def run_dags(
         or len(results) != len(steps)
         or any(r["state"] != "success" for r in results)
     )
+    if allow_failure and results and results[-1]["state"] == "failed":
+        return results
     assert not failed, (results, done.stdout[-4000:], done.stderr[-6000:])
     return results

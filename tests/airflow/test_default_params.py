@@ -107,7 +107,6 @@ PARSERS = {
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     env = airflow_environment(REPO, tmp_path_factory.mktemp("render") / "home")
-    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "300"  # a busy machine imports slowly
     done = subprocess.run(
         [sys.executable, "-c", RENDER, str(REPO / "dags")],
         env=env,

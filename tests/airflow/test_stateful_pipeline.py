@@ -48,7 +48,7 @@ def test_dag_test_completes_a_checkpoint(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"state": "success", "tasks": ["clickstream"]}
+    assert result == {"state": "success", "tasks": ["check", "clickstream"]}
     config = StatecoreConfig.resolve(home=str(home), env={})
     with Catalog.connect(config.catalog_url) as catalog:
         latest = catalog.latest_checkpoint("clickstream")
