@@ -33,6 +33,7 @@ AMPLIFY = 10
 
 
 def _run(backend_name: str, workload: Workload, latency: Any) -> tuple[float, Any]:
+    from statecore.runtime.collector import task_gc_policy
     from statecore.runtime.task import KeyedOperatorTask
 
     batches = [b.drop_columns(["seq"]) for b in _batches(workload)]
@@ -48,11 +49,12 @@ def _run(backend_name: str, workload: Workload, latency: Any) -> tuple[float, An
             latency=latency,
         )
         task.open()
-        start = clock()
-        for batch in batches:
-            task.process_batch(batch, key="key", key_group=KEY_GROUP)
-        _flush(backend)
-        seconds = clock() - start
+        with task_gc_policy():  # as a Spark task runs
+            start = clock()
+            for batch in batches:
+                task.process_batch(batch, key="key", key_group=KEY_GROUP)
+            _flush(backend)
+            seconds = clock() - start
         report = None if task.tracker is None else task.tracker.report()
         task.close()
     return seconds, report

@@ -17,11 +17,9 @@ whose stored values are ``{"value": v, "ttl_timestamp": ms}`` structs, see
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,7 +43,7 @@ from statecore.ttl.storage import TTL_TIMESTAMP, TtlStorage
 from statecore.ttl.time import SystemTimeProvider, TtlTimeProvider
 from statecore.types import TypeInfo
 
-__all__ = ["KeyedStateBackend", "RestoreSource", "Purge", "snapshot_schema"]
+__all__ = ["BatchKeySetter", "KeyedStateBackend", "RestoreSource", "Purge", "snapshot_schema"]
 
 RestoreSource = Callable[[StateDescriptor], Iterable[tuple[int, pa.Table]]]
 """Yields ``(key_group, rows)`` of one state's snapshot, for the backend's key groups only."""
@@ -54,6 +52,21 @@ Purge = Callable[[Any], Any]
 """Maps one stored entry to what remains of it after TTL cleanup (``None``: nothing)."""
 
 _KG_CACHE_LIMIT = 1 << 20
+
+
+class BatchKeySetter(NamedTuple):
+    """A backend's way of making the keys of a checked batch current, one record at a time.
+
+    With ``context`` (a backend whose keys are set by assignment), the loop sets
+    ``context.key`` and ``context.key_group`` itself and then calls every one of
+    ``listeners`` (the backend's own list, so a state registered in the middle of the batch,
+    such as a TTL state cleaned up at every record, takes effect from the next record): no
+    call per record otherwise. Without one it calls ``set_key(key, key_group)``.
+    """
+
+    context: KeyContext | None
+    listeners: list[Callable[[], None]]
+    set_key: Callable[[Key, int], None]
 
 
 def snapshot_schema(key_type: TypeInfo, descriptor: StateDescriptor) -> pa.Schema:
@@ -84,6 +97,11 @@ class KeyedStateBackend(ABC):
 
     incremental_ttl_cleanup: ClassVar[bool] = False
     """Whether :meth:`_cleanup_incrementally` purges expired entries (heap: yes)."""
+
+    keys_by_assignment: ClassVar[bool] = True
+    """Whether making a checked key current is no more than setting :attr:`key_context`'s
+    ``key`` and ``key_group`` and calling the key listeners (false for a backend that derives
+    more from the key, such as RocksDB's key prefix): see :meth:`batch_key_setter`."""
 
     def __init__(
         self,
@@ -147,15 +165,39 @@ class KeyedStateBackend(ABC):
             for listener in self._key_listeners:
                 listener()
 
-    def switches_keys_by_assignment(self) -> bool:
-        """Whether making a key current is no more than setting :attr:`key_context`'s ``key``
-        and ``key_group``: then the task's per-record loop assigns them itself, with the key
-        groups range-checked per batch (no per-record TTL cleanup listener, no key-derived
-        prefix such as RocksDB's)."""
-        return (
-            type(self).set_current_key is KeyedStateBackend.set_current_key
-            and not self._key_listeners
-        )
+    def batch_key_setter(self) -> BatchKeySetter:
+        """How a task's record loop makes each key of a batch current, once the backend
+        checked the batch's key groups (:meth:`check_key_groups`); see :class:`BatchKeySetter`.
+        """
+        if self.keys_by_assignment:
+            return BatchKeySetter(self.key_context, self._key_listeners, self.set_checked_key)
+        return BatchKeySetter(None, self._key_listeners, self.set_checked_key)
+
+    def set_checked_key(self, key: Key, key_group: int) -> None:
+        """Make ``key`` current, its ``key_group`` given and already range-checked with the
+        rest of its batch (:meth:`check_key_groups`). The range check and hashing are left
+        out; whatever else making a key current does (per-record TTL cleanup, a backend's key
+        prefix) is not, including for states registered in the middle of a batch."""
+        context = self.key_context
+        context.key = key
+        context.key_group = key_group
+        if self._key_listeners:
+            for listener in self._key_listeners:
+                listener()
+
+    def check_key_groups(self, key_groups: pa.Array, keys: Sequence[Key]) -> None:
+        """Check a batch's key groups (computed by Spark, no nulls) once, before its records
+        are made current with :meth:`set_checked_key`: every one is this backend's, else
+        :class:`KeyGroupOutOfRangeError` for the first key outside its range."""
+        if len(key_groups) == 0:
+            return
+        r = self.key_group_range
+        bounds = pc.min_max(key_groups)
+        if r.start <= bounds["min"].as_py() and bounds["max"].as_py() <= r.end:
+            return
+        for key, key_group in zip(keys, key_groups.to_pylist(), strict=True):
+            if not r.start <= key_group <= r.end:
+                self.set_current_key(key, key_group)  # raises
 
     # -- states ----------------------------------------------------------------------------
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
@@ -197,8 +239,7 @@ class KeyedStateBackend(ABC):
         self._states[descriptor.name] = state
         source = self._restore_source
         if source is not None:
-            with _no_cyclic_gc():  # a restore allocates long-lived objects only
-                self._restore_state(descriptor.name, source(descriptor))
+            self._restore_state(descriptor.name, source(descriptor))
         return state
 
     def _restore_state(self, state_name: str, chunks: Iterable[tuple[int, pa.Table]]) -> None:
@@ -411,18 +452,3 @@ class KeyedStateBackend(ABC):
 
     def close(self) -> None:
         """Release resources (files, handles)."""
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Python's cyclic garbage collector off meanwhile (as it was after). A restore creates
-    the whole state as new objects: the collector would rescan everything built so far every
-    few hundred allocations (pauses of 0.1-0.3 s while restoring 100,000 keys), and it finds
-    nothing, as the state has no garbage cycles."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -11,9 +11,10 @@ it processed, including one it is processing (between two Arrow batches) and any
 checkpoint has not completed yet.
 
 A read and the task's processing exclude each other through the held state's lock: the task
-holds it while it processes a batch, snapshots or closes the backend, and lets it go while it
-waits for its next input batch and between micro-batches. So a read never sees a record half
-applied, and never touches a closed backend. A read that cannot get the lock within
+holds it (a ``with`` block, its ``KeyedOperatorTask.batch_guard``) around each batch it
+processes, the timers it fires and its snapshot, and around closing the backend; it is free
+while the task waits for its next input batch and between micro-batches. So a read never sees
+a record half applied, and never touches a closed backend. A read that cannot get the lock within
 :data:`READ_WAIT` seconds is answered 503 (the client falls back to the latest checkpoint).
 
 Security: each request carries the job's token (``Authorization: Bearer ...``), generated once
@@ -42,7 +43,6 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,8 +70,6 @@ READ_WAIT = 1.5
 
 MAX_REQUEST = 64 * 1024
 """The largest request body a server reads (a key and a few names)."""
-
-_END = object()
 
 
 def bind_host() -> str:
@@ -135,28 +133,8 @@ class _Held:
     """The last checkpoint the task snapshotted (its restored one before its first)."""
     running: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def inputs(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """``batches``, with the lock let go while the task waits for the next one (the task
-        holds it otherwise, see :meth:`outputs`)."""
-        while True:
-            self.lock.release()
-            try:
-                batch = next(batches, _END)
-            finally:
-                self.lock.acquire()
-            if batch is _END:
-                return
-            yield batch
-
-    def outputs(self, outputs: Iterator[Any]) -> Iterator[Any]:
-        """``outputs``, each produced under the lock (the task processes a batch meanwhile)."""
-        while True:
-            with self.lock:
-                output = next(outputs, _END)
-            if output is _END:
-                return
-            yield output
+    """Held while the task processes a batch, fires timers or snapshots (its
+    ``KeyedOperatorTask.batch_guard``), while it is forgotten, and by a read."""
 
 
 class LiveRegistry:

@@ -8,7 +8,6 @@ stay on the driver, so a cold Python worker starts in a fraction of a second.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import time
@@ -25,6 +24,7 @@ from statecore.backends.operator import OperatorStateStore
 from statecore.backends.timers import MIN_WATERMARK, TimeDomain
 from statecore.errors import ConfigError, KeyTypeError, StateDescriptorConflictError
 from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
+from statecore.runtime.collector import task_gc_policy
 from statecore.runtime.latency import LatencyTracking
 from statecore.runtime.lateness import EventTimeGate
 from statecore.runtime.live import LIVE
@@ -206,7 +206,8 @@ def task_function(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = TaskContext.get().partitionId()  # type: ignore[union-attr]
-        return run_task(spec, function, process, index, batches)
+        with task_gc_policy():  # once per task, restore included
+            yield from run_task(spec, function, process, index, batches)
 
     return run
 
@@ -264,10 +265,10 @@ def run_task(
         on_late=None if late_writer is None else functools.partial(_write_late, late_writer),
     )
     if held is not None:  # a live read and the processing of a batch exclude each other
-        batches = held.inputs(batches)
+        task.batch_guard = held.lock
     outputs = process(task, gate.on_time(_with_keys(batches, spec)))
     try:
-        for output in outputs if held is None else held.outputs(outputs):
+        for output in outputs:
             fault_point("task:process")
             for batch in output_batches(output, spec.output_schema):
                 if writer is not None:
@@ -277,7 +278,7 @@ def run_task(
                         [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
                         schema=result_schema,
                     )
-        with contextlib.nullcontext() if held is None else held.lock:
+        with task.batch_guard:
             snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
         written = None if writer is None else writer.close()
         late = None if late_writer is None else late_writer.close()

@@ -20,7 +20,9 @@ from statecore.descriptors import MapStateDescriptor, ValueStateDescriptor
 from statecore.errors import ConfigError
 from statecore.keygroups import KeyGroupRange, assign_to_key_group
 from statecore.runtime import live
+from statecore.runtime.functions import Context, KeyedProcessFunction, RuntimeContext
 from statecore.runtime.live import LiveRegistry, bind_host, encode_key
+from statecore.runtime.task import KeyedOperatorTask
 from statecore.types import TypeInfo
 
 MAX_P = 128
@@ -141,44 +143,55 @@ def test_live_lookup_server_refuses_what_it_must(
     assert ask(address, body)[0] == 404
 
 
+class HalfwaySlow(KeyedProcessFunction):
+    """Applies each record in two updates with a pause between them."""
+
+    def __init__(self, halfway: list[threading.Event]) -> None:
+        self.halfway = halfway
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.total = ctx.get_state(ValueStateDescriptor("total", int))
+
+    def process_element(self, value: Any, ctx: Context) -> None:
+        i = value.i
+        self.total.update(10 * i + 1)  # half of the batch applied...
+        self.halfway[i].set()
+        time.sleep(0.3)
+        self.total.update(10 * i + 2)  # ...and the rest
+
+
 def test_live_lookup_server_a_read_waits_for_the_batch_being_processed(
     backend: HeapKeyedStateBackend, registry: LiveRegistry
 ) -> None:
-    """The task's batches go through ``held.outputs``/``held.inputs``: a read between two
-    batches sees whole batches, never part of one."""
-    total = backend.get_partitioned_state(ValueStateDescriptor("total", int))
+    """The task holds the lock around each batch (its ``batch_guard``): a read between two
+    batches sees whole batches, never part of one, and is not kept waiting between them."""
+    halfway = [threading.Event() for _ in range(3)]
+    task = KeyedOperatorTask(
+        HalfwaySlow(halfway), backend, job="j", operator="main", subtask_index=0, parallelism=1
+    )
+    task.open()
     held, address, key, body = serve(registry, backend, checkpoint_id=0)
+    task.batch_guard = held.lock
     seen: list[Any] = []
     inputs_ready = [threading.Event() for _ in range(3)]
-    halfway = [threading.Event() for _ in range(3)]
-
-    def batches() -> Iterator[int]:
-        for i, ready in enumerate(inputs_ready):
-            ready.wait(5)
-            yield i
-
-    def process(inputs: Iterator[int]) -> Iterator[int]:
-        for i in inputs:
-            backend.set_current_key(key)
-            total.update(10 * i + 1)  # half of the batch applied...
-            halfway[i].set()
-            time.sleep(0.3)
-            total.update(10 * i + 2)  # ...and the rest
-            yield i
+    kg = assign_to_key_group(key, MAX_P)
 
     def run() -> None:
-        for _ in held.outputs(process(held.inputs(batches()))):
-            pass
+        for i, ready in enumerate(inputs_ready):
+            ready.wait(5)  # the task waits for its input without the lock
+            batch = pa.RecordBatch.from_pydict({"k": [key], "kg": [kg], "i": [i]})
+            task.process_batch(batch, key="k", key_group="kg")
 
-    task = threading.Thread(target=run)
-    task.start()
+    thread = threading.Thread(target=run)
+    thread.start()
     for ready, half in zip(inputs_ready, halfway, strict=True):
+        assert ask(address, body)[0] == 200  # between batches: answered at once
         ready.set()
         half.wait(5)  # the read arrives while the batch is half applied: it waits
         status, rows, _ = ask(address, body)
         assert status == 200
         seen.extend(rows.column("value").to_pylist())
-    task.join(5)
+    thread.join(5)
     assert seen == [2, 12, 22]
 
 

@@ -228,7 +228,7 @@ class Total(KeyedProcessFunction):
 
 
 class TestProcessBatch:
-    """The per-batch key-group check and the per-record loop that assigns keys directly."""
+    """The backend's per-batch key-group check and its key-setter in the record loop."""
 
     def _task(self, key_groups: KeyGroupRange) -> KeyedOperatorTask:
         backend = HeapKeyedStateBackend(
@@ -242,7 +242,6 @@ class TestProcessBatch:
 
     def test_keys_and_key_groups_current_per_record(self) -> None:
         task = self._task(KeyGroupRange(0, 127))
-        assert task.backend.switches_keys_by_assignment()
         batch = pa.RecordBatch.from_pydict(
             {"user": ["a", "b", "a"], "kg": [3, 9, 3], "amount": [1, 2, 3]}
         )
@@ -262,8 +261,8 @@ class TestProcessBatch:
         assert task.records == 0
         assert task.backend.changed_key_groups("total") == set()
 
-    def test_per_record_ttl_cleanup_keeps_the_backend_call(self) -> None:
-        backend = HeapKeyedStateBackend(
+    def test_per_record_ttl_cleanup_runs_at_every_record(self) -> None:
+        backend = _CountingCleanup(
             key_type=TypeInfo.of(str), key_group_range=KeyGroupRange(0, 127), max_parallelism=128
         )
         backend.get_partitioned_state(
@@ -277,4 +276,93 @@ class TestProcessBatch:
                 ),
             )
         )
-        assert not backend.switches_keys_by_assignment()
+        task = KeyedOperatorTask(
+            Total(), backend, job="j", operator="main", subtask_index=0, parallelism=1
+        )
+        task.open()
+        batch = pa.RecordBatch.from_pydict(
+            {"user": ["a", "b", "a"], "kg": [3, 9, 3], "amount": [1, 2, 3]}
+        )
+        task.process_batch(batch, key="user", key_group="kg")
+        assert backend.cleanups == 3  # the function never reads "seen": one per record
+
+
+class _CountingCleanup(HeapKeyedStateBackend):
+    """A heap backend counting its incremental TTL cleanup steps."""
+
+    cleanups = 0
+
+    def _cleanup_incrementally(self, state_name: str, purge: Any, count: int) -> None:
+        self.cleanups += 1
+        super()._cleanup_incrementally(state_name, purge, count)
+
+
+class LazyTtl(KeyedProcessFunction):
+    """Registers a TTL state with cleanup on every record at its first record."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.ctx = ctx
+        self.seen: Any = None
+
+    def process_element(self, value: Any, ctx: Context) -> Iterator[tuple[Any, ...]]:
+        if self.seen is None:
+            self.seen = self.ctx.get_list_state(
+                ListStateDescriptor(
+                    "seen",
+                    str,
+                    ttl=StateTtlConfig(
+                        ttl=timedelta(seconds=1),
+                        cleanup=CleanupStrategy.INCREMENTAL,
+                        run_cleanup_for_every_record=True,
+                    ),
+                )
+            )
+        self.seen.add(value.user)
+        yield (ctx.current_key,)
+
+
+def test_latent_ttl_cleanup_per_record_of_a_state_registered_mid_batch() -> None:
+    """A TTL state with cleanup on every record, registered lazily at the batch's first
+    record, is cleaned up at each record after it in the same batch."""
+    backend = _CountingCleanup(
+        key_type=TypeInfo.of(str), key_group_range=KeyGroupRange(0, 127), max_parallelism=128
+    )
+    task = KeyedOperatorTask(
+        LazyTtl(), backend, job="j", operator="main", subtask_index=0, parallelism=1
+    )
+    task.open()
+    batch = pa.RecordBatch.from_pydict({"user": ["a", "b", "c", "d"], "kg": [3, 9, 3, 9]})
+    assert len(task.process_batch(batch, key="user", key_group="kg")) == 4
+    # one step per access (4), and one per record after the one that registered it (3)
+    assert backend.cleanups == 4 + 3
+    task.process_batch(batch, key="user", key_group="kg")
+    assert backend.cleanups == 7 + 4 + 4
+
+
+class FailingOpen(KeyedProcessFunction):
+    closed = False
+
+    def open(self, ctx: RuntimeContext) -> None:
+        ctx.get_state(ValueStateDescriptor("total", int))
+        raise RuntimeError("cannot open")
+
+    def process_element(self, value: Any, ctx: Context) -> None:
+        return None
+
+    def close(self) -> None:
+        type(self).closed = True
+
+
+def test_latent_probe_states_closes_a_function_whose_open_raises() -> None:
+    from statecore.runtime.task import probe_states
+
+    with pytest.raises(RuntimeError, match="cannot open"):
+        probe_states(
+            FailingOpen(),
+            TypeInfo.of(str),
+            job="j",
+            operator="main",
+            parallelism=1,
+            max_parallelism=128,
+        )
+    assert FailingOpen.closed

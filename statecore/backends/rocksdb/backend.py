@@ -288,6 +288,21 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             for listener in self._key_listeners:
                 listener()
 
+    keys_by_assignment = False  # a key's prefix is encoded when it is made current
+
+    def set_checked_key(self, key: Key, key_group: int) -> None:
+        try:
+            prefix = self._make_prefix(key, key_group)
+        except (AttributeError, TypeError, struct.error, OverflowError) as exc:
+            raise self._key_type_error(key) from exc
+        context = self.key_context
+        context.key = key
+        context.key_group = key_group
+        context.prefix = prefix
+        if self._key_listeners:
+            for listener in self._key_listeners:
+                listener()
+
     def _new_key(self, key: Key) -> tuple[int, bytes]:
         """Key group and prefix of a key not seen recently (then remembered)."""
         key_group = assign_to_key_group(key, self.max_parallelism)
