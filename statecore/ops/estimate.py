@@ -100,9 +100,7 @@ class RestoreEstimate:
 def restore_model(catalog: Catalog, job: str) -> RestoreModel:
     """The restore model of ``job``, fitted on the subtask restores of its recent checkpoints
     that read something (a task that reused local state read nothing)."""
-    completed = [
-        c for c in catalog.list_checkpoints(job) if c.status is CheckpointStatus.COMPLETED
-    ][-_RECENT:]
+    completed = catalog.list_checkpoints(job, status=CheckpointStatus.COMPLETED, last=_RECENT)
     samples = [
         (int(t["bytes"]), float(t["seconds"]))
         for c in completed

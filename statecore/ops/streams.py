@@ -237,9 +237,7 @@ def stream_progress(
     pending = (
         () if input_path is None else tuple(f for f in _input_files(input_path) if f not in taken)
     )
-    latest = None
-    if job in {j.name for j in catalog.list_jobs()}:
-        latest = catalog.latest_checkpoint(job)
+    latest = catalog.latest_restorable(job) if catalog.has_job(job) else None
     return StreamProgress(
         job=job,
         checkpoint_location=checkpoint_location,
@@ -258,12 +256,11 @@ def stream_progress(
 def checkpoints_after(catalog: Catalog, job: str, after: int | None) -> list[int]:
     """Ids of ``job``'s checkpoints (not maintenance) above ``after`` (all when ``None``) still
     in the catalog, completed or expired since, in id order."""
-    if job not in {j.name for j in catalog.list_jobs()}:
+    if not catalog.has_job(job):
         return []
     return [
         c.checkpoint_id
-        for c in catalog.list_checkpoints(job, with_tables=False)
+        for c in catalog.list_checkpoints(job, with_tables=False, after=after)
         if c.kind == CheckpointKind.CHECKPOINT
         and c.status in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
-        and (after is None or c.checkpoint_id > after)
     ]
