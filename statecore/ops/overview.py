@@ -3,7 +3,8 @@
 Each function reads the catalog once and returns plain dicts and lists (strings, numbers,
 ``None``; timestamps as ISO 8601 UTC strings), so a web layer only renders them:
 
-- :func:`jobs_overview`: every job, its parallelism, latest checkpoint and lease holder;
+- :func:`jobs_overview`: every job, its parallelism, latest checkpoint and lease holder
+  (:func:`job_overview`: one job's);
 - :func:`checkpoints_overview`: a job's checkpoints with status, timings, sizes and, when the
   catalog has them, watermark, restore metrics and latency percentiles;
 - :func:`checkpoint_detail`: one checkpoint, with the rows and bytes of every key group of every
@@ -27,7 +28,13 @@ from decimal import Decimal
 from typing import Any
 
 from statecore.backends.timers import MIN_WATERMARK
-from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus, SavepointRecord
+from statecore.catalog import (
+    Catalog,
+    CheckpointRecord,
+    CheckpointStatus,
+    JobRecord,
+    SavepointRecord,
+)
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
 from statecore.query.lookup import lookup
@@ -37,6 +44,7 @@ __all__ = [
     "checkpoint_detail",
     "checkpoint_row",
     "checkpoints_overview",
+    "job_overview",
     "jobs_overview",
     "link_runs",
     "lookup_row",
@@ -70,22 +78,28 @@ def plain(value: Any) -> Any:
 def jobs_overview(catalog: Catalog) -> list[dict[str, Any]]:
     """Every job: name, parallelism, max parallelism, its latest completed checkpoint (id and
     completion time) and who holds its lease (a run or an operation), by name."""
-    rows = []
-    for job in sorted(catalog.list_jobs(), key=lambda j: j.name):
-        latest = catalog.latest_checkpoint(job.name)
-        lease = catalog.maintenance_lock(job.name)
-        rows.append(
-            {
-                "job": job.name,
-                "parallelism": job.parallelism,
-                "max_parallelism": job.max_parallelism,
-                "latest_checkpoint": None if latest is None else latest.checkpoint_id,
-                "latest_completed_at": None if latest is None else plain(latest.completed_at),
-                "lease_holder": None if lease is None else lease.holder,
-                "lease_expires_at": None if lease is None else plain(lease.expires_at),
-            }
-        )
-    return rows
+    jobs = sorted(catalog.list_jobs(), key=lambda j: j.name)
+    return [_job_row(catalog, job) for job in jobs]
+
+
+def job_overview(catalog: Catalog, job: str) -> dict[str, Any]:
+    """The row of :func:`jobs_overview` of ``job``; :class:`~statecore.errors.JobNotFoundError`
+    if the catalog does not know it."""
+    return _job_row(catalog, catalog.get_job(job))
+
+
+def _job_row(catalog: Catalog, job: JobRecord) -> dict[str, Any]:
+    latest = catalog.latest_restorable(job.name)
+    lease = catalog.maintenance_lock(job.name)
+    return {
+        "job": job.name,
+        "parallelism": job.parallelism,
+        "max_parallelism": job.max_parallelism,
+        "latest_checkpoint": None if latest is None else latest.checkpoint_id,
+        "latest_completed_at": None if latest is None else plain(latest.completed_at),
+        "lease_holder": None if lease is None else lease.holder,
+        "lease_expires_at": None if lease is None else plain(lease.expires_at),
+    }
 
 
 def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:

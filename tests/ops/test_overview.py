@@ -20,6 +20,7 @@ from statecore.ops.overview import (
     checkpoint_detail,
     checkpoint_row,
     checkpoints_overview,
+    job_overview,
     jobs_overview,
     link_runs,
     lookup_row,
@@ -40,6 +41,9 @@ def shop(tmp_path: Path) -> StatecoreConfig:
 def test_ui_page_rows_of_jobs_checkpoints_and_savepoints(shop: StatecoreConfig) -> None:
     with Catalog.connect(shop.catalog_url) as catalog:
         [job] = jobs_overview(catalog)
+        assert job_overview(catalog, JOB) == job
+        with pytest.raises(JobNotFoundError, match="nope"):
+            job_overview(catalog, "nope")
         checkpoints = checkpoints_overview(catalog, JOB)
         savepoints = savepoints_overview(catalog)
         detail = checkpoint_detail(catalog, JOB, 20260102)

@@ -67,8 +67,7 @@ def _linked_runs(job: str | None = None, **where: str) -> tuple[list[dict[str, A
         return [], f"could not read the DAG runs from Airflow's database: {exc}"
     jobs = {ref.job for ref in refs}
     with _catalog() as catalog:
-        known = {j.name for j in catalog.list_jobs()}
-        checkpoints = {j: catalog.list_checkpoints(j) for j in jobs & known}
+        checkpoints = {j: catalog.list_checkpoints(j) for j in jobs if catalog.has_job(j)}
     return overview.link_runs(refs, checkpoints), None
 
 
@@ -168,8 +167,7 @@ def create_app() -> FastAPI:
     @app.get("/jobs/{job}", response_class=HTMLResponse)
     def job_page(request: Request, job: str) -> HTMLResponse:
         with _catalog() as catalog:
-            catalog.get_job(job)  # JobNotFoundError, naming the job, if there is none
-            [row] = [j for j in overview.jobs_overview(catalog) if j["job"] == job]
+            row = overview.job_overview(catalog, job)  # JobNotFoundError, naming the job
             checkpoints = overview.checkpoints_overview(catalog, job)
             savepoints = overview.savepoints_overview(catalog, job)
         runs, _ = _linked_runs(job)
