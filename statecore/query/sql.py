@@ -89,7 +89,10 @@ def connect() -> duckdb.DuckDBPyConnection:
 def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:
     """httpfs and an S3 secret from :class:`~statecore.snapshot.storage.S3Settings` (DuckDB's
     Delta extension reads ``s3://`` tables with it), when the environment configures S3."""
-    settings = S3Settings.from_env()
+    try:
+        settings = S3Settings.from_env()
+    except ConfigError:  # S3 misconfigured: reading an s3:// table says so (storage.py)
+        return
     if not (settings.access_key_id or settings.endpoint_url):
         return
     import_extension("httpfs", con=con)
