@@ -53,3 +53,28 @@ def test_states_and_timers_read_the_context(backend: KeyedStateBackend) -> None:
         backend.timer_service.register_event_time_timer(20)
     fired = [(t.key, t.timestamp) for t in backend.timer_service.advance_watermark(10)]
     assert sorted(fired) == [("a", 10), ("b", 10)]
+
+
+def test_a_checked_batch_makes_its_keys_current_as_set_current_key_does(
+    backend: KeyedStateBackend,
+) -> None:
+    """The backend checks a batch's key groups once; its batch key-setter then makes each key
+    current exactly as ``set_current_key`` would (RocksDB's key prefix included)."""
+    import pyarrow as pa
+
+    from statecore.errors import KeyGroupOutOfRangeError
+
+    keys = ["a", "b", "c"]
+    groups = [assign_to_key_group(k, 128) for k in keys]
+    backend.check_key_groups(pa.array(groups, pa.int32()), keys)
+    context, _listeners, set_key = backend.batch_key_setter()
+    for key, key_group in zip(keys, groups, strict=True):
+        if context is None:
+            set_key(key, key_group)
+        else:
+            context.key, context.key_group = key, key_group
+        made = backend.key_context.save()
+        backend.set_current_key(key)
+        assert made == backend.key_context.save()
+    with pytest.raises(KeyGroupOutOfRangeError, match="key 'z' is in key group 200"):
+        backend.check_key_groups(pa.array([3, 200], pa.int32()), ["a", "z"])
