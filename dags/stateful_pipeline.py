@@ -84,7 +84,7 @@ def stateful_pipeline() -> None:
         complete checkpoint cannot take."""
         import os
 
-        from airflow.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from statecore.ops.runs import plan_batch_run
         from statecore_airflow import StatecoreHook

@@ -154,6 +154,21 @@ def session_conf(
     return conf
 
 
+def _jvm_loads(class_name: str) -> bool:
+    """Whether the running driver JVM (spark-submit's) can load ``class_name``."""
+    from pyspark import SparkContext
+
+    try:
+        jvm = SparkContext._jvm
+        assert jvm is not None
+        jvm.java.lang.Class.forName(
+            class_name, False, jvm.Thread.currentThread().getContextClassLoader()
+        )
+    except Exception:
+        return False
+    return True
+
+
 def _submitted_master() -> str | None:
     """The master spark-submit gave this driver, when spark-submit started it; else ``None``."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
@@ -180,11 +195,21 @@ def build_session(
     """
     from pyspark.sql import SparkSession
 
-    effective = master or (config or {}).get("spark.master") or _submitted_master() or "local[*]"
+    submitted = _submitted_master()
+    effective = master or (config or {}).get("spark.master") or submitted or "local[*]"
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
     conf = session_conf(master=effective, config=config, warehouse=warehouse)
+    if submitted is not None and not _jvm_loads(DELTA_CATALOG):
+        # spark-submit started the driver's JVM without Delta's JARs (spark.jars can no longer
+        # reach its classpath): a catalog class it cannot load would fail every query
+        for key, value in (
+            ("spark.sql.extensions", DELTA_EXTENSION),
+            ("spark.sql.catalog.spark_catalog", DELTA_CATALOG),
+        ):
+            if conf.get(key) == value:
+                del conf[key]
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
