@@ -250,8 +250,11 @@ def discarded_checkpoints(catalog: Catalog, point: RestorePoint) -> list[Checkpo
     completed after the point's source checkpoint (every one, when the job's catalog does not
     know that source)."""
     completed = catalog.list_checkpoints(point.job, status=CheckpointStatus.COMPLETED)
-    expired = catalog.list_checkpoints(point.job, status=CheckpointStatus.EXPIRED)
-    source = next((c for c in completed + expired if c.checkpoint_id == point.checkpoint_id), None)
+    source = None
+    if point.checkpoint_id is not None and catalog.checkpoint_status(
+        point.job, point.checkpoint_id
+    ) in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED):
+        source = catalog.get_checkpoint(point.job, point.checkpoint_id)
     after = [
         c
         for c in completed
@@ -282,7 +285,7 @@ def import_point(
     changed.
     """
     job = point.job
-    known = {j.name: j for j in catalog.list_jobs()}.get(job)
+    known = catalog.find_job(job)
     wanted = parallelism or (known.parallelism if known else point.parallelism)
     if known is None:
         catalog.ensure_job(job, parallelism=wanted, max_parallelism=point.max_parallelism)
