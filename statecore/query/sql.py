@@ -65,6 +65,7 @@ __all__ = [
 
 
 _WORD = re.compile(r"\w+")
+_SECRETS = re.compile(r"\b(duckdb_secrets|which_secret)\b", re.IGNORECASE)
 
 
 def ident(name: str) -> str:
@@ -252,6 +253,8 @@ class StateViews:
     def sql(self, query: str) -> pa.Table:
         """Run a read-only ``query``; its rows."""
         read_only_statements(query)
+        if _SECRETS.search(query):
+            raise ConfigError("statecore sql does not show the connection's S3 secret")
         tables = [t for p in self.points.values() for t in p.tables]
         try:
             with scan_errors(tables):

@@ -28,7 +28,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from statecore.errors import CheckpointCommitError, CorruptSnapshotError
+from statecore.errors import CheckpointCommitError, CorruptSnapshotError, SnapshotWriteError
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
 from statecore.snapshot.log import checkpoint_log
@@ -206,13 +206,20 @@ def copy_files(
     ``target_uri``, under new names; each is verified first (:func:`verify_file`)."""
     source_fs, source_root = table_filesystem(source_uri)
     target_fs, target_root = table_filesystem(target_uri)
-    same_fs = type(source_fs) is type(target_fs) and isinstance(source_fs, pafs.LocalFileSystem)
+    same_fs = source_fs is target_fs or (  # one S3 endpoint copies server-side
+        type(source_fs) is type(target_fs) and isinstance(source_fs, pafs.LocalFileSystem)
+    )
     out = []
     for f in files:
         verify_file(source_uri, version, f)
         relative = _new_name(layout.partition, f.key_group, prefix)
         source, target = f"{source_root}/{f.path}", f"{target_root}/{relative}"
-        target_fs.create_dir(f"{target_root}/{layout.partition}={f.key_group}", recursive=True)
+        try:
+            target_fs.create_dir(f"{target_root}/{layout.partition}={f.key_group}", recursive=True)
+        except OSError as exc:  # e.g. a bucket that does not exist
+            raise SnapshotWriteError(
+                f"snapshot table {target_uri} cannot be written: {exc}"
+            ) from exc
         try:
             if same_fs:
                 source_fs.copy_file(source, target)

@@ -63,6 +63,7 @@ def subprocess_env(config: StatecoreConfig, **extra: str) -> dict[str, str]:
     env.update(
         STATECORE_HOME=config.home,
         STATECORE_CATALOG_URL=config.catalog_url,
+        STATECORE_WAREHOUSE=config.warehouse,
         STATECORE_LEASE_TIMEOUT=LEASE_TIMEOUT,
         PYSPARK_PYTHON=sys.executable,
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),

@@ -18,10 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
 import pandas as pd
 import pyarrow as pa
-from duckdb_extensions import import_extension
 from pyspark.sql import types as T
 
 from statecore import errors
@@ -29,6 +27,7 @@ from statecore.catalog import Catalog, CheckpointStatus
 from statecore.config import StatecoreConfig
 from statecore.descriptors import ListStateDescriptor, ValueStateDescriptor
 from statecore.query import open_views
+from statecore.query.sql import connect
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
 from statecore.runtime.functions import (
     CheckpointedFunction,
@@ -173,6 +172,9 @@ def run_checkpoint(
 
 
 def output_table(config: StatecoreConfig) -> str:
+    """The job's output table: in the home, or beside a warehouse on an object store."""
+    if "://" in config.warehouse:
+        return f"{config.warehouse.rstrip('/')}-output"
     return f"{config.home}/output"
 
 
@@ -197,9 +199,8 @@ def read_outcome(config: StatecoreConfig) -> Outcome:
             processed = views.sql(f"SELECT value FROM {JOB}.processed").to_pylist()
         finally:
             views.close()
-    con = duckdb.connect()
+    con = connect()  # DuckDB with the Delta extension (and S3's settings, if any)
     try:
-        import_extension("delta", con=con)
         rows = con.execute(
             f"SELECT user, seq, amount, running FROM delta_scan('{output_table(config)}')"
         ).fetchall()

@@ -89,10 +89,12 @@ def test_object_store_checkpoints_read_back_with_sql_and_lookups(
 def test_object_store_sql_reads_only_its_tables(
     s3_job: StatecoreConfig, s3_server: S3Server
 ) -> None:
-    """The sandbox holds on S3: another prefix of the bucket is out of reach."""
+    """The sandbox holds on S3: another bucket is out of reach, the S3 secret out of sight."""
     with Catalog.connect(s3_job.catalog_url) as catalog:
         with pytest.raises(ConfigError, match="reads only the state tables|disabled"):
             run_sql(catalog, "SELECT * FROM read_parquet('s3://output/**/*.parquet')")
+        with pytest.raises(ConfigError, match="S3 secret"):
+            run_sql(catalog, "SELECT * FROM duckdb_secrets()")
 
 
 def test_object_store_savepoint_moves_between_buckets_and_restores(
