@@ -11,7 +11,16 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import yaml
-from helm_chart import CHART, NAMESPACE, RELEASE, REPO, SCENARIOS, Manifests, helm_path
+from helm_chart import (
+    CHART,
+    IMAGE_VALUES,
+    NAMESPACE,
+    RELEASE,
+    REPO,
+    SCENARIOS,
+    Manifests,
+    helm_path,
+)
 
 
 @pytest.fixture(scope="session")
@@ -24,12 +33,31 @@ def helm() -> str:
 
 
 @pytest.fixture(scope="session")
-def helm_template(helm: str) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run `helm template` on the chart with extra arguments; never raises on failure."""
+def image_values(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A values file naming the image: first on every command line, so any other value wins."""
+    path = tmp_path_factory.mktemp("helm") / "image-values.yaml"
+    path.write_text(yaml.safe_dump(IMAGE_VALUES))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def helm_template(helm: str, image_values: str) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run `helm template` on the chart (with the image set) with extra arguments; never raises
+    on failure."""
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args],
+            [
+                helm,
+                "template",
+                RELEASE,
+                str(CHART),
+                "--namespace",
+                NAMESPACE,
+                "--values",
+                image_values,
+                *args,
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -39,7 +67,9 @@ def helm_template(helm: str) -> Callable[..., subprocess.CompletedProcess[str]]:
 
 
 @pytest.fixture(scope="session")
-def rendered(helm_template: Callable[..., subprocess.CompletedProcess[str]]) -> dict[str, Manifests]:
+def rendered(
+    helm_template: Callable[..., subprocess.CompletedProcess[str]],
+) -> dict[str, Manifests]:
     """Every scenario rendered once."""
     out = {}
     for scenario, values in SCENARIOS.items():
@@ -51,5 +81,7 @@ def rendered(helm_template: Callable[..., subprocess.CompletedProcess[str]]) -> 
 
 
 @pytest.fixture(params=list(SCENARIOS))
-def manifests(request: pytest.FixtureRequest, rendered: dict[str, Manifests]) -> Iterator[Manifests]:
+def manifests(
+    request: pytest.FixtureRequest, rendered: dict[str, Manifests]
+) -> Iterator[Manifests]:
     yield rendered[request.param]

@@ -20,9 +20,14 @@ NAMESPACE = "data"
 FULLNAME = f"{RELEASE}-statecore"
 SCENARIOS: dict[str, Path | None] = {
     "default": None,
-    **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))},
+    **{
+        p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))
+    },
 }
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
+# The image every render uses (the chart refuses to render without one); a scenario's own wins.
+IMAGE_REPOSITORY = "registry.example.com/data/statecore"
+IMAGE_VALUES = {"images": {"airflow": {"repository": IMAGE_REPOSITORY}}}
 
 
 @dataclass(frozen=True)
@@ -51,16 +56,24 @@ class Manifests:
         for cm in self.of_kind("ConfigMap"):
             for key, value in (cm.get("data") or {}).items():
                 if key.endswith(".yaml") and "kind: Pod" in value:
-                    pods.append({**yaml.safe_load(value), "_source": f"{cm['metadata']['name']}/{key}"})
+                    pods.append(
+                        {**yaml.safe_load(value), "_source": f"{cm['metadata']['name']}/{key}"}
+                    )
         return pods
 
     def pod_specs(self) -> list[tuple[str, dict[str, Any], bool]]:
-        """(where, pod spec, long-running) for every workload and embedded pod template."""
+        """(where, pod spec, long-running) for every workload, bare Pod (`helm test`) and
+        embedded pod template."""
         specs = [
-            (f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]["spec"], d["kind"] != "Job")
+            (
+                f"{d['kind']}/{d['metadata']['name']}",
+                d["spec"]["template"]["spec"],
+                d["kind"] != "Job",
+            )
             for d in self.docs
             if d["kind"] in WORKLOAD_KINDS
         ]
+        specs += [(f"Pod/{d['metadata']['name']}", d["spec"], False) for d in self.of_kind("Pod")]
         specs += [(p["_source"], p["spec"], False) for p in self.embedded_pods()]
         return specs
 

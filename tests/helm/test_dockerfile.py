@@ -26,7 +26,9 @@ DEV_ONLY = ("pytest", "pytest-timeout", "mypy", "ruff", "import-linter", "kubern
 
 
 def locked(package: str) -> str:
-    match = re.search(rf"^{re.escape(package)}==(\S+)$", (REPO / "requirements.lock").read_text(), re.MULTILINE)
+    match = re.search(
+        rf"^{re.escape(package)}==(\S+)$", (REPO / "requirements.lock").read_text(), re.MULTILINE
+    )
     assert match, f"{package} is not in requirements.lock"
     return match.group(1)
 
@@ -76,7 +78,9 @@ def test_the_image_carries_the_runtime_lock_only() -> None:
 
 
 def test_the_charts_postgres_urls_are_served_by_psycopg2_from_the_runtime_lock() -> None:
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     assert any(d.startswith("psycopg2-binary") for d in extras["postgres"])
     assert "--extra postgres" in (REPO / "requirements.lock").read_text().splitlines()[1]
     assert "psycopg2-binary" in lock_packages("requirements.lock")
@@ -101,7 +105,12 @@ def test_delta_jars_target_the_locked_spark() -> None:
     hadoop = next(pyspark_jars.glob("hadoop-client-api-*.jar")).name
     assert hadoop == f"hadoop-client-api-{pom_property('hadoop.version')}.jar"
     pom = POM.read_text()
-    for artifact in ("<artifactId>${delta.artifact}</artifactId>", "spark-sql-kafka-0-10_", "<id>s3a</id>", "<artifactId>hadoop-aws</artifactId>"):
+    for artifact in (
+        "<artifactId>${delta.artifact}</artifactId>",
+        "spark-sql-kafka-0-10_",
+        "<id>s3a</id>",
+        "<artifactId>hadoop-aws</artifactId>",
+    ):
         assert artifact in pom
     # hadoop-aws (and its AWS SDK bundle) only in the s3a profile, which make test leaves out
     assert pom.index("<artifactId>hadoop-aws</artifactId>") > pom.index("<id>s3a</id>")
@@ -156,7 +165,9 @@ def test_entrypoint_passes_airflow_commands_through(tmp_path: Path) -> None:
     entrypoint = ENTRYPOINT
     assert entrypoint.read_text().startswith("#!/bin/bash\n")
     subprocess.run(["bash", "-n", str(entrypoint)], check=True)
-    out = subprocess.run(["bash", str(entrypoint), "echo", "airflow", "scheduler"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", str(entrypoint), "echo", "airflow", "scheduler"], capture_output=True, text=True
+    )
     assert out.stdout == "airflow scheduler\n"
 
 
@@ -181,7 +192,12 @@ def test_entrypoint_starts_spark_executors_like_spark_does(tmp_path: Path) -> No
         "SPARK_JAVA_OPT_0": "-Dspark.driver.port=7078",
     }
     out = subprocess.run(
-        ["bash", str(entrypoint), "executor"], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+        ["bash", str(entrypoint), "executor"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=True,
     )
     args = out.stdout.splitlines()
     assert args[:3] == ["-Dspark.driver.port=7078", "-Xms2g", "-Xmx2g"]

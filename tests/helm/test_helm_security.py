@@ -12,7 +12,9 @@ from helm_chart import CHART, Manifests
 pytestmark = pytest.mark.helm
 
 # Environment variable names that carry credentials and so must come from a Secret.
-SECRET_ENV = re.compile(r"PASSWORD|SECRET|FERNET|JWT|TOKEN|CREDENTIAL|ACCESS_KEY|_KEY$|_KEY_|SQL_ALCHEMY_CONN|CATALOG_URL")
+SECRET_ENV = re.compile(
+    r"PASSWORD|SECRET|FERNET|JWT|TOKEN|CREDENTIAL|ACCESS_KEY|_KEY$|_KEY_|SQL_ALCHEMY_CONN|CATALOG_URL"
+)
 # A URL with a password in it: scheme://user:password@host
 CREDENTIAL_URL = re.compile(r"[a-z0-9+.-]+://[^/\s:@]+:[^/\s@]+@")
 # values.yaml keys that would hold a secret value (as opposed to the name of a Secret).
@@ -32,15 +34,23 @@ def test_env_secrets_come_from_secret_key_refs(manifests: Manifests) -> None:
             for env in container.get("env", []):
                 if SECRET_ENV.search(env["name"]):
                     assert "value" not in env, f"{where}/{name}: {env['name']} is plain text"
-                    assert "secretKeyRef" in env.get("valueFrom", {}), f"{where}/{name}: {env['name']}"
+                    assert "secretKeyRef" in env.get("valueFrom", {}), (
+                        f"{where}/{name}: {env['name']}"
+                    )
 
 
 def test_no_secret_value_appears_outside_secrets(manifests: Manifests) -> None:
     not_secrets = [d for d in manifests.docs if d["kind"] != "Secret"]
-    text = yaml.safe_dump_all(not_secrets) + "".join(yaml.safe_dump(p) for p in manifests.embedded_pods())
+    text = yaml.safe_dump_all(not_secrets) + "".join(
+        yaml.safe_dump(p) for p in manifests.embedded_pods()
+    )
     for value in manifests.secret_values():
-        assert value not in text, f"{manifests.scenario}: a generated secret leaks into a non-Secret manifest"
-    assert not CREDENTIAL_URL.search(text), f"{manifests.scenario}: a URL with a password outside Secrets"
+        assert value not in text, (
+            f"{manifests.scenario}: a generated secret leaks into a non-Secret manifest"
+        )
+    assert not CREDENTIAL_URL.search(text), (
+        f"{manifests.scenario}: a URL with a password outside Secrets"
+    )
 
 
 def test_secrets_use_data_never_string_data(manifests: Manifests) -> None:
@@ -60,7 +70,11 @@ def test_values_yaml_has_no_default_secret() -> None:
             for key, value in node.items():
                 here = f"{path}.{key}" if path else key
                 names_a_secret = key.endswith(("SecretName", "secretName"))
-                if SECRET_VALUE_KEY.search(key) and not names_a_secret and not isinstance(value, dict | list):
+                if (
+                    SECRET_VALUE_KEY.search(key)
+                    and not names_a_secret
+                    and not isinstance(value, dict | list)
+                ):
                     assert value in ("", None), f"values.yaml {here} has a default secret value"
                 walk(value, here)
         elif isinstance(node, list):
@@ -74,7 +88,15 @@ def test_generated_secrets_are_kept_and_reused_on_upgrade(rendered: dict[str, Ma
     generated = rendered["default"].of_kind("Secret")
     assert {s["metadata"]["name"] for s in generated} == {
         f"sc-statecore-{n}"
-        for n in ("fernet-key", "api-secret-key", "jwt-secret", "admin-password", "postgresql", "metadata", "catalog")
+        for n in (
+            "fernet-key",
+            "api-secret-key",
+            "jwt-secret",
+            "admin-password",
+            "postgresql",
+            "metadata",
+            "catalog",
+        )
     }
     for secret in generated:
         annotations = secret["metadata"].get("annotations", {})
@@ -108,7 +130,9 @@ def test_workload_containers_have_a_read_only_root_filesystem(manifests: Manifes
         if "spark-pod-template" in where:
             continue  # Spark's own entrypoint writes under the image's SPARK_HOME work dirs
         for name, container, _ in containers(pod_spec):
-            assert container["securityContext"].get("readOnlyRootFilesystem") is True, f"{where}/{name}"
+            assert container["securityContext"].get("readOnlyRootFilesystem") is True, (
+                f"{where}/{name}"
+            )
             mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
             if name != "write-auth-passwords":
                 assert "/tmp" in mounts, f"{where}/{name}: no writable /tmp"

@@ -33,7 +33,11 @@ def airflow_containers(manifests: Manifests) -> list[tuple[str, dict[str, Any]]]
     for component in AIRFLOW_COMPONENTS:
         spec = manifests.get("Deployment", f"{FULLNAME}-{component}")["spec"]["template"]["spec"]
         found += [(f"{component}/{c['name']}", c) for c in spec["containers"]]
-        found += [(f"{component}/{c['name']}", c) for c in spec.get("initContainers", []) if c["name"].startswith("wait")]
+        found += [
+            (f"{component}/{c['name']}", c)
+            for c in spec.get("initContainers", [])
+            if c["name"].startswith("wait")
+        ]
     job = manifests.of_kind("Job")[0]
     found += [(f"job/{c['name']}", c) for c in job["spec"]["template"]["spec"]["containers"]]
     return found
@@ -49,11 +53,16 @@ def spark_defaults(manifests: Manifests) -> dict[str, str]:
 
 
 def test_catalog_url_is_wired_to_a_secret(manifests: Manifests) -> None:
-    expected = "statecore-catalog-db" if manifests.scenario == "external-db" else f"{FULLNAME}-catalog"
+    expected = (
+        "statecore-catalog-db" if manifests.scenario == "external-db" else f"{FULLNAME}-catalog"
+    )
     for where, container in airflow_containers(manifests):
         ref = env_of(container)["STATECORE_CATALOG_URL"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": expected, "key": "connection"}, where
-    assert spark_defaults(manifests)["spark.kubernetes.driver.secretKeyRef.STATECORE_CATALOG_URL"] == f"{expected}:connection"
+    assert (
+        spark_defaults(manifests)["spark.kubernetes.driver.secretKeyRef.STATECORE_CATALOG_URL"]
+        == f"{expected}:connection"
+    )
     if manifests.scenario != "external-db":
         assert "connection" in manifests.get("Secret", expected)["data"]
 
@@ -61,7 +70,10 @@ def test_catalog_url_is_wired_to_a_secret(manifests: Manifests) -> None:
 def test_airflow_secrets_are_wired(manifests: Manifests) -> None:
     external = manifests.scenario == "external-db"
     expected = {
-        "AIRFLOW__CORE__FERNET_KEY": ("airflow-fernet-key" if external else f"{FULLNAME}-fernet-key", "fernet-key"),
+        "AIRFLOW__CORE__FERNET_KEY": (
+            "airflow-fernet-key" if external else f"{FULLNAME}-fernet-key",
+            "fernet-key",
+        ),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": (
             "airflow-metadata-db" if external else f"{FULLNAME}-metadata",
             "connection",
@@ -70,15 +82,22 @@ def test_airflow_secrets_are_wired(manifests: Manifests) -> None:
             "airflow-api-secret-key" if external else f"{FULLNAME}-api-secret-key",
             "api-secret-key",
         ),
-        "AIRFLOW__API_AUTH__JWT_SECRET": ("airflow-jwt-secret" if external else f"{FULLNAME}-jwt-secret", "jwt-secret"),
+        "AIRFLOW__API_AUTH__JWT_SECRET": (
+            "airflow-jwt-secret" if external else f"{FULLNAME}-jwt-secret",
+            "jwt-secret",
+        ),
     }
     for where, container in airflow_containers(manifests):
         env = env_of(container)
         for name, (secret, key) in expected.items():
-            assert env[name]["valueFrom"]["secretKeyRef"] == {"name": secret, "key": key}, f"{where}: {name}"
+            assert env[name]["valueFrom"]["secretKeyRef"] == {"name": secret, "key": key}, (
+                f"{where}: {name}"
+            )
 
 
-def test_bundled_postgres_keeps_metadata_and_catalog_in_separate_databases(rendered: dict[str, Manifests]) -> None:
+def test_bundled_postgres_keeps_metadata_and_catalog_in_separate_databases(
+    rendered: dict[str, Manifests],
+) -> None:
     manifests = rendered["default"]
     sts = manifests.get("StatefulSet", f"{FULLNAME}-postgresql")
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
@@ -86,7 +105,9 @@ def test_bundled_postgres_keeps_metadata_and_catalog_in_separate_databases(rende
     assert env["POSTGRES_USER"]["value"] == "postgres"
     assert (env["METADATA_USER"]["value"], env["METADATA_DB"]["value"]) == ("airflow", "airflow")
     assert (env["CATALOG_USER"]["value"], env["CATALOG_DB"]["value"]) == ("statecore", "statecore")
-    initdb = manifests.get("ConfigMap", f"{FULLNAME}-postgresql-initdb")["data"]["10-statecore-databases.sh"]
+    initdb = manifests.get("ConfigMap", f"{FULLNAME}-postgresql-initdb")["data"][
+        "10-statecore-databases.sh"
+    ]
     for db in ("metadata", "catalog"):
         assert f'CREATE DATABASE :"{db}_db" OWNER :"{db}_user"' in initdb
         assert f'REVOKE ALL ON DATABASE :"{db}_db" FROM PUBLIC' in initdb
@@ -115,9 +136,13 @@ def test_airflow_components_run_their_airflow_3_commands(manifests: Manifests) -
         "dag-processor": ["airflow", "dag-processor"],
         "triggerer": ["airflow", "triggerer"],
     }.items():
-        container = manifests.get("Deployment", f"{FULLNAME}-{component}")["spec"]["template"]["spec"]["containers"][0]
+        container = manifests.get("Deployment", f"{FULLNAME}-{component}")["spec"]["template"][
+            "spec"
+        ]["containers"][0]
         assert container["args"] == args
-    api = manifests.get("Deployment", f"{FULLNAME}-api-server")["spec"]["template"]["spec"]["containers"][0]
+    api = manifests.get("Deployment", f"{FULLNAME}-api-server")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
     assert api["readinessProbe"]["httpGet"]["path"] == "/api/v2/monitor/health"
     service = manifests.get("Service", f"{FULLNAME}-api-server")
     assert service["spec"]["ports"][0]["port"] == 8080
@@ -141,7 +166,11 @@ def test_spark_rbac_lets_the_driver_manage_executors(manifests: Manifests) -> No
         assert verbs <= granted.get(resource, set()), resource
     binding = manifests.get("RoleBinding", f"{FULLNAME}-spark")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    task_account = f"{FULLNAME}-worker" if manifests.scenario == "kubernetes-executor" else f"{FULLNAME}-scheduler"
+    task_account = (
+        f"{FULLNAME}-worker"
+        if manifests.scenario == "kubernetes-executor"
+        else f"{FULLNAME}-scheduler"
+    )
     subjects = {(s["kind"], s["name"], s["namespace"]) for s in binding["subjects"]}
     assert subjects == {
         ("ServiceAccount", f"{FULLNAME}-spark", NAMESPACE),
@@ -177,7 +206,9 @@ def test_cluster_mode_uploads_the_application_beside_the_warehouse(manifests: Ma
 def test_spark_sql_uses_delta(manifests: Manifests) -> None:
     conf = spark_defaults(manifests)
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
-    assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    assert (
+        conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    )
 
 
 def test_kubernetes_executor_has_its_pod_template_and_rbac(rendered: dict[str, Manifests]) -> None:
@@ -185,7 +216,9 @@ def test_kubernetes_executor_has_its_pod_template_and_rbac(rendered: dict[str, M
     cfg = manifests.get("ConfigMap", f"{FULLNAME}-airflow-config")["data"]["airflow.cfg"]
     assert "executor = KubernetesExecutor" in cfg
     assert "pod_template_file = /opt/airflow/pod_templates/pod_template_file.yaml" in cfg
-    (pod,) = [p for p in manifests.embedded_pods() if p["_source"].endswith("pod_template_file.yaml")]
+    (pod,) = [
+        p for p in manifests.embedded_pods() if p["_source"].endswith("pod_template_file.yaml")
+    ]
     assert pod["spec"]["containers"][0]["name"] == "base"
     assert pod["spec"]["serviceAccountName"] == f"{FULLNAME}-worker"
     assert pod["spec"]["nodeSelector"] == {"workload": "airflow-workers"}
@@ -195,12 +228,18 @@ def test_kubernetes_executor_has_its_pod_template_and_rbac(rendered: dict[str, M
     binding = manifests.get("RoleBinding", f"{FULLNAME}-pod-launcher")
     assert binding["subjects"][0]["name"] == f"{FULLNAME}-scheduler"
     scheduler = manifests.get("Deployment", f"{FULLNAME}-scheduler")["spec"]["template"]["spec"]
-    assert any(v.get("configMap", {}).get("name") == f"{FULLNAME}-pod-template" for v in scheduler["volumes"])
+    assert any(
+        v.get("configMap", {}).get("name") == f"{FULLNAME}-pod-template"
+        for v in scheduler["volumes"]
+    )
 
 
 def test_local_executor_has_no_pod_launcher(rendered: dict[str, Manifests]) -> None:
     manifests = rendered["default"]
-    assert "executor = LocalExecutor" in manifests.get("ConfigMap", f"{FULLNAME}-airflow-config")["data"]["airflow.cfg"]
+    assert (
+        "executor = LocalExecutor"
+        in manifests.get("ConfigMap", f"{FULLNAME}-airflow-config")["data"]["airflow.cfg"]
+    )
     assert manifests.find("Role", f"{FULLNAME}-pod-launcher") is None
     assert manifests.find("ConfigMap", f"{FULLNAME}-pod-template") is None
 
@@ -215,10 +254,14 @@ def test_pvc_warehouse_is_mounted_in_airflow_and_spark_pods(rendered: dict[str, 
         key = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.warehouse.options.claimName"
         assert conf[key] == f"{FULLNAME}-warehouse"
     for where, container in airflow_containers(manifests):
-        assert "/opt/statecore/warehouse" in {m["mountPath"] for m in container["volumeMounts"]}, where
+        assert "/opt/statecore/warehouse" in {m["mountPath"] for m in container["volumeMounts"]}, (
+            where
+        )
 
 
-def test_s3_warehouse_uses_the_object_store_with_secret_credentials(rendered: dict[str, Manifests]) -> None:
+def test_s3_warehouse_uses_the_object_store_with_secret_credentials(
+    rendered: dict[str, Manifests],
+) -> None:
     manifests = rendered["s3-warehouse"]
     data = config(manifests)
     assert data["STATECORE_WAREHOUSE"] == "s3://statecore-warehouse/prod"
@@ -228,7 +271,10 @@ def test_s3_warehouse_uses_the_object_store_with_secret_credentials(rendered: di
     assert conf["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     for role in ("driver", "executor"):
-        assert conf[f"spark.kubernetes.{role}.secretKeyRef.AWS_SECRET_ACCESS_KEY"] == "statecore-s3:AWS_SECRET_ACCESS_KEY"
+        assert (
+            conf[f"spark.kubernetes.{role}.secretKeyRef.AWS_SECRET_ACCESS_KEY"]
+            == "statecore-s3:AWS_SECRET_ACCESS_KEY"
+        )
     for where, container in airflow_containers(manifests):
         ref = env_of(container)["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": "statecore-s3", "key": "AWS_SECRET_ACCESS_KEY"}, where
@@ -236,21 +282,29 @@ def test_s3_warehouse_uses_the_object_store_with_secret_credentials(rendered: di
 
 def test_configuration_changes_roll_the_pods(rendered: dict[str, Manifests]) -> None:
     def checksums(m: Manifests) -> dict[str, str]:
-        return m.get("Deployment", f"{FULLNAME}-scheduler")["spec"]["template"]["metadata"]["annotations"]
+        return m.get("Deployment", f"{FULLNAME}-scheduler")["spec"]["template"]["metadata"][
+            "annotations"
+        ]
 
     assert checksums(rendered["default"]) != checksums(rendered["s3-warehouse"])
 
 
-def test_airflow_reads_the_rendered_configuration(rendered: dict[str, Manifests], tmp_path: Path) -> None:
+def test_airflow_reads_the_rendered_configuration(
+    rendered: dict[str, Manifests], tmp_path: Path
+) -> None:
     """Airflow 3.3 itself parses the airflow.cfg the chart renders and finds nothing to lint."""
     airflow = Path(sys.executable).with_name("airflow")
     if not airflow.exists():
         pytest.skip("Airflow is not installed in this environment")
     cfg = tmp_path / "airflow.cfg"
-    cfg.write_text(rendered["default"].get("ConfigMap", f"{FULLNAME}-airflow-config")["data"]["airflow.cfg"])
+    cfg.write_text(
+        rendered["default"].get("ConfigMap", f"{FULLNAME}-airflow-config")["data"]["airflow.cfg"]
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW_CONFIG=str(cfg))
-    lint = subprocess.run([str(airflow), "config", "lint"], capture_output=True, text=True, env=env, timeout=120)
+    lint = subprocess.run(
+        [str(airflow), "config", "lint"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert "No issues found" in lint.stdout, lint.stdout + lint.stderr
 
 
@@ -263,11 +317,21 @@ def test_live_lookups_bind_the_pod_ip_and_only_the_release_reaches_executors(
         manifests.get("ConfigMap", f"{FULLNAME}-config")["data"]["spark-pod-template.yaml"]
     )
     [spark] = template["spec"]["containers"]
-    assert {"name": "STATECORE_LIVE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in spark["env"]
+    assert {
+        "name": "STATECORE_LIVE_HOST",
+        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+    } in spark["env"]
     policy = manifests.get("NetworkPolicy", f"{FULLNAME}-spark-executors")["spec"]
-    assert policy["podSelector"]["matchLabels"] == {"spark-role": "executor", "app.kubernetes.io/instance": RELEASE}
-    assert template["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE  # executors match
+    assert policy["podSelector"]["matchLabels"] == {
+        "spark-role": "executor",
+        "app.kubernetes.io/instance": RELEASE,
+    }
+    assert (
+        template["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    )  # executors match
     assert policy["policyTypes"] == ["Ingress"]
-    assert policy["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/instance": RELEASE}}}]}]
+    assert policy["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/instance": RELEASE}}}]}
+    ]
     off = helm_template("--set", "spark.liveLookups.networkPolicy=false")
     assert off.returncode == 0 and "kind: NetworkPolicy" not in off.stdout

@@ -104,6 +104,17 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
+{{/* STATECORE_INPUT: the input location without a trailing slash; empty when not set. */}}
+{{- define "statecore.inputLocation" -}}
+{{- $location := .Values.statecore.input.location -}}
+{{- if ne $location "/" }}{{ $location | trimSuffix "/" }}{{ else }}{{ $location }}{{ end -}}
+{{- end -}}
+
+{{/* "true" when the input is a path on its own claim, mounted read-only at that path. */}}
+{{- define "statecore.inputOnClaim" -}}
+{{- if and .Values.statecore.input.existingClaim (hasPrefix "/" .Values.statecore.input.location) }}true{{ end -}}
+{{- end -}}
+
 {{- define "statecore.warehouseClaim" -}}
 {{- default (printf "%s-warehouse" (include "statecore.fullname" .)) .Values.warehouse.pvc.existingClaim -}}
 {{- end -}}
@@ -237,6 +248,12 @@ capabilities:
   persistentVolumeClaim:
     claimName: {{ include "statecore.warehouseClaim" . }}
 {{- end }}
+{{- if include "statecore.inputOnClaim" . }}
+- name: input
+  persistentVolumeClaim:
+    claimName: {{ .Values.statecore.input.existingClaim }}
+    readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "statecore.airflowVolumeMounts" -}}
@@ -258,6 +275,14 @@ capabilities:
 {{- if eq .Values.warehouse.type "pvc" }}
 - name: warehouse
   mountPath: {{ .Values.warehouse.pvc.mountPath }}
+{{- end }}
+{{- if include "statecore.inputOnClaim" . }}
+- name: input
+  mountPath: {{ include "statecore.inputLocation" . }}
+  readOnly: true
+  {{- with .Values.statecore.input.subPath }}
+  subPath: {{ . }}
+  {{- end }}
 {{- end }}
 {{- end -}}
 
