@@ -16,7 +16,7 @@ from statecore.cli.demo import airflow_environment
 from statecore.config import StatecoreConfig
 from tests.airflow.dagrun import REPO, run_dags
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def statecore(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

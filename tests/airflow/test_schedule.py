@@ -15,7 +15,7 @@ from statecore.ops.runs import RUN, SKIP, plan_batch_run
 from tests.airflow.dagrun import run_dags
 from tests.ops.statebuilder import Table, value_rows, write_checkpoint
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 SKIPPED = {"check": "skipped", "clickstream": "skipped"}
 
