@@ -14,7 +14,7 @@
     statecore state apply JOB --sql "UPDATE|DELETE ..." [--from REF] [--name N] [--target DIR]
     statecore diff JOB A B [--examples N]
     statecore check JOB --against REF [--function module:Class] [--allow-not-restored]
-    statecore sql "SELECT ..." [--job J] [--checkpoint ID | --savepoint REF]
+    statecore sql "SELECT ..." [--job J] [--checkpoint ID | --savepoint REF] [--engine spark]
     statecore catalog recover JOB [--dry-run]
     statecore unlock JOB
 
@@ -143,6 +143,13 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     sql.add_argument("--job")
     sql.add_argument("--checkpoint", type=int, help="checkpoint id (default: the latest)")
     sql.add_argument("--savepoint", help="savepoint folder, or name with --job")
+    sql.add_argument(
+        "--engine",
+        choices=("duckdb", "spark"),
+        default="duckdb",
+        help="duckdb (embedded, sandboxed; the default) or spark (Spark SQL with delta-spark, "
+        "for states larger than one machine; needs the Delta JARs: make jars)",
+    )
     sql.set_defaults(run=commands.sql)
 
 

@@ -280,17 +280,17 @@ def _estimate(
 def sql(args: argparse.Namespace, config: StatecoreConfig) -> str:
     from statecore.query.sql import run_sql
 
+    points = {"job": args.job, "checkpoint_id": args.checkpoint, "savepoint": args.savepoint}
     with Catalog.connect(config.catalog_url) as catalog:
-        return format_table(
-            run_sql(
-                catalog,
-                args.query,
-                job=args.job,
-                checkpoint_id=args.checkpoint,
-                savepoint=args.savepoint,
-            ),
-            args.format,
-        )
+        if getattr(args, "engine", "duckdb") == "spark":
+            from statecore.spark.session import build_session
+            from statecore.spark.sql import run_spark_sql
+
+            spark = build_session(app_name="statecore-sql", warehouse=config.warehouse)
+            rows = run_spark_sql(spark, catalog, args.query, **points)
+        else:
+            rows = run_sql(catalog, args.query, **points)
+        return format_table(rows, args.format)
 
 
 def catalog(args: argparse.Namespace, config: StatecoreConfig) -> str:

@@ -1,8 +1,8 @@
 """The PySpark runtime (``pyspark`` is used only here and in ``jobs/``).
 
 The driver API (``keyed_process``, ``keyed_process_batches``, ``keyed_stream``,
-``keyed_stream_batches``; ``build_session``, statecore's one Spark session builder) loads on
-first use, so a Spark
+``keyed_stream_batches``; ``build_session``, statecore's one Spark session builder;
+``state_views``, Spark SQL over a checkpoint's state) loads on first use, so a Spark
 task's Python worker, which imports only :mod:`statecore.spark.executor`, never loads the
 driver's catalog and planning code.
 """
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from statecore.spark.keyed import KeyedRun, keyed_process, keyed_process_batches
     from statecore.spark.session import build_session
+    from statecore.spark.sql import state_views
     from statecore.spark.stream import keyed_stream, keyed_stream_batches
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "keyed_stream",
     "keyed_stream_batches",
     "build_session",
+    "state_views",
 ]
 
 
@@ -29,6 +31,10 @@ def __getattr__(name: str) -> Any:
         from statecore.spark import session
 
         return session.build_session
+    if name == "state_views":
+        from statecore.spark import sql
+
+        return sql.state_views
     if name in ("keyed_stream", "keyed_stream_batches"):
         from statecore.spark import stream
 
