@@ -132,34 +132,28 @@ def read_probes(probe_dir: Path) -> list[dict[str, Any]]:
 
 
 def spark_session(master: str, app: str) -> Any:
-    """A session on ``master``, every address on the loopback, executors on this venv's Python
-    with the repository importable; jobs wait until both executors registered."""
-    from pyspark.sql import SparkSession
+    """statecore's session (:func:`~statecore.spark.session.build_session`: the driver on the
+    loopback for a master on this machine, Delta's JARs) on ``master``, executors on this venv's
+    Python with the repository importable; jobs wait until both executors registered."""
+    from statecore.spark.session import build_session
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
-        .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
-        .config("spark.executor.memory", "768m")
-        .config("spark.executor.cores", "1")
-        .config("spark.cores.max", "2")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.executorEnv.PYTHONPATH", str(REPO))
-        .config("spark.executorEnv.SPARK_LOCAL_IP", "127.0.0.1")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
-        .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
-    )
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.driver.extraJavaOptions": JVM_OPTIONS,
+        "spark.executor.extraJavaOptions": JVM_OPTIONS,
+        "spark.executor.memory": "768m",
+        "spark.executor.cores": "1",
+        "spark.cores.max": "2",
+        "spark.pyspark.python": sys.executable,
+        "spark.executorEnv.PYTHONPATH": str(REPO),
+        "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
+        "spark.python.worker.reuse": "true",
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
+    }
+    return build_session(master=master, app_name=app, config=conf, log_level="ERROR")
 
 
 def backend_options(backend: str) -> Any:
