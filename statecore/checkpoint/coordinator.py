@@ -114,8 +114,8 @@ class CheckpointCoordinator:
         one with another ``input_identity``)."""
         from statecore.keygroups import compute_default_max_parallelism
 
-        existing = {j.name: j for j in self.catalog.list_jobs()}.get(self.job)
-        base = self.catalog.latest_checkpoint(self.job) if existing else None
+        existing = self.catalog.find_job(self.job)
+        base = self.catalog.latest_restorable(self.job) if existing else None
         check_catalog_not_behind(self.config, self.catalog, self.job, latest=base)
         p = parallelism or (existing.parallelism if existing else default_parallelism)
         stored_max = (
@@ -160,13 +160,13 @@ class CheckpointCoordinator:
         ``participants`` (the run's sinks) past the effects of every checkpoint after it
         (also of one that failed, but whose rollback failed)."""
         if participants:
-            completed = self.catalog.latest_checkpoint_id(self.job)
+            completed = self.catalog.highest_completed_id(self.job)
             for participant in participants:
                 participant.roll_back(completed, self.fence)
         abandoned = self.catalog.list_checkpoints(self.job, status=CheckpointStatus.IN_PROGRESS)
         if not abandoned:
             return []
-        base = self.catalog.latest_checkpoint(self.job)
+        base = self.catalog.latest_restorable(self.job)
         schemas = {(s.operator, s.name): s.schema for s in self.catalog.list_states(self.job)}
         for t in base.tables if base else ():
             schema = schemas.get((t.operator, t.state))
@@ -328,7 +328,7 @@ class CheckpointCoordinator:
         rollback or of the catalog (logged too)."""
         if participants and not isinstance(exc, ConcurrentRunError):
             try:
-                completed = self.catalog.latest_checkpoint_id(self.job)
+                completed = self.catalog.highest_completed_id(self.job)
             except Exception as error:  # the next run rolls them back first
                 _attach(exc, f"job {self.job}: no rollback (the catalog failed: {error!r})")
             else:

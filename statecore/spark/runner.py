@@ -200,7 +200,7 @@ class KeyedRunner:
         """Take the job's lease (held until the run ends), resolve what a writer that is gone
         left behind, and restore a savepoint if asked, under the lease."""
         job = self.job
-        if job.job not in {j.name for j in catalog.list_jobs()}:
+        if not catalog.has_job(job.job):
             if job.restore_from is not None:  # registered as the savepoint's
                 register_savepoint_job(
                     catalog, job.restore_from, job=job.job, parallelism=job.parallelism
@@ -436,10 +436,8 @@ def _retain(catalog: Catalog, job: str, retain: int) -> None:
 
 def _is_complete(catalog: Catalog, job: str, checkpoint_id: int) -> bool:
     """Whether the run is a replay (then a savepoint to restore from was restored already)."""
-    if job not in {j.name for j in catalog.list_jobs()}:
-        return False
-    done = [c for c in catalog.list_checkpoints(job) if c.checkpoint_id == checkpoint_id]
-    return bool(done) and done[0].status in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
+    status = catalog.checkpoint_status(job, checkpoint_id)
+    return status in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
 
 
 def _live_endpoints(

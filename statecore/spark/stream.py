@@ -298,8 +298,7 @@ def _checkpoint_id_base(config: StatecoreConfig, job: str, checkpoint_location: 
             )
         return int(data["checkpoint_id_base"])
     with Catalog.connect(config.catalog_url) as catalog:
-        known = job in {j.name for j in catalog.list_jobs()}
-        latest = catalog.latest_checkpoint_id(job) if known else None
+        latest = catalog.highest_completed_id(job) if catalog.has_job(job) else None
     base = 0 if latest is None else latest + 1
     fs.create_dir(root, recursive=True)
     with fs.open_output_stream(f"{path}.tmp") as out:
