@@ -245,21 +245,14 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     demo.add_argument("--parallelism", type=int, default=2)
     demo.add_argument("--backend", default="heap")
     demo.add_argument("--project", default=".", help="the folder holding dags/ and jobs/")
-    demo.set_defaults(run=commands.demo)
-
-
-_HOME_HELP = (
-    "the statecore home (default: STATECORE_HOME, else the nearest .statecore folder here or "
-    "in a parent folder, else ~/.statecore)"
-)
     demo.add_argument(
         "--day",
         type=_iso_date,
         help="only write one more day of sample input (then trigger stateful_pipeline for it)",
     )
+    demo.set_defaults(run=commands.demo)
 
 
-def _global_options(parser: argparse.ArgumentParser, *, default: object = None) -> None:
 def _iso_date(text: str) -> date:
     try:
         return date.fromisoformat(text)
@@ -267,6 +260,13 @@ def _iso_date(text: str) -> date:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
 
 
+_HOME_HELP = (
+    "the statecore home (default: STATECORE_HOME, else the nearest .statecore folder here or "
+    "in a parent folder, else ~/.statecore)"
+)
+
+
+def _global_options(parser: argparse.ArgumentParser, *, default: object = None) -> None:
     parser.add_argument("--home", default=default, help=_HOME_HELP)
     parser.add_argument(
         "--catalog-url", default=default, help="SQLAlchemy URL of the checkpoint catalog"
