@@ -23,27 +23,29 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import duckdb
 import pyarrow as pa
 from duckdb_extensions import import_extension
 
-from statecore.catalog import Catalog, CheckpointRecord, TableVersion
+from statecore.catalog import Catalog, TableVersion
 from statecore.checkpoint.points import (
     RestorePoint,
-    checkpoint_point,
-    load_savepoint,
-    resolve_point,
 )
 from statecore.errors import (
-    CheckpointNotFoundError,
     ConfigError,
     CorruptSnapshotError,
-    JobNotFoundError,
     UnknownStateError,
 )
-from statecore.snapshot.changelog import CHANGE_CHECKPOINT, CHANGES, TOMBSTONE
+from statecore.query.views import (
+    CATALOG_SCHEMA,
+    catalog_listings,
+    checkpoint_points,
+    query_points,
+    state_views_of,
+    view_names,
+)
+from statecore.snapshot.changelog import CHANGE_CHECKPOINT, TOMBSTONE
 from statecore.snapshot.rewrite import missing_log_entries
 from statecore.snapshot.storage import S3Settings
 
@@ -230,12 +232,6 @@ def scan_errors(tables: Sequence[TableVersion]) -> Iterator[None]:
         raise corrupt from exc
 
 
-def view_names(tables: Sequence[TableVersion]) -> list[str]:
-    """The view name of each table: its state name, or ``<operator>.<state>`` when ambiguous."""
-    names = [t.state for t in tables]
-    return [t.state if names.count(t.state) == 1 else f"{t.operator}.{t.state}" for t in tables]
-
-
 @dataclass(frozen=True)
 class StateViews:
     """An in-memory DuckDB connection with the views of some checkpoints or savepoints."""
@@ -297,61 +293,13 @@ def state_scan(table: TableVersion, changes: TableVersion | None) -> str:
 
 def _add_views(con: duckdb.DuckDBPyConnection, point: RestorePoint) -> list[str]:
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(point.job)}")
-    views = []
-    changes = {(t.operator, t.state): t for t in point.tables if t.table_kind == CHANGES}
-    tables = [t for t in point.tables if t.table_kind != CHANGES]
-    for table, view in zip(tables, view_names(tables)):
-        pending = (
-            changes.get((table.operator, table.state)) if table.table_kind == "keyed" else None
-        )
+    views = state_views_of(point)
+    for view in views:
         con.execute(
-            f"CREATE OR REPLACE VIEW {ident(point.job)}.{ident(view)} AS "
-            f"{state_scan(table, pending)}"
+            f"CREATE OR REPLACE VIEW {ident(view.schema)}.{ident(view.name)} AS "
+            f"{state_scan(view.table, view.pending)}"
         )
-        views.append(f"{point.job}.{view}")
-    return views
-
-
-def _register(
-    con: duckdb.DuckDBPyConnection,
-    name: str,
-    rows: list[dict[str, Any]],
-    empty: dict[str, pa.DataType],
-) -> None:
-    table = (
-        pa.Table.from_pylist(rows)
-        if rows
-        else pa.table({column: pa.array([], t) for column, t in empty.items()})
-    )
-    con.register(f"_{name}", table)
-    con.execute(f"CREATE VIEW statecore.{name} AS SELECT * FROM _{name}")
-
-
-_LATENCY_COLUMNS = {
-    "job": pa.string(),
-    "checkpoint_id": pa.int64(),
-    "state": pa.string(),
-    "access": pa.string(),
-    "samples": pa.int64(),
-    "p50_us": pa.float64(),
-    "p95_us": pa.float64(),
-    "p99_us": pa.float64(),
-}
-
-
-def _latency_rows(checkpoint: CheckpointRecord) -> list[dict[str, Any]]:
-    """``statecore.state_latency``: the checkpoint's latency percentiles per state and access."""
-    return [
-        {
-            "job": checkpoint.job,
-            "checkpoint_id": checkpoint.checkpoint_id,
-            "state": state,
-            "access": access,
-            **{k: p[k] for k in ("samples", "p50_us", "p95_us", "p99_us")},
-        }
-        for state, accesses in checkpoint.metrics.get("latency", {}).items()
-        for access, p in accesses.items()
-    ]
+    return [view.qualified for view in views]
 
 
 def open_point_views(points: Sequence[RestorePoint], catalog: Catalog | None = None) -> StateViews:
@@ -371,71 +319,20 @@ def _open_point_views(
     for point in points:
         with scan_errors(point.tables):
             views += _add_views(con, point)
-    con.execute("CREATE SCHEMA IF NOT EXISTS statecore")
-    checkpoints: list[dict[str, Any]] = []
-    savepoints: list[dict[str, Any]] = []
-    latency: list[dict[str, Any]] = []
-    if catalog is not None:
-        for job in catalog.list_jobs():
-            for c in catalog.list_checkpoints(job.name):
-                checkpoints.append(_checkpoint_row(c))
-                latency += _latency_rows(c)
-        savepoints = [
-            {
-                "job": s.job,
-                "name": s.name,
-                "reason": s.reason,
-                "source_checkpoint": s.source_checkpoint,
-                "parallelism": s.parallelism,
-                "max_parallelism": s.max_parallelism,
-                "rows": s.rows,
-                "bytes": s.bytes,
-                "created_at": s.created_at,
-                "path": s.path,
-            }
-            for s in catalog.list_savepoints()
-        ]
-    _register(con, "checkpoints", checkpoints, {"job": pa.string(), "checkpoint_id": pa.int64()})
-    _register(con, "savepoints", savepoints, {"job": pa.string(), "name": pa.string()})
-    _register(con, "state_latency", latency, _LATENCY_COLUMNS)
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_SCHEMA}")
+    for listing in catalog_listings(catalog):
+        con.register(f"_{listing.name}", listing.rows)
+        con.execute(f"CREATE VIEW {CATALOG_SCHEMA}.{listing.name} AS SELECT * FROM _{listing.name}")
     spill = tempfile.mkdtemp(prefix="statecore-sql-")
     sandbox(con, [t.path for p in points for t in p.tables], temp_directory=spill)
     return StateViews(con, {p.job: p for p in points}, tuple(views), spill)
-
-
-def _checkpoint_row(c: CheckpointRecord) -> dict[str, Any]:
-    return {
-        "job": c.job,
-        "checkpoint_id": c.checkpoint_id,
-        "kind": c.kind.name,
-        "status": c.status.name,
-        "parallelism": c.parallelism,
-        "max_parallelism": c.max_parallelism,
-        "rows": c.total_rows,
-        "bytes": c.total_bytes,
-        "completed_at": c.completed_at,
-    }
 
 
 def open_views(
     catalog: Catalog, *, jobs: Sequence[str] | None = None, checkpoint_id: int | None = None
 ) -> StateViews:
     """Views for ``jobs`` (all when ``None``) at their latest or the given checkpoint."""
-    if jobs is None:
-        jobs = [j.name for j in catalog.list_jobs()]
-    for job in jobs:
-        catalog.get_job(job)  # JobNotFoundError names the known jobs
-    if checkpoint_id is not None and len(jobs) != 1:
-        known = [j.name for j in catalog.list_jobs()]
-        raise ConfigError(f"--checkpoint needs exactly one job; known jobs: {known}")
-    points = []
-    for job in jobs:
-        try:
-            points.append(checkpoint_point(catalog, job, checkpoint_id))
-        except CheckpointNotFoundError:
-            if checkpoint_id is not None:
-                raise
-    return open_point_views(points, catalog)
+    return open_point_views(checkpoint_points(catalog, jobs, checkpoint_id), catalog)
 
 
 def run_sql(
@@ -448,28 +345,8 @@ def run_sql(
 ) -> pa.Table:
     """Run ``query`` over the views of ``job`` (or every job) at a checkpoint, or over a
     savepoint (a name of ``job``'s or a folder)."""
-    if job is not None and not (savepoint and "/" in savepoint):
-        catalog.get_job(job)  # JobNotFoundError names the known jobs
-    if savepoint is not None:
-        if checkpoint_id is not None:
-            raise ConfigError("give --checkpoint or --savepoint, not both")
-        if "/" not in savepoint and job is None:
-            raise ConfigError(f"savepoint {savepoint!r} is a name: give --job too (or a folder)")
-        point = (
-            load_savepoint(savepoint)
-            if "/" in savepoint
-            else resolve_point(catalog, job or "", savepoint)
-        )
-        views = open_point_views([point], catalog)
-    else:
-        if job is None and checkpoint_id is not None:
-            jobs = [j.name for j in catalog.list_jobs()]
-            if len(jobs) != 1:
-                raise ConfigError(f"--checkpoint needs --job (known jobs: {jobs})")
-            job = jobs[0]
-        if job is None and not catalog.list_jobs():
-            raise JobNotFoundError("no job has been checkpointed yet; run a job first")
-        views = open_views(catalog, jobs=[job] if job else None, checkpoint_id=checkpoint_id)
+    points = query_points(catalog, job=job, checkpoint_id=checkpoint_id, savepoint=savepoint)
+    views = open_point_views(points, catalog)
     try:
         return views.sql(query)
     finally:
