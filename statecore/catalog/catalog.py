@@ -308,14 +308,9 @@ class Catalog:
         timeout: timedelta = DEFAULT_LEASE_TIMEOUT,
         stale_after: timedelta | None = None,
     ) -> MaintenanceLock:
-        """Hold ``job`` for ``operation`` until ``timeout`` from now (renew it to keep it), with
-        a new fencing epoch, one more than any before.
-
-        A lease that is held is taken over only once it expired, once it is older than
-        ``stale_after``, or when its holder is a process of this host that is gone; otherwise
-        :class:`ConcurrentRunError` (:class:`MaintenanceLockedError` when a maintenance
-        operation holds it) names the holder.
-        """
+        """Hold ``job`` for ``operation``: :meth:`LeaseStore.acquire
+        <statecore.catalog.leases.LeaseStore.acquire>` (a new fencing epoch; who may take
+        over a held lease)."""
         return self.leases.acquire(
             job, operation=operation, owner=owner, timeout=timeout, stale_after=stale_after
         )

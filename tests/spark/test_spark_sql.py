@@ -431,7 +431,7 @@ def test_spark_sql_session_builder_settings(spark: Any, tmp_path: Path) -> None:
 def test_delta_spark_jars_are_resolved_once_from_the_pom() -> None:
     folder = Path(sys.prefix) / "jars"
     if not (folder / ".statecore-jars.json").exists():
-        pytest.skip("make jars has not run")
+        pytest.skip("the Delta JARs are not in .venv/jars: run `make jars` (make test does)")
     stamp = json.loads((folder / ".statecore-jars.json").read_text())
     assert any(j.startswith("delta-spark_4.2_2.13-") for j in stamp["jars"])
     assert any(j.startswith("spark-sql-kafka-0-10_2.13-") for j in stamp["jars"])
