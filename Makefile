@@ -57,8 +57,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
+# pytest as two processes side by side (scripts/pytest_groups.py, tests/conftest.py's --group):
+# jvm (the one local Spark session, standalone cluster and S3 server of the run) and rest (all
+# other tests), each logged to build/tests/<group>.log and printed whole once both ended; fails
+# when either fails. A plain `$(PY) -m pytest` still runs everything in one process.
 test: setup lint chromium postgres jars
-	$(PY) -m pytest -q
+	$(PY) scripts/pytest_groups.py
 
 # The JVM side (Delta Lake for Spark 4.2, the Kafka source), pinned in jars/pom.xml and resolved
 # by Maven into $(VENV)/jars, where statecore's Spark session builder finds them; the Dockerfile

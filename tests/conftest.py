@@ -1,4 +1,12 @@
-"""Shared fixtures: one local Spark session per test run, and an isolated statecore home."""
+"""Shared fixtures: one local Spark session per test run, and an isolated statecore home.
+
+``--group`` splits a run in two that ``make test`` runs side by side: ``jvm``, the tests whose
+fixtures reach the in-process Spark session or another JVM or server the run starts once
+(:data:`JVM_FIXTURES`), and ``rest``, all the others (Airflow and Spark in subprocesses of their
+own, the CLI, the backends, Helm...). Only one of the two owns the Spark session, the cluster
+and the S3 server, so each is still started once per ``make test``. Without ``--group`` a run
+takes every test.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +21,36 @@ import pytest
 from statecore.config import StatecoreConfig
 
 REPO = Path(__file__).resolve().parents[1]
+
+GROUPS = ("jvm", "rest")
+JVM_FIXTURES = frozenset({"spark", "cluster", "s3_server"})
+"""The session fixtures owning what a test run starts once: the local Spark session
+(``spark``), the standalone cluster (``tests/cluster``), the S3 server (``tests/object_store``)."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--group",
+        choices=GROUPS,
+        default=None,
+        help="only the tests of one group: jvm (their fixtures reach spark, cluster or "
+        "s3_server) or rest (all the others); make test runs both at once",
+    )
+
+
+def group_of(item: pytest.Item) -> str:
+    """``jvm`` when the item's fixture closure holds one of :data:`JVM_FIXTURES`, else ``rest``."""
+    return "jvm" if JVM_FIXTURES & set(getattr(item, "fixturenames", ())) else "rest"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    group = config.getoption("--group")
+    if group is None:
+        return
+    kept = [item for item in items if group_of(item) == group]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if group_of(item) != group])
+        items[:] = kept
 
 
 @pytest.fixture

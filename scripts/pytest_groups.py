@@ -1,0 +1,145 @@
+"""``make test``'s pytest: the suite as two pytest processes side by side, one per group of
+``tests/conftest.py`` (``--group``): ``jvm`` (the tests of the run's one local Spark session,
+standalone cluster and S3 server) and ``rest`` (everything else). On two cores the JVM tests
+and the Airflow and subprocess tests overlap instead of following each other.
+
+Each group writes to its own log (``--logs``, default ``build/tests/<group>.log``); a line every
+few minutes tells how far each got. Once both ended, both logs are printed whole (each with its
+summary and ``--durations``), then each group's exit code and wall time. The exit code is 0 only
+when both groups passed. Ctrl-C reaches both pytest processes (one process group), which tear
+their fixtures down; SIGTERM is passed on to them as SIGINT for the same reason.
+
+    .venv/bin/python scripts/pytest_groups.py [--logs DIR] [-- extra pytest arguments]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+__all__ = ["GROUPS", "main"]
+
+GROUPS = ("jvm", "rest")
+REPO = Path(__file__).resolve().parents[1]
+PROGRESS = re.compile(rb"\[\s*(\d+)%\]")
+REPORT_EVERY = 300.0
+STOP_GRACE = 120.0
+
+
+@dataclass
+class Group:
+    name: str
+    log: Path
+    process: subprocess.Popen[bytes]
+    out: IO[bytes]
+    began: float = field(default_factory=time.monotonic)
+    seconds: float | None = None
+
+    def progress(self) -> str:
+        """How far the group got: pytest's last ``[ nn%]``, or how it ended."""
+        if self.seconds is not None:
+            return f"done (exit {self.process.returncode})"
+        found = PROGRESS.findall(self.log.read_bytes()[-4000:])
+        return f"{int(found[-1])}%" if found else "collecting"
+
+
+def start(name: str, logs: Path, extra: list[str]) -> Group:
+    log = logs / f"{name}.log"
+    out = log.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", f"--group={name}", *extra],
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    return Group(name, log, process, out)
+
+
+def wait(groups: list[Group]) -> None:
+    """Until every group ended, noting each one's wall time; a progress line now and then."""
+    began = time.monotonic()
+    next_report = began + REPORT_EVERY
+    while any(g.seconds is None for g in groups):
+        time.sleep(1)
+        for group in groups:
+            if group.seconds is None and group.process.poll() is not None:
+                group.seconds = time.monotonic() - group.began
+                group.out.close()
+        if time.monotonic() >= next_report:
+            next_report += REPORT_EVERY
+            minutes = (time.monotonic() - began) / 60
+            states = ", ".join(f"{g.name} {g.progress()}" for g in groups)
+            print(f"pytest groups, {minutes:.0f} min: {states}", flush=True)
+
+
+def stop(groups: list[Group], *, forward: bool) -> None:
+    """Let the groups end after an interrupt: pytest tears its fixtures down on SIGINT, which
+    Ctrl-C gave every process of the group already (``forward``: give it now, after SIGTERM).
+    One still running ``STOP_GRACE`` seconds later gets SIGINT again, later SIGKILL."""
+    steps: list[signal.Signals | None] = [signal.SIGINT if forward else None, signal.SIGINT]
+    for signum in [*steps, signal.SIGKILL]:
+        running = [g for g in groups if g.process.poll() is None]
+        if not running:
+            return
+        for group in running:
+            if signum is not None:
+                group.process.send_signal(signum)
+        deadline = time.monotonic() + STOP_GRACE
+        for group in running:
+            try:
+                group.process.wait(timeout=max(deadline - time.monotonic(), 1))
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--logs", type=Path, default=REPO / "build" / "tests")
+    parser.add_argument("pytest_args", nargs="*", help="passed on to both pytest processes")
+    args = parser.parse_args(argv)
+    args.logs.mkdir(parents=True, exist_ok=True)
+
+    terminated = False
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        nonlocal terminated
+        terminated = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    began = time.monotonic()
+    print(f"pytest: groups {' and '.join(GROUPS)} side by side, logs in {args.logs}/", flush=True)
+    groups = [start(name, args.logs, args.pytest_args) for name in GROUPS]
+    interrupted = False
+    try:
+        wait(groups)
+    except KeyboardInterrupt:
+        interrupted = True
+        stop(groups, forward=terminated)
+    total = time.monotonic() - began
+    for group in groups:
+        if not group.out.closed:
+            group.out.close()
+        print(f"\n{'=' * 30} pytest --group={group.name} {'=' * 30}", flush=True)
+        sys.stdout.buffer.write(group.log.read_bytes())
+        sys.stdout.flush()
+    print(f"\n{'=' * 30} pytest groups {'=' * 30}")
+    for group in groups:
+        seconds = group.seconds if group.seconds is not None else total
+        print(f"{group.name}: exit {group.process.returncode}, {seconds / 60:.1f} min")
+    print(f"both: {total / 60:.1f} min" + (" (interrupted)" if interrupted else ""))
+    if interrupted:
+        return 130
+    return 0 if all(g.process.returncode == 0 for g in groups) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
