@@ -109,14 +109,14 @@ def test_watch_and_stop_a_running_query(tmp_path: Path) -> None:
 
         _wait(first_checkpoint, 400, "the first micro-batch", query)
         _data(home, days=1, start_day=2)  # arrives while it runs: the sensor waits for it
-        [stop] = run_dags(home, [("streaming_query_stop", {"timeout_seconds": 120})])
+        [stop] = run_dags(home, [("streaming_query_stop", {"timeout_seconds": 300})])
         assert stop["tasks"] == {"drain": "success", "caught_up": "success", "stop": "success"}
         caught_up = stop["xcom"]["caught_up"]
         assert caught_up["lag_files"] == 0 and caught_up["processed_files"] == 2
         # micro-batches of ticks only (no records, no timer due) make no checkpoint
         assert caught_up["last_checkpoint"] <= caught_up["committed_batch"]
         assert stop["xcom"]["stop"]["state"] == STOPPED
-        assert query.wait(timeout=120) == 0
+        assert query.wait(timeout=300) == 0
     finally:
         if query.poll() is None:
             os.killpg(query.pid, signal.SIGKILL)

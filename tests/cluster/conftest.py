@@ -18,7 +18,7 @@ import pytest
 
 from .standalone import REPO, StandaloneCluster, daemon_env
 
-DRIVER_TIMEOUT = 300
+DRIVER_TIMEOUT = 480
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ drivers do)."""
 WORKER_TIMEOUT = 15
 """Seconds without a heartbeat after which the master declares a worker dead (Spark: 60); the
 workers send one every quarter of it, so master and workers both get it."""
-START_TIMEOUT = 90.0
+START_TIMEOUT = 180.0
 
 
 def free_port() -> int:

@@ -29,7 +29,8 @@ from tests.faults.scenario import (
 
 from .job import executor_of, read_probes
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+# A scenario's drivers get DRIVER_TIMEOUT each: room for two beyond pytest's 10 minutes.
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def lost_or_doubled(

@@ -79,7 +79,7 @@ def start_paused(
         env=env,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while not (pause / "paused").exists():
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
@@ -91,7 +91,7 @@ def start_paused(
 def finish(process: subprocess.Popen[bytes], pause: Path) -> None:
     """Let the paused run go on, and wait until it succeeded."""
     (pause / "go").touch()
-    _, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=300)
     assert process.returncode == 0, err.decode()
 
 

@@ -75,7 +75,7 @@ def _start(config: StatecoreConfig, spec: dict[str, Any]) -> subprocess.Popen[st
 
 def _wait_for_run(config: StatecoreConfig, operation: str, proc: subprocess.Popen[str]) -> str:
     """The owner of the run's lease, once the other process holds it."""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     with Catalog.connect(config.catalog_url) as catalog:
         while time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()
@@ -128,7 +128,7 @@ def test_concurrent_second_run_fails_and_the_first_keeps_every_update(
     with pytest.raises(ConcurrentRunError, match="'run 1'"):  # another id: the same
         concurrent_run.run(spark, _spec(config, 2, SECOND), config=config)
     gate.touch()
-    _, err = first.communicate(timeout=180)
+    _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     assert _state(config) == {"a": 4, "b": 2, "c": 4}
     assert _output(config) == [("a", 1), ("a", 4), ("b", 2), ("c", 4)]
@@ -175,7 +175,7 @@ def test_fencing_a_stale_writer_taken_over_commits_nothing(
     assert run.checkpoint.status is CheckpointStatus.COMPLETED and not run.replayed
     stale.send_signal(signal.SIGCONT)
     gate.touch()
-    _, err = stale.communicate(timeout=180)
+    _, err = stale.communicate(timeout=300)
     assert stale.returncode != 0 and "ConcurrentRunError" in err, err[-3000:]
     assert _state(config) == {"a": 10, "d": 20}
     assert _output(config) == [("a", 10), ("d", 20)]
@@ -192,7 +192,7 @@ def test_crash_before_completion_is_rolled_back_and_failed_by_the_next_run(
     run.output.count()
     dead = _start(config, _spec(config, 2, SECOND, die_before_complete=True))
     processes.append(dead)
-    dead.communicate(timeout=180)
+    dead.communicate(timeout=300)
     assert dead.returncode == 17  # its output and state tables committed, the catalog not
     assert ("a", 14) in _output(config)
     with Catalog.connect(config.catalog_url) as catalog:

@@ -265,7 +265,7 @@ def test_stream_rate_source_with_processing_time_trigger(spark, statecore_home, 
         parallelism=2,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while len(completed(statecore_home, "rate")) < 3 and time.monotonic() < deadline:
             assert query.exception() is None, query.exception()
             time.sleep(0.5)
@@ -360,7 +360,7 @@ def test_stream_processing_time_timer_fires_without_data(spark, statecore_home, 
         processing_time=clock,
     )
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180
         while not completed(statecore_home, "ping") and time.monotonic() < deadline:
             time.sleep(0.2)  # the record's micro-batch: a timer at 3000
         seen = len(query.recentProgress)
