@@ -66,7 +66,10 @@ def statecore_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Statecore
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The one Spark session of the test run (``local[2]``, statecore's session builder: Delta
-    Lake when ``make jars`` has run, loopback), its workers on this interpreter."""
+    Lake when ``make jars`` has run, loopback), its workers on this interpreter. Delta rebuilds
+    a table's snapshot (the state at a version) in 2 partitions instead of its default 50, as
+    shuffles take 2: the tests' tables are small, and a 2-core machine ran 50 tasks per
+    ``VERSION AS OF`` read."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
@@ -79,6 +82,7 @@ def spark() -> Iterator[Any]:
         config={
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
+            "spark.databricks.delta.snapshotPartitions": "2",
             "spark.driver.memory": "2g",
         },
         log_level="ERROR",
