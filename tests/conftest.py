@@ -2,7 +2,7 @@
 
 ``--group`` splits a run in two that ``make test`` runs side by side: ``jvm``, the tests whose
 fixtures reach the in-process Spark session or another JVM or server the run starts once
-(:data:`JVM_FIXTURES`), and ``rest``, all the others (Airflow and Spark in subprocesses of their
+(``tests/groups.py``), and ``rest``, all the others (Airflow and Spark in subprocesses of their
 own, the CLI, the backends, Helm...). Only one of the two owns the Spark session, the cluster
 and the S3 server, so each is still started once per ``make test``. Without ``--group`` a run
 takes every test.
@@ -19,13 +19,9 @@ from typing import Any
 import pytest
 
 from statecore.config import StatecoreConfig
+from tests.groups import GROUPS, group_of, jvm_group_only
 
 REPO = Path(__file__).resolve().parents[1]
-
-GROUPS = ("jvm", "rest")
-JVM_FIXTURES = frozenset({"spark", "cluster", "s3_server"})
-"""The session fixtures owning what a test run starts once: the local Spark session
-(``spark``), the standalone cluster (``tests/cluster``), the S3 server (``tests/object_store``)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,11 +32,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="only the tests of one group: jvm (their fixtures reach spark, cluster or "
         "s3_server) or rest (all the others); make test runs both at once",
     )
-
-
-def group_of(item: pytest.Item) -> str:
-    """``jvm`` when the item's fixture closure holds one of :data:`JVM_FIXTURES`, else ``rest``."""
-    return "jvm" if JVM_FIXTURES & set(getattr(item, "fixturenames", ())) else "rest"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -64,12 +55,13 @@ def statecore_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Statecore
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The one Spark session of the test run (``local[2]``, statecore's session builder: Delta
     Lake when ``make jars`` has run, loopback), its workers on this interpreter. Delta rebuilds
     a table's snapshot (the state at a version) in 2 partitions instead of its default 50, as
     shuffles take 2: the tests' tables are small, and a 2-core machine ran 50 tasks per
     ``VERSION AS OF`` read."""
+    jvm_group_only(request)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p

@@ -16,14 +16,19 @@ from typing import Any
 
 import pytest
 
+from tests.groups import jvm_group_only
+
 from .standalone import REPO, StandaloneCluster, daemon_env
 
 DRIVER_TIMEOUT = 480
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[StandaloneCluster]:
     """The session's standalone cluster, stopped (and killed if need be) at the end."""
+    jvm_group_only(request)
     standalone = StandaloneCluster(tmp_path_factory.mktemp("standalone"))
     try:
         standalone.start()

@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from statecore.config import StatecoreConfig
+from tests.groups import jvm_group_only
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKETS = ("warehouse", "savepoints", "output")
@@ -61,8 +62,9 @@ class S3Server:
 
 
 @pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
+def s3_server(request: pytest.FixtureRequest) -> Iterator[S3Server]:
     """moto's S3 server in a subprocess, bound to 127.0.0.1, with the test buckets."""
+    jvm_group_only(request)
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.object_store.s3_server"],
         cwd=REPO,
