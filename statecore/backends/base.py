@@ -57,16 +57,15 @@ _KG_CACHE_LIMIT = 1 << 20
 class BatchKeySetter(NamedTuple):
     """A backend's way of making the keys of a checked batch current, one record at a time.
 
-    With ``context`` (a backend whose keys are set by assignment), the loop sets
-    ``context.key`` and ``context.key_group`` itself and then calls every one of
-    ``listeners`` (the backend's own list, so a state registered in the middle of the batch,
-    such as a TTL state cleaned up at every record, takes effect from the next record): no
-    call per record otherwise. Without one it calls ``set_key(key, key_group)``.
+    The loop sets ``context.key`` and ``context.key_group`` and then, when ``listeners`` is
+    not empty, calls each of them: whatever else making a key current takes (RocksDB's key
+    prefix, a TTL state cleaned up at every record). ``listeners`` is the backend's own list,
+    so a state registered in the middle of a batch takes effect from the next record. A heap
+    backend without such states costs the loop no call per record.
     """
 
-    context: KeyContext | None
+    context: KeyContext
     listeners: list[Callable[[], None]]
-    set_key: Callable[[Key, int], None]
 
 
 def snapshot_schema(key_type: TypeInfo, descriptor: StateDescriptor) -> pa.Schema:
@@ -97,11 +96,6 @@ class KeyedStateBackend(ABC):
 
     incremental_ttl_cleanup: ClassVar[bool] = False
     """Whether :meth:`_cleanup_incrementally` purges expired entries (heap: yes)."""
-
-    keys_by_assignment: ClassVar[bool] = True
-    """Whether making a checked key current is no more than setting :attr:`key_context`'s
-    ``key`` and ``key_group`` and calling the key listeners (false for a backend that derives
-    more from the key, such as RocksDB's key prefix): see :meth:`batch_key_setter`."""
 
     def __init__(
         self,
@@ -169,25 +163,15 @@ class KeyedStateBackend(ABC):
         """How a task's record loop makes each key of a batch current, once the backend
         checked the batch's key groups (:meth:`check_key_groups`); see :class:`BatchKeySetter`.
         """
-        if self.keys_by_assignment:
-            return BatchKeySetter(self.key_context, self._key_listeners, self.set_checked_key)
-        return BatchKeySetter(None, self._key_listeners, self.set_checked_key)
+        return BatchKeySetter(self.key_context, self._key_listeners)
 
-    def set_checked_key(self, key: Key, key_group: int) -> None:
-        """Make ``key`` current, its ``key_group`` given and already range-checked with the
-        rest of its batch (:meth:`check_key_groups`). The range check and hashing are left
-        out; whatever else making a key current does (per-record TTL cleanup, a backend's key
-        prefix) is not, including for states registered in the middle of a batch."""
-        context = self.key_context
-        context.key = key
-        context.key_group = key_group
-        if self._key_listeners:
-            for listener in self._key_listeners:
-                listener()
+    def _add_key_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` whenever a key is made current, from the next record on."""
+        self._key_listeners.append(listener)
 
     def check_key_groups(self, key_groups: pa.Array, keys: Sequence[Key]) -> None:
         """Check a batch's key groups (computed by Spark, no nulls) once, before its records
-        are made current with :meth:`set_checked_key`: every one is this backend's, else
+        are made current as :meth:`batch_key_setter` says: every one is this backend's, else
         :class:`KeyGroupOutOfRangeError` for the first key outside its range."""
         if len(key_groups) == 0:
             return
@@ -232,7 +216,7 @@ class KeyedStateBackend(ABC):
             if ttl.cleanup is CleanupStrategy.INCREMENTAL and self.incremental_ttl_cleanup:
                 cleanup = self._incremental_cleanup_of(storage)
                 if ttl.run_cleanup_for_every_record:
-                    self._key_listeners.append(cleanup)
+                    self._add_key_listener(cleanup)
             state = create_ttl_state(raw, storage, self.ttl_time_provider, cleanup)
             self._ttl[descriptor.name] = storage
         self._descriptors[descriptor.name] = descriptor

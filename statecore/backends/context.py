@@ -3,7 +3,7 @@
 A backend owns one :class:`KeyContext`; the runtime makes a key current only through the
 backend (``set_current_key``, which checks the key group and, for RocksDB, encodes the key's
 prefix; or, per record of a batch whose key groups the backend checked once,
-``set_checked_key``), and the backend's states and its timer service read the context on every
+its batch key-setter), and the backend's states and its timer service read the context on every
 access instead of the backend's private fields.
 
 >>> context = KeyContext()

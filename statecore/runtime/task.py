@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statecore.backends.base import BatchKeySetter, KeyedStateBackend, snapshot_schema
+from statecore.backends.context import KeyContext
 from statecore.backends.heap import HeapKeyedStateBackend
 from statecore.backends.operator import OperatorStateStore
 from statecore.backends.timers import Timer, timers_schema
@@ -45,6 +46,7 @@ from statecore.runtime.snapshots import (
     TableUris,
     table_uri,
 )
+from statecore.runtime.spellings import PYFLINK_HINTS
 from statecore.runtime.vectorized import KeyedBatch, KeyedBatchFunction, group_by_key
 from statecore.snapshot import TIMERS
 from statecore.snapshot.changelog import ChangelogConfig
@@ -138,15 +140,16 @@ class KeyedOperatorTask:
         if self.restore_timers:
             for key_group, rows in restore.timer_rows(backend.key_group_range, backend.key_type):
                 backend.timer_service.restore_key_group(key_group, rows)
-        if isinstance(self.function, CheckpointedFunction):
-            self.function.initialize_state(
-                FunctionInitializationContext(
-                    is_restored=restore.is_restored,
-                    operator_state_store=self.operator_state,
-                    keyed_state_store=self.runtime_context,
+        with PYFLINK_HINTS:
+            if isinstance(self.function, CheckpointedFunction):
+                self.function.initialize_state(
+                    FunctionInitializationContext(
+                        is_restored=restore.is_restored,
+                        operator_state_store=self.operator_state,
+                        keyed_state_store=self.runtime_context,
+                    )
                 )
-            )
-        self.function.open(self.runtime_context)
+            self.function.open(self.runtime_context)
         keyed, operator = set(backend.descriptors), set(self.operator_state.state_names)
         if keyed & operator:
             raise StateDescriptorConflictError(
@@ -191,9 +194,19 @@ class KeyedOperatorTask:
         """
         times = repeat(None) if timestamps is None else timestamps
         rows = ((k, g, r, t) for (k, g, r), t in zip(records, times))
-        setter = BatchKeySetter(None, [], self.backend.set_current_key)  # key groups unchecked
-        with self.batch_guard:
-            return self._run(rows, setter)
+        with self.batch_guard, PYFLINK_HINTS:
+            return self._run(rows, self._unchecked_setter())
+
+    def _unchecked_setter(self) -> BatchKeySetter:
+        """For keys whose groups no one checked (or computed): each record's key made current
+        through the backend's ``set_current_key``, which checks (or computes) its group."""
+        scratch = KeyContext()
+        set_current_key = self.backend.set_current_key
+
+        def make_current() -> None:
+            set_current_key(scratch.key, scratch.key_group)
+
+        return BatchKeySetter(scratch, [make_current])
 
     def _run(self, rows: Iterable[Row], setter: BatchKeySetter) -> list[Any]:
         """The record loop: each row's key made current as the backend's ``setter`` says,
@@ -202,19 +215,15 @@ class KeyedOperatorTask:
         extend = out.extend
         process = self._per_record_function().process_element
         ctx = self.context
-        context, listeners, set_key = setter
+        context, listeners = setter
         tracker, sample_at, interval = self._sampling()
-        n = 0
-        for key, key_group, record, timestamp in rows:
-            if context is None:
-                set_key(key, key_group)  # type: ignore[arg-type]
-            else:
-                context.key = key
-                context.key_group = key_group
-                if listeners:
-                    for listener in listeners:
-                        listener()
-            ctx.current_key = key
+        n = -1
+        for n, (key, key_group, record, timestamp) in enumerate(rows):
+            context.key = ctx.current_key = key
+            context.key_group = key_group
+            if listeners:
+                for listener in listeners:
+                    listener()
             ctx.timestamp = timestamp
             if n == sample_at:
                 sample_at += interval
@@ -223,7 +232,7 @@ class KeyedOperatorTask:
                 result = process(record, ctx)
                 if result is not None:
                     extend(result)
-            n += 1
+        n += 1
         ctx.timestamp = None
         self.records += n
         self._sampled_up_to(sample_at, n)
@@ -272,11 +281,11 @@ class KeyedOperatorTask:
             backend.check_key_groups(groups, keys)
             setter = backend.batch_key_setter()
         else:  # not computed by Spark: the backend computes them
-            setter = BatchKeySetter(None, [], backend.set_current_key)
+            setter = self._unchecked_setter()
         times: Iterable[int | None] = (
             repeat(None) if event_time is None else event_time_millis(batch.column(event_time))
         )
-        with self.batch_guard:
+        with self.batch_guard, PYFLINK_HINTS:
             return self._run(zip(keys, groups.to_pylist(), records, times), setter)
 
     def _record_type(self, names: list[str]) -> type:
@@ -320,12 +329,12 @@ class KeyedOperatorTask:
     # -- timers ----------------------------------------------------------------------------
     def advance_watermark(self, watermark: int) -> list[Any]:
         """Advance the event-time watermark; the outputs of the timers that fired."""
-        with self.batch_guard:
+        with self.batch_guard, PYFLINK_HINTS:
             return self._on_timers(self.backend.timer_service.advance_watermark(watermark))
 
     def advance_processing_time(self, now: int | None = None) -> list[Any]:
         """Fire the processing-time timers due at ``now`` (default: the backend's clock)."""
-        with self.batch_guard:
+        with self.batch_guard, PYFLINK_HINTS:
             return self._on_timers(self.backend.timer_service.advance_processing_time(now))
 
     def _on_timers(self, timers: Iterable[Timer]) -> list[Any]:
@@ -347,13 +356,7 @@ class KeyedOperatorTask:
         self, table_uris: TableUris, *, checkpoint_id: int, timestamp: int | None = None
     ) -> list[StateSnapshotResult]:
         """Write what changed; what the committer needs, one result per table."""
-        if isinstance(self.function, CheckpointedFunction):
-            now = self.backend.timer_service.current_processing_time()
-            self.function.snapshot_state(
-                FunctionSnapshotContext(
-                    checkpoint_id=checkpoint_id, timestamp=now if timestamp is None else timestamp
-                )
-            )
+        self.snapshot_function_state(checkpoint_id=checkpoint_id, timestamp=timestamp)
         writer = SnapshotWriter(
             self.backend, self.operator_state, self.restore, self.changelog, self.subtask_index
         )
@@ -362,6 +365,19 @@ class KeyedOperatorTask:
         self.backend.timer_service.mark_snapshotted()
         self.backend.on_snapshot_written(checkpoint_id, writer.written_files(results))
         return results
+
+    def snapshot_function_state(self, *, checkpoint_id: int, timestamp: int | None = None) -> None:
+        """A :class:`CheckpointedFunction`'s ``snapshot_state`` (nothing for other functions),
+        as a snapshot begins; ``timestamp`` defaults to the backend's processing time."""
+        if isinstance(self.function, CheckpointedFunction):
+            now = self.backend.timer_service.current_processing_time()
+            with PYFLINK_HINTS:
+                self.function.snapshot_state(
+                    FunctionSnapshotContext(
+                        checkpoint_id=checkpoint_id,
+                        timestamp=now if timestamp is None else timestamp,
+                    )
+                )
 
     def close(self, *, keep_backend: bool = False) -> None:
         """Close the function, and the backend unless it is ``keep_backend`` (kept warm for

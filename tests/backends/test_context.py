@@ -67,14 +67,40 @@ def test_a_checked_batch_makes_its_keys_current_as_set_current_key_does(
     keys = ["a", "b", "c"]
     groups = [assign_to_key_group(k, 128) for k in keys]
     backend.check_key_groups(pa.array(groups, pa.int32()), keys)
-    context, _listeners, set_key = backend.batch_key_setter()
+    context, listeners = backend.batch_key_setter()
+    assert context is backend.key_context
     for key, key_group in zip(keys, groups, strict=True):
-        if context is None:
-            set_key(key, key_group)
-        else:
-            context.key, context.key_group = key, key_group
+        context.key, context.key_group = key, key_group
+        for listener in listeners:
+            listener()
         made = backend.key_context.save()
         backend.set_current_key(key)
         assert made == backend.key_context.save()
     with pytest.raises(KeyGroupOutOfRangeError, match="key 'z' is in key group 200"):
         backend.check_key_groups(pa.array([3, 200], pa.int32()), ["a", "z"])
+
+
+def test_a_batch_key_of_the_wrong_type_leaves_no_key_current_on_rocksdb() -> None:
+    """RocksDB encodes the prefix in the batch setter's first listener: a key of the wrong
+    type fails there with the backend's error, and no half-set key stays current."""
+    from statecore.backends.rocksdb import RocksDBKeyedStateBackend
+    from statecore.errors import KeyTypeError
+    from statecore.keygroups import KeyGroupRange
+    from statecore.types import TypeInfo
+
+    rocks = RocksDBKeyedStateBackend(
+        key_type=TypeInfo.of(str),
+        key_group_range=KeyGroupRange(0, 127),
+        max_parallelism=128,
+    )
+    try:
+        context, listeners = rocks.batch_key_setter()
+        context.key, context.key_group = 7, assign_to_key_group(7, 128)
+        with pytest.raises(KeyTypeError):
+            for listener in listeners:
+                listener()
+        assert context.key_group is None
+        with pytest.raises(StateAccessError):
+            rocks.get_partitioned_state(ValueStateDescriptor("v", int)).value()
+    finally:
+        rocks.close()

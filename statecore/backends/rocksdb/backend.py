@@ -19,14 +19,20 @@ import logging
 import os
 import struct
 import weakref
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import pyarrow as pa
 import rocksdict
 
-from statecore.backends.base import KeyedStateBackend, Purge, RestoreSource, snapshot_schema
+from statecore.backends.base import (
+    BatchKeySetter,
+    KeyedStateBackend,
+    Purge,
+    RestoreSource,
+    snapshot_schema,
+)
 from statecore.backends.rocksdb.bulk import ingest_key_groups
 from statecore.backends.rocksdb.cache import ValueCache, cached_class
 from statecore.backends.rocksdb.column import StateColumn
@@ -125,6 +131,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._make_prefix = self._layout.prefix_function()
         self._first_kg, self._last_kg = key_group_range.start, key_group_range.end
         self._key_cache: dict[Any, tuple[int, bytes]] = {}
+        self._batch_listeners: list[Callable[[], None]] = [self._encode_current_prefix]
+        """What a batch's loop calls per record (:meth:`batch_key_setter`): the prefix encoder,
+        then the key listeners."""
         self._columns: dict[str, StateColumn] = {}
         self._pending: LocalManifest | None = None
         self._families: set[str] = set()
@@ -288,20 +297,23 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             for listener in self._key_listeners:
                 listener()
 
-    keys_by_assignment = False  # a key's prefix is encoded when it is made current
+    def batch_key_setter(self) -> BatchKeySetter:
+        """The loop assigns the key and its group; the first listener encodes its prefix."""
+        return BatchKeySetter(self.key_context, self._batch_listeners)
 
-    def set_checked_key(self, key: Key, key_group: int) -> None:
-        try:
-            prefix = self._make_prefix(key, key_group)
-        except (AttributeError, TypeError, struct.error, OverflowError) as exc:
-            raise self._key_type_error(key) from exc
+    def _add_key_listener(self, listener: Callable[[], None]) -> None:
+        super()._add_key_listener(listener)
+        self._batch_listeners.append(listener)
+
+    def _encode_current_prefix(self) -> None:
+        """The current key's prefix, once the loop assigned the key and its checked group
+        (a key of the wrong type leaves no key current)."""
         context = self.key_context
-        context.key = key
-        context.key_group = key_group
-        context.prefix = prefix
-        if self._key_listeners:
-            for listener in self._key_listeners:
-                listener()
+        try:
+            context.prefix = self._make_prefix(context.key, context.key_group)  # type: ignore[arg-type]
+        except (AttributeError, TypeError, struct.error, OverflowError) as exc:
+            context.key_group = None
+            raise self._key_type_error(context.key) from exc
 
     def _new_key(self, key: Key) -> tuple[int, bytes]:
         """Key group and prefix of a key not seen recently (then remembered)."""
