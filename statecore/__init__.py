@@ -43,6 +43,7 @@ from statecore.errors import (
     KeyTypeError,
     MaintenanceLockedError,
     MaxParallelismMismatchError,
+    PyFlinkSpellingError,
     ReplayMismatchError,
     SnapshotWriteError,
     StateAccessError,
@@ -62,6 +63,7 @@ from statecore.keygroups import (
     spark_hash,
 )
 from statecore.runtime.functions import (
+    MIN_WATERMARK,
     CheckpointedFunction,
     Context,
     FunctionInitializationContext,
@@ -69,6 +71,9 @@ from statecore.runtime.functions import (
     KeyedProcessFunction,
     OnTimerContext,
     RuntimeContext,
+    TimeDomain,
+    Timer,
+    TimerService,
 )
 from statecore.runtime.vectorized import Aggregate, KeyedBatch, KeyedBatchFunction, RunningAggregate
 from statecore.state import (
@@ -132,10 +137,12 @@ __all__ = [
     "MapStateDescriptor",
     "MaxParallelismMismatchError",
     "MergingState",
+    "MIN_WATERMARK",
     "OnTimerContext",
     "OperatorStateMode",
     "OperatorStateStore",
     "PICKLED",
+    "PyFlinkSpellingError",
     "ReducingState",
     "ReducingStateDescriptor",
     "RocksDBKeyedStateBackend",
@@ -155,6 +162,9 @@ __all__ = [
     "StateVisibility",
     "StatecoreConfig",
     "SystemTimeProvider",
+    "TimeDomain",
+    "Timer",
+    "TimerService",
     "TtlTimeProvider",
     "UnknownStateError",
     "UpdateType",

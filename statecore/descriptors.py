@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
-from statecore.errors import ConfigError
+from statecore.errors import ConfigError, PyFlinkSpelling
 from statecore.ttl.config import StateTtlConfig
 from statecore.types import TypeInfo, TypeSpec
 
@@ -75,6 +75,12 @@ class StateDescriptor:
 
     name: str
     kind: ClassVar[StateKind]
+
+    enable_time_to_live = PyFlinkSpelling(
+        "ValueStateDescriptor(name, type, ttl=StateTtlConfig(ttl=timedelta(...))): "
+        "a TTL is a keyword argument of every descriptor"
+    )
+    get_name = PyFlinkSpelling("descriptor.name (an attribute)")
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():

@@ -25,10 +25,14 @@ names what it is about: the job, operator, state, key group or checkpoint.
     ├── RestoreWouldDiscardError       a restore that would discard later checkpoints
     ├── CatalogBehindWarehouseError    a catalog that is empty or older than the job's tables
     ├── StateRepairError               a repair statement that would break the state's layout
-    └── StateMismatchError             state that differs from the state it must equal
+    ├── StateMismatchError             state that differs from the state it must equal
+    └── PyFlinkSpellingError           a PyFlink spelling on the Pythonic API (also an
+                                       AttributeError and a TypeError): names statecore's
 """
 
 from __future__ import annotations
+
+from typing import Any, NoReturn
 
 __all__ = [
     "StateError",
@@ -54,7 +58,13 @@ __all__ = [
     "CatalogBehindWarehouseError",
     "StateRepairError",
     "StateMismatchError",
+    "PyFlinkSpellingError",
+    "PyFlinkSpelling",
+    "COMING_FROM_PYFLINK",
 ]
+
+COMING_FROM_PYFLINK = "see the README, 'Coming from PyFlink'"
+"""Where a :class:`PyFlinkSpellingError` sends the reader."""
 
 
 class StateError(Exception):
@@ -153,3 +163,42 @@ class StateRepairError(StateError):
 
 class StateMismatchError(StateError):
     """State that differs from the state it must equal, e.g. after a rescale versus before."""
+
+
+class PyFlinkSpellingError(StateError, AttributeError, TypeError):
+    """A PyFlink spelling used on statecore's Pythonic API (``ctx.get_current_key()``,
+    ``ctx.timer_service()``, ``descriptor.enable_time_to_live(...)``): the message names
+    statecore's spelling. An ``AttributeError`` where statecore has no such name (so ``hasattr``
+    is false), a ``TypeError`` where the name exists but is no method (``ctx.timestamp()``)."""
+
+
+class PyFlinkSpelling:
+    """A class attribute standing for a name PyFlink has and statecore spells otherwise:
+    reading it, from the class or an instance, raises :class:`PyFlinkSpellingError` naming
+    statecore's spelling. It costs the other names of the class nothing (a ``__getattr__``
+    would make every attribute read of a slotted class slower).
+
+    >>> class Context:
+    ...     get_current_key = PyFlinkSpelling("ctx.current_key (an attribute)")
+    >>> Context().get_current_key()
+    Traceback (most recent call last):
+    ...
+    statecore.errors.PyFlinkSpellingError: Context.get_current_key is PyFlink's spelling; \
+statecore spells it ctx.current_key (an attribute) (see the README, 'Coming from PyFlink')
+    >>> hasattr(Context(), "get_current_key")
+    False
+    """
+
+    def __init__(self, statecore: str) -> None:
+        self.statecore = statecore
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> NoReturn:
+        cls = owner or type(instance)
+        raise PyFlinkSpellingError(
+            f"{cls.__name__}.{self.name} is PyFlink's spelling; statecore spells it "
+            f"{self.statecore} ({COMING_FROM_PYFLINK})"
+        )

@@ -26,12 +26,17 @@ from __future__ import annotations
 import enum
 import heapq
 from collections.abc import Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 import pyarrow as pa
 
 from statecore.backends.context import KeyContext
-from statecore.errors import CorruptSnapshotError, StateAccessError
+from statecore.errors import (
+    COMING_FROM_PYFLINK,
+    CorruptSnapshotError,
+    PyFlinkSpellingError,
+    StateAccessError,
+)
 from statecore.keygroups import Key, KeyGroupRange
 from statecore.state import VOID_NAMESPACE
 from statecore.ttl.time import TtlTimeProvider
@@ -51,8 +56,16 @@ MIN_WATERMARK = -(1 << 63)
 
 
 class TimeDomain(enum.Enum):
+    """Which clock a timer follows (``ctx.time_domain`` in ``on_timer``)."""
+
     EVENT_TIME = "event_time"
     PROCESSING_TIME = "processing_time"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise PyFlinkSpellingError(
+            "ctx.time_domain() is PyFlink's spelling; statecore spells it ctx.time_domain "
+            f"(an attribute, {self}) ({COMING_FROM_PYFLINK})"
+        )
 
 
 class Timer(NamedTuple):
@@ -153,6 +166,13 @@ class TimerService:
         }
         self._dirty: set[int] = set()
         self._watermark = MIN_WATERMARK
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise PyFlinkSpellingError(
+            "ctx.timer_service() is PyFlink's spelling; statecore spells it ctx.timer_service "
+            "(a property): ctx.timer_service.register_event_time_timer(ts) "
+            f"({COMING_FROM_PYFLINK})"
+        )
 
     # -- what user code calls (for the current key) ----------------------------------------
     def current_watermark(self) -> int:

@@ -1,7 +1,10 @@
 """The keyed runtime: what user code implements, and one parallel instance that runs it.
 
-- :mod:`~statecore.runtime.functions`: ``KeyedProcessFunction``, its contexts and
-  ``CheckpointedFunction`` (re-exported here: ``from statecore.runtime import ...``).
+- :mod:`~statecore.runtime.functions`: ``KeyedProcessFunction``, its contexts,
+  ``CheckpointedFunction`` and the timer names a function uses (``TimerService``, ``TimeDomain``,
+  ``Timer``, ``MIN_WATERMARK``), re-exported here: ``from statecore.runtime import ...``.
+- :mod:`~statecore.runtime.spellings`: PyFlink's call spellings of statecore attributes
+  (``ctx.timestamp()``) turned into errors that name statecore's.
 - :mod:`~statecore.runtime.vectorized`: the Arrow-batch API (also ``statecore.vectorized``).
 - :mod:`~statecore.runtime.task`: one parallel instance over its key-group range, independent
   of Spark.
@@ -9,6 +12,7 @@
 """
 
 from statecore.runtime.functions import (
+    MIN_WATERMARK,
     CheckpointedFunction,
     Context,
     FunctionInitializationContext,
@@ -16,6 +20,9 @@ from statecore.runtime.functions import (
     KeyedProcessFunction,
     OnTimerContext,
     RuntimeContext,
+    TimeDomain,
+    Timer,
+    TimerService,
 )
 
 __all__ = [
@@ -26,4 +33,8 @@ __all__ = [
     "CheckpointedFunction",
     "FunctionInitializationContext",
     "FunctionSnapshotContext",
+    "MIN_WATERMARK",
+    "TimeDomain",
+    "Timer",
+    "TimerService",
 ]

@@ -12,6 +12,13 @@ where the runtime has already made the record's key current:
 ...         self.total.update(self.total.value() + value.amount)
 ...         yield ctx.current_key, self.total.value()
 
+The names a function uses are exported here and from ``statecore.runtime`` (and the package
+root): the contexts, :class:`~statecore.backends.timers.TimerService`, ``TimeDomain`` (what
+``ctx.time_domain`` is in ``on_timer``) and ``MIN_WATERMARK`` (the watermark before any event
+time). PyFlink's spellings of them (``ctx.get_current_key()``, ``ctx.timer_service()``,
+``runtime_context.get_index_of_this_subtask()``) raise
+:class:`~statecore.errors.PyFlinkSpellingError` naming statecore's.
+
 A function that also implements :class:`CheckpointedFunction` gets ``initialize_state()`` before
 ``open()`` (with the operator state store and whether the job was restored) and
 ``snapshot_state()`` before each checkpoint.
@@ -26,7 +33,7 @@ from typing import Any
 
 from statecore.backends.base import KeyedStateBackend
 from statecore.backends.operator import OperatorStateStore
-from statecore.backends.timers import TimeDomain, TimerService
+from statecore.backends.timers import MIN_WATERMARK, TimeDomain, Timer, TimerService
 from statecore.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -35,7 +42,7 @@ from statecore.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
-from statecore.errors import StateAccessError
+from statecore.errors import PyFlinkSpelling, StateAccessError
 from statecore.runtime.latency import LatencyTracker
 from statecore.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
 
@@ -47,6 +54,10 @@ __all__ = [
     "CheckpointedFunction",
     "FunctionInitializationContext",
     "FunctionSnapshotContext",
+    "MIN_WATERMARK",
+    "TimeDomain",
+    "Timer",
+    "TimerService",
 ]
 
 
@@ -76,6 +87,15 @@ class RuntimeContext:
     @property
     def max_parallelism(self) -> int:
         return self.backend.max_parallelism
+
+    get_index_of_this_subtask = PyFlinkSpelling("runtime_context.subtask_index (an attribute)")
+    get_number_of_parallel_subtasks = PyFlinkSpelling("runtime_context.parallelism (an attribute)")
+    get_max_number_of_parallel_subtasks = PyFlinkSpelling(
+        "runtime_context.max_parallelism (a property)"
+    )
+    get_task_name = PyFlinkSpelling(
+        "runtime_context.operator (the operator's name; runtime_context.job is the job's)"
+    )
 
     def _state(self, descriptor: StateDescriptor, expected: type[StateDescriptor]) -> State:
         if not isinstance(descriptor, expected):
@@ -107,6 +127,8 @@ class Context:
     record's event time (epoch ms, ``None`` without an event-time column) and the timers."""
 
     __slots__ = ("_backend", "timestamp", "current_key")
+
+    get_current_key = PyFlinkSpelling("ctx.current_key (an attribute set per record)")
 
     def __init__(self, backend: KeyedStateBackend) -> None:
         self._backend = backend

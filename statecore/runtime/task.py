@@ -46,6 +46,7 @@ from statecore.runtime.snapshots import (
     TableUris,
     table_uri,
 )
+from statecore.runtime.spellings import PYFLINK_HINTS
 from statecore.runtime.vectorized import KeyedBatch, KeyedBatchFunction, group_by_key
 from statecore.snapshot import TIMERS
 from statecore.snapshot.changelog import ChangelogConfig
@@ -139,15 +140,16 @@ class KeyedOperatorTask:
         if self.restore_timers:
             for key_group, rows in restore.timer_rows(backend.key_group_range, backend.key_type):
                 backend.timer_service.restore_key_group(key_group, rows)
-        if isinstance(self.function, CheckpointedFunction):
-            self.function.initialize_state(
-                FunctionInitializationContext(
-                    is_restored=restore.is_restored,
-                    operator_state_store=self.operator_state,
-                    keyed_state_store=self.runtime_context,
+        with PYFLINK_HINTS:
+            if isinstance(self.function, CheckpointedFunction):
+                self.function.initialize_state(
+                    FunctionInitializationContext(
+                        is_restored=restore.is_restored,
+                        operator_state_store=self.operator_state,
+                        keyed_state_store=self.runtime_context,
+                    )
                 )
-            )
-        self.function.open(self.runtime_context)
+            self.function.open(self.runtime_context)
         keyed, operator = set(backend.descriptors), set(self.operator_state.state_names)
         if keyed & operator:
             raise StateDescriptorConflictError(
@@ -192,7 +194,7 @@ class KeyedOperatorTask:
         """
         times = repeat(None) if timestamps is None else timestamps
         rows = ((k, g, r, t) for (k, g, r), t in zip(records, times))
-        with self.batch_guard:
+        with self.batch_guard, PYFLINK_HINTS:
             return self._run(rows, self._unchecked_setter())
 
     def _unchecked_setter(self) -> BatchKeySetter:
@@ -283,7 +285,7 @@ class KeyedOperatorTask:
         times: Iterable[int | None] = (
             repeat(None) if event_time is None else event_time_millis(batch.column(event_time))
         )
-        with self.batch_guard:
+        with self.batch_guard, PYFLINK_HINTS:
             return self._run(zip(keys, groups.to_pylist(), records, times), setter)
 
     def _record_type(self, names: list[str]) -> type:
@@ -327,12 +329,12 @@ class KeyedOperatorTask:
     # -- timers ----------------------------------------------------------------------------
     def advance_watermark(self, watermark: int) -> list[Any]:
         """Advance the event-time watermark; the outputs of the timers that fired."""
-        with self.batch_guard:
+        with self.batch_guard, PYFLINK_HINTS:
             return self._on_timers(self.backend.timer_service.advance_watermark(watermark))
 
     def advance_processing_time(self, now: int | None = None) -> list[Any]:
         """Fire the processing-time timers due at ``now`` (default: the backend's clock)."""
-        with self.batch_guard:
+        with self.batch_guard, PYFLINK_HINTS:
             return self._on_timers(self.backend.timer_service.advance_processing_time(now))
 
     def _on_timers(self, timers: Iterable[Timer]) -> list[Any]:
@@ -354,13 +356,7 @@ class KeyedOperatorTask:
         self, table_uris: TableUris, *, checkpoint_id: int, timestamp: int | None = None
     ) -> list[StateSnapshotResult]:
         """Write what changed; what the committer needs, one result per table."""
-        if isinstance(self.function, CheckpointedFunction):
-            now = self.backend.timer_service.current_processing_time()
-            self.function.snapshot_state(
-                FunctionSnapshotContext(
-                    checkpoint_id=checkpoint_id, timestamp=now if timestamp is None else timestamp
-                )
-            )
+        self.snapshot_function_state(checkpoint_id=checkpoint_id, timestamp=timestamp)
         writer = SnapshotWriter(
             self.backend, self.operator_state, self.restore, self.changelog, self.subtask_index
         )
@@ -369,6 +365,19 @@ class KeyedOperatorTask:
         self.backend.timer_service.mark_snapshotted()
         self.backend.on_snapshot_written(checkpoint_id, writer.written_files(results))
         return results
+
+    def snapshot_function_state(self, *, checkpoint_id: int, timestamp: int | None = None) -> None:
+        """A :class:`CheckpointedFunction`'s ``snapshot_state`` (nothing for other functions),
+        as a snapshot begins; ``timestamp`` defaults to the backend's processing time."""
+        if isinstance(self.function, CheckpointedFunction):
+            now = self.backend.timer_service.current_processing_time()
+            with PYFLINK_HINTS:
+                self.function.snapshot_state(
+                    FunctionSnapshotContext(
+                        checkpoint_id=checkpoint_id,
+                        timestamp=now if timestamp is None else timestamp,
+                    )
+                )
 
     def close(self, *, keep_backend: bool = False) -> None:
         """Close the function, and the backend unless it is ``keep_backend`` (kept warm for

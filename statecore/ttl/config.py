@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from statecore.errors import ConfigError
+from statecore.errors import ConfigError, PyFlinkSpelling
 
 __all__ = ["UpdateType", "StateVisibility", "CleanupStrategy", "StateTtlConfig"]
 
@@ -47,6 +47,12 @@ class StateTtlConfig:
     cleanup: CleanupStrategy = CleanupStrategy.ON_READ
     cleanup_size: int = 5
     run_cleanup_for_every_record: bool = False
+
+    new_builder = PyFlinkSpelling(
+        "StateTtlConfig(ttl=timedelta(seconds=n), update_type=UpdateType.ON_READ_AND_WRITE, "
+        "visibility=StateVisibility.NEVER_RETURN_EXPIRED, cleanup=CleanupStrategy.FULL_SNAPSHOT)"
+        " (keyword arguments, no builder; the enums are statecore.ttl's)"
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.ttl, timedelta) or self.ttl <= timedelta(0):
