@@ -5,7 +5,8 @@ names what it is about: the job, operator, state, key group or checkpoint.
 
     StateError
     ├── ConfigError                    invalid configuration or arguments
-    │   └── CheckpointOrderError       a checkpoint id below the job's latest completed one
+    │   ├── CheckpointOrderError       a checkpoint id below the job's latest completed one
+    │   └── PyFlinkUnsupportedError    a PyFlink option statecore.pyflink cannot honour
     ├── CatalogError                   a checkpoint catalog that is corrupt or not a catalog
     ├── UnknownStateError              a state name that is not registered
     ├── StateDescriptorConflictError   same name registered with another kind or type
@@ -38,6 +39,7 @@ __all__ = [
     "StateError",
     "ConfigError",
     "CheckpointOrderError",
+    "PyFlinkUnsupportedError",
     "CatalogError",
     "UnknownStateError",
     "StateDescriptorConflictError",
@@ -77,6 +79,12 @@ class ConfigError(StateError, ValueError):
 
 class CheckpointOrderError(ConfigError):
     """A run whose checkpoint id is below the job's latest completed checkpoint: ids increase."""
+
+
+class PyFlinkUnsupportedError(ConfigError, NotImplementedError):
+    """A PyFlink name or option that :mod:`statecore.pyflink` cannot map onto statecore (the
+    RocksDB compaction-filter TTL cleanup, two cleanup strategies at once, a type statecore cannot
+    store): the message says what statecore offers instead."""
 
 
 class CatalogError(StateError):

@@ -1,0 +1,261 @@
+"""PyFlink's ``KeyedProcessFunction`` and ``RuntimeContext`` (``pyflink.datastream.functions``),
+mapped onto statecore's: a function written against PyFlink's API runs in statecore's task
+(the harness, ``keyed_process``, ``keyed_stream``) unchanged.
+
+:class:`KeyedProcessFunction` is a statecore
+:class:`~statecore.runtime.functions.KeyedProcessFunction`. When a PyFlink-style subclass is
+defined, its ``open``, ``process_element`` and ``on_timer`` are wrapped once: ``open`` gets a
+PyFlink :class:`RuntimeContext` around statecore's, ``process_element`` and ``on_timer`` a
+PyFlink context (``ctx.timestamp()``, ``ctx.get_current_key()``, ``ctx.timer_service()``,
+``ctx.time_domain()``) bound to the task's context once, not per record. Per record the wrapper
+costs one call and one identity check; state handles and the timer service are statecore's own.
+
+>>> from statecore.pyflink.common import Types
+>>> from statecore.pyflink.datastream.state import ValueStateDescriptor
+>>> from statecore.testing import KeyedProcessFunctionHarness
+>>> class Count(KeyedProcessFunction):
+...     def open(self, runtime_context: RuntimeContext):
+...         self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+...     def process_element(self, value, ctx: 'KeyedProcessFunction.Context'):
+...         self.count.update((self.count.value() or 0) + 1)
+...         yield ctx.get_current_key(), ctx.timestamp(), self.count.value()
+>>> with KeyedProcessFunctionHarness(Count(), key=lambda e: e[0]) as harness:
+...     harness.process_elements([("a", 1), ("a", 2)], timestamps=[10, 20])
+[('a', 10, 1), ('a', 20, 2)]
+"""
+
+from __future__ import annotations
+
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from statecore.backends.timers import TimeDomain, TimerService
+from statecore.descriptors import AggregateFunction as _AggregateFunction
+from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
+from statecore.pyflink.datastream.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from statecore.runtime import functions as sc
+from statecore.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+
+__all__ = [
+    "Function",
+    "ReduceFunction",
+    "AggregateFunction",
+    "RuntimeContext",
+    "KeyedProcessFunction",
+    "TimeDomain",
+    "TimerService",
+]
+
+
+class Function:
+    """PyFlink's base of user functions: ``open`` and ``close``."""
+
+    def open(self, runtime_context: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ReduceFunction(Function, ABC):
+    """PyFlink's ``ReduceFunction``: combines two values into one."""
+
+    @abstractmethod
+    def reduce(self, value1: Any, value2: Any) -> Any: ...
+
+
+class AggregateFunction(Function, _AggregateFunction[Any, Any, Any]):
+    """PyFlink's ``AggregateFunction`` (``create_accumulator``, ``add``, ``get_result``,
+    ``merge``): statecore's, with ``open`` and ``close``."""
+
+
+def _statecore(descriptor: Any) -> Any:
+    """statecore's descriptor for a PyFlink one (a statecore descriptor passes unchanged)."""
+    return descriptor.to_statecore() if isinstance(descriptor, StateDescriptor) else descriptor
+
+
+class RuntimeContext:
+    """PyFlink's ``RuntimeContext`` around statecore's
+    :class:`~statecore.runtime.functions.RuntimeContext`: state from PyFlink descriptors, and the
+    subtask's getters."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self, context: sc.RuntimeContext) -> None:
+        self._context = context
+
+    def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState:
+        return self._context.get_state(_statecore(state_descriptor))
+
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
+        return self._context.get_list_state(_statecore(state_descriptor))
+
+    def get_map_state(self, state_descriptor: MapStateDescriptor) -> MapState:
+        return self._context.get_map_state(_statecore(state_descriptor))
+
+    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> ReducingState:
+        return self._context.get_reducing_state(_statecore(state_descriptor))
+
+    def get_aggregating_state(
+        self, state_descriptor: AggregatingStateDescriptor
+    ) -> AggregatingState:
+        return self._context.get_aggregating_state(_statecore(state_descriptor))
+
+    def get_task_name(self) -> str:
+        return self._context.operator
+
+    def get_number_of_parallel_subtasks(self) -> int:
+        return self._context.parallelism
+
+    def get_max_number_of_parallel_subtasks(self) -> int:
+        return self._context.max_parallelism
+
+    def get_index_of_this_subtask(self) -> int:
+        return self._context.subtask_index
+
+    def get_attempt_number(self) -> int:
+        """0: statecore retries a run as a new run, restored from the last checkpoint."""
+        return 0
+
+    def get_task_name_with_subtasks(self) -> str:
+        context = self._context
+        return f"{context.operator} ({context.subtask_index + 1}/{context.parallelism})"
+
+    def get_job_parameter(self, key: str, default_value: str) -> str:
+        """``default_value``: statecore jobs have no global job parameters."""
+        return default_value
+
+    def get_metrics_group(self) -> Any:
+        raise PyFlinkUnsupportedError(
+            "runtime_context.get_metrics_group(): statecore has no metric groups; a job's "
+            f"progress and latencies are in its run records ({COMING_FROM_PYFLINK})"
+        )
+
+
+class Context:
+    """PyFlink's ``KeyedProcessFunction.Context``: the element's key, timestamp and timers."""
+
+    __slots__ = ("_ctx", "_timer_service")
+
+    def __init__(self, ctx: sc.Context | None) -> None:
+        self._ctx: Any = ctx
+        self._timer_service = None if ctx is None else ctx.timer_service
+
+    def get_current_key(self) -> Any:
+        return self._ctx.current_key
+
+    def timestamp(self) -> int | None:
+        """The element's event time (epoch ms; ``None`` without one), or the timer's."""
+        return self._ctx.timestamp  # type: ignore[no-any-return]
+
+    def timer_service(self) -> TimerService:
+        return self._timer_service  # type: ignore[return-value]
+
+
+class OnTimerContext(Context):
+    """PyFlink's ``KeyedProcessFunction.OnTimerContext``: also the firing timer's domain."""
+
+    __slots__ = ()
+
+    def time_domain(self) -> TimeDomain:
+        return self._ctx.time_domain  # type: ignore[no-any-return]
+
+
+_UNBOUND = Context(None)
+_UNBOUND_TIMER = OnTimerContext(None)
+_CONTEXTS = ("_pyflink_context", "_pyflink_timer_context")
+
+
+def _bind(function: Any, ctx: Any, kind: type[Context], slot: str) -> Context:
+    """The PyFlink context of the task's ``ctx`` (made once per task context), or ``ctx``
+    itself when it is a PyFlink context already (a ``super()`` call between PyFlink
+    functions)."""
+    if isinstance(ctx, Context):
+        return ctx
+    bound = kind(ctx)
+    function.__dict__[slot] = bound
+    return bound
+
+
+def _adapt_open(user: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(user)
+    def open(self: Any, runtime_context: Any) -> Any:
+        if isinstance(runtime_context, sc.RuntimeContext):
+            runtime_context = RuntimeContext(runtime_context)
+        return user(self, runtime_context)
+
+    return open
+
+
+def _adapt_process_element(user: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(user)
+    def process_element(self: Any, value: Any, ctx: Any) -> Any:
+        context = self._pyflink_context
+        if context._ctx is not ctx:
+            context = _bind(self, ctx, Context, "_pyflink_context")
+        return user(self, value, context)
+
+    return process_element
+
+
+def _adapt_on_timer(user: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(user)
+    def on_timer(self: Any, timestamp: int, ctx: Any) -> Any:
+        context = self._pyflink_timer_context
+        if context._ctx is not ctx:
+            context = _bind(self, ctx, OnTimerContext, "_pyflink_timer_context")
+        return user(self, timestamp, context)
+
+    return on_timer
+
+
+_ADAPTERS = {
+    "open": _adapt_open,
+    "process_element": _adapt_process_element,
+    "on_timer": _adapt_on_timer,
+}
+
+
+class KeyedProcessFunction(sc.KeyedProcessFunction):
+    """PyFlink's ``KeyedProcessFunction``: ``open(runtime_context)``,
+    ``process_element(value, ctx)`` and ``on_timer(timestamp, ctx)`` with PyFlink's contexts
+    (see the module docstring); yield output rows."""
+
+    Context = Context
+    OnTimerContext = OnTimerContext
+
+    _pyflink_context: Any = _UNBOUND
+    _pyflink_timer_context: Any = _UNBOUND_TIMER
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, adapt in _ADAPTERS.items():
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "_pyflink_adapted", False):
+                adapted = adapt(method)
+                adapted._pyflink_adapted = True  # type: ignore[attr-defined]
+                setattr(cls, name, adapted)
+
+    def open(self, runtime_context: Any) -> None:
+        """Declare state here (``runtime_context.get_state(...)``)."""
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        """Handle one element of the current key; yield output rows."""
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
+        """A timer of the current key fired; yield output rows."""
+        return None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The function's attributes without the contexts bound to a task."""
+        return {k: v for k, v in self.__dict__.items() if k not in _CONTEXTS}
