@@ -30,6 +30,7 @@ __all__ = ["GROUPS", "main"]
 GROUPS = ("jvm", "rest")
 REPO = Path(__file__).resolve().parents[1]
 PROGRESS = re.compile(rb"\[\s*(\d+)%\]")
+OUTCOMES = re.compile(rb"[.sxXFE]")
 REPORT_EVERY = 300.0
 STOP_GRACE = 120.0
 
@@ -44,11 +45,15 @@ class Group:
     seconds: float | None = None
 
     def progress(self) -> str:
-        """How far the group got: pytest's last ``[ nn%]``, or how it ended."""
+        """How far the group got: the tests done (pytest's progress characters) and its last
+        ``[ nn%]``, or how it ended."""
         if self.seconds is not None:
             return f"done (exit {self.process.returncode})"
-        found = PROGRESS.findall(self.log.read_bytes()[-4000:])
-        return f"{int(found[-1])}%" if found else "collecting"
+        text = self.log.read_bytes()
+        lines = text.split(b"\n=", 1)[0].splitlines()
+        done = sum(len(OUTCOMES.findall(PROGRESS.sub(b"", line))) for line in lines)
+        found = PROGRESS.findall(text[-4000:])
+        return f"{done} tests done" + (f" ({int(found[-1])}%)" if found else "")
 
 
 def start(name: str, logs: Path, extra: list[str]) -> Group:
