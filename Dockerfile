@@ -11,8 +11,8 @@
 # `pip install --no-deps .` (statecore and its Airflow provider statecore_airflow), the DAGs
 # (dags/), Airflow plugins (plugins/) and PySpark jobs (jobs/), and the JARs cluster-side Spark SQL
 # needs to read and write Delta tables on S3 and to read Kafka (jars/pom.xml, the pom `make jars`
-# resolves for the tests, with its s3a profile: Delta Lake for Spark 4.2, the Kafka source,
-# hadoop-aws + AWS SDK; scripts/resolve_spark_jars.py). The entrypoint is
+# resolves for the tests: Delta Lake for Spark 4.2, the Kafka source,
+# hadoop-aws + the AWS SDK's S3 client; scripts/resolve_spark_jars.py). The entrypoint is
 # scripts/statecore-entrypoint.sh.
 #
 # Build and push (needs network access to PyPI, Debian and Maven Central):
@@ -53,14 +53,14 @@ COPY requirements.lock ./
 RUN python -m venv /opt/venv \
  && pip install --no-deps -r requirements.lock
 
-# The JARs of jars/pom.xml (the pom the tests resolve) with its s3a profile, resolved by Maven and
+# The JARs of jars/pom.xml (the pom the tests resolve), resolved by Maven and
 # added to pyspark's jars/ (see the script); they depend on the lock and the pom only.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends maven \
  && rm -rf /var/lib/apt/lists/*
 COPY jars/pom.xml jars/
 COPY scripts/resolve_spark_jars.py scripts/
-RUN python scripts/resolve_spark_jars.py --s3a --into-pyspark \
+RUN python scripts/resolve_spark_jars.py --into-pyspark \
  && rm -rf /root/.m2
 
 COPY . ./

@@ -1,17 +1,17 @@
-"""Resolve the JARs of ``jars/pom.xml`` (Delta Lake for Spark 4.2, the Kafka source; with
-``--s3a`` also hadoop-aws and its AWS SDK bundle) into one folder, with Maven.
+"""Resolve the JARs of ``jars/pom.xml`` (Delta Lake for Spark 4.2, the Kafka source, S3A:
+hadoop-aws and the AWS SDK's S3 client) into one folder, with Maven.
 
 The pom is the one place the JVM side is pinned: ``make jars`` (a step of ``make test``) runs
 this into ``.venv/jars``, where :func:`statecore.spark.session.build_session` finds them, and the
-Dockerfile runs it with ``--s3a --into-pyspark`` so the image's Spark has them on every
+Dockerfile runs it with ``--into-pyspark`` so the image's Spark has them on every
 classpath. ``mvn dependency:copy-dependencies`` resolves them with their transitive
 dependencies; any artifact pyspark already ships is dropped, so Spark's own versions stay the
 only ones on the classpath. A stamp in the folder records the pom's hash and the JARs it added:
 a second run with the same pom does nothing (no Maven, no download).
 
     python scripts/resolve_spark_jars.py                 # into .venv/jars (sys.prefix/jars)
-    python scripts/resolve_spark_jars.py --s3a --dest DIR
-    python scripts/resolve_spark_jars.py --s3a --into-pyspark   # the image
+    python scripts/resolve_spark_jars.py --dest DIR
+    python scripts/resolve_spark_jars.py --into-pyspark   # the image
 """
 
 from __future__ import annotations
@@ -75,12 +75,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pom", type=Path, default=POM)
     parser.add_argument("--dest", type=Path, default=Path(sys.prefix) / "jars")
     parser.add_argument("--into-pyspark", action="store_true", help="into pyspark's own jars/")
-    parser.add_argument("--s3a", action="store_true", help="add hadoop-aws and the AWS SDK bundle")
     args = parser.parse_args(argv)
     check_pom(args.pom)
     spark_jars = Path(pyspark.__file__).parent / "jars"
     dest: Path = spark_jars if args.into_pyspark else args.dest
-    profiles = ["s3a"] if args.s3a else []
+    profiles: list[str] = []
     digest = hashlib.sha256(args.pom.read_bytes() + repr(profiles).encode()).hexdigest()
     stamp = dest / STAMP
     previous = json.loads(stamp.read_text()) if stamp.exists() else {}
@@ -112,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
             shutil.copy2(jar, dest / jar.name)
             added.append(jar.name)
     stamp.write_text(json.dumps({"pom_sha256": digest, "profiles": profiles, "jars": added}))
-    print(f"{dest}: {len(added)} JARs", *added, sep="\n  ")
+    size = sum((dest / jar).stat().st_size for jar in added)
+    print(f"{dest}: {len(added)} JARs, {size / 1e6:.1f} MB", *added, sep="\n  ")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ their sessions here.
   them.
 - **Loopback**: a local session (``local[...]``, or a standalone master on this machine) binds its
   driver to 127.0.0.1, as ``SPARK_LOCAL_IP`` does for the Makefile's processes.
-- **S3A**, when the warehouse is on ``s3://``: the ``s3``/``s3a`` file systems, credentials,
-  endpoint and path-style access from the environment (:func:`s3a_conf`).
+- **S3A**, when the warehouse is on ``s3://``: the ``s3``/``s3a`` file systems, endpoint, region
+  and path-style access from the environment (:func:`s3a_conf`); credentials stay in the
+  environment, where S3A reads them.
 - ``spark.sql.session.timeZone`` UTC (Delta's timestamps are UTC) unless the caller sets it.
 """
 
@@ -81,12 +82,18 @@ def is_local_master(master: str) -> bool:
 
 
 def s3a_conf(warehouse: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Spark settings to read an ``s3://`` (or ``s3a://``) warehouse with Hadoop's S3A, from
-    ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``),
-    ``STATECORE_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL(_S3)``, ``AWS_REGION`` and
+    """Spark settings to read an ``s3://`` (or ``s3a://``) warehouse with Hadoop's S3A (hadoop-aws
+    and the AWS SDK's S3 client, which ``make jars`` puts in ``.venv/jars``): both schemes are
+    S3A (``fs.s3.impl``, and ``fs.AbstractFileSystem.s3.impl`` for Structured Streaming's
+    checkpoints), so the warehouse URL delta-rs and DuckDB read (``s3://``) is the one Spark
+    reads; ``STATECORE_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL(_S3)``, ``AWS_REGION`` and
     ``STATECORE_S3_PATH_STYLE`` (default: path style when an endpoint is given, as S3-compatible
-    servers want). None for a warehouse elsewhere. Needs hadoop-aws on the classpath (the image
-    has it; locally ``python scripts/resolve_spark_jars.py --s3a``).
+    servers want). Empty for a warehouse elsewhere.
+
+    No credentials: S3A's default chain reads ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``
+    and ``AWS_SESSION_TOKEN`` from the JVM's environment (the driver's is this process's; a
+    cluster's executors get theirs from ``spark.executorEnv.AWS_*``), then an instance's or
+    pod's role. A setting would put them on spark-submit's command line and in Spark's conf.
 
     >>> s3a_conf("/tmp/warehouse")
     {}
@@ -98,7 +105,10 @@ def s3a_conf(warehouse: str, env: Mapping[str, str] | None = None) -> dict[str, 
     if not warehouse.startswith(("s3://", "s3a://")):
         return {}
     s3a = "spark.hadoop.fs.s3a."
-    conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    conf = {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
+    }
     endpoint = (
         env.get("STATECORE_S3_ENDPOINT")
         or env.get("AWS_ENDPOINT_URL_S3")
@@ -114,14 +124,6 @@ def s3a_conf(warehouse: str, env: Mapping[str, str] | None = None) -> dict[str, 
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     if region:
         conf[s3a + "endpoint.region"] = region
-    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
-        conf[s3a + "access.key"] = env["AWS_ACCESS_KEY_ID"]
-        conf[s3a + "secret.key"] = env["AWS_SECRET_ACCESS_KEY"]
-        if env.get("AWS_SESSION_TOKEN"):
-            conf[s3a + "session.token"] = env["AWS_SESSION_TOKEN"]
-            conf[s3a + "aws.credentials.provider"] = (
-                "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
-            )
     return conf
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyspark
 import pytest
 from pyspark.sql import types as T
 
@@ -422,7 +424,10 @@ def test_spark_sql_session_builder_settings(spark: Any, tmp_path: Path) -> None:
     assert s3["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
     assert s3["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert s3["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
-    assert s3["spark.hadoop.fs.s3a.access.key"] == "AKID"
+    assert s3["spark.hadoop.fs.AbstractFileSystem.s3.impl"] == "org.apache.hadoop.fs.s3a.S3A"
+    # credentials stay in the environment (S3A's default chain reads them): none in Spark's conf
+    assert not any(v in ("AKID", "secret") for v in s3.values())
+    assert not any(k.endswith((".access.key", ".secret.key", ".session.token")) for k in s3)
     assert s3a_conf("s3://bucket/w", {})["spark.hadoop.fs.s3a.path.style.access"] == "false"
     with pytest.raises(ConfigError, match="STATECORE_S3_PATH_STYLE"):
         s3a_conf("s3://b/w", {"STATECORE_S3_PATH_STYLE": "maybe"})
@@ -435,7 +440,17 @@ def test_delta_spark_jars_are_resolved_once_from_the_pom() -> None:
     stamp = json.loads((folder / ".statecore-jars.json").read_text())
     assert any(j.startswith("delta-spark_4.2_2.13-") for j in stamp["jars"])
     assert any(j.startswith("spark-sql-kafka-0-10_2.13-") for j in stamp["jars"])
-    assert not any(j.startswith(("hadoop-aws", "bundle-")) for j in stamp["jars"])
+    # S3A: hadoop-aws of pyspark's Hadoop and the AWS SDK's S3 client, not its bundle
+    assert "hadoop-aws-3.5.0.jar" in stamp["jars"]
+    assert any(j.startswith("s3-2.") for j in stamp["jars"])
+    assert not any(j.startswith("bundle-") for j in stamp["jars"])
+
+    # nothing pyspark ships twice (hadoop-client-*, httpclient, netty, slf4j stay Spark's)
+    def artifact(jar: str) -> str:  # delta-storage-4.4.0.jar -> delta-storage
+        return re.sub(r"-\d[\w.+-]*\.jar$", "", jar)
+
+    shipped = {artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    assert not shipped & {artifact(j) for j in stamp["jars"]}
     # a second run with the same pom needs no Maven (none on its PATH) and downloads nothing
     out = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "resolve_spark_jars.py"), "--dest", str(folder)],
