@@ -283,10 +283,12 @@ def sql(args: argparse.Namespace, config: StatecoreConfig) -> str:
     points = {"job": args.job, "checkpoint_id": args.checkpoint, "savepoint": args.savepoint}
     with Catalog.connect(config.catalog_url) as catalog:
         if getattr(args, "engine", "duckdb") == "spark":
-            from statecore.spark.session import build_session
+            from statecore.spark.session import build_session, local_query_conf
             from statecore.spark.sql import run_spark_sql
 
-            spark = build_session(app_name="statecore-sql", warehouse=config.warehouse)
+            spark = build_session(
+                app_name="statecore-sql", config=local_query_conf(), warehouse=config.warehouse
+            )
             rows = run_spark_sql(spark, catalog, args.query, **points)
         else:
             rows = run_sql(catalog, args.query, **points)

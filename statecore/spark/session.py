@@ -220,6 +220,20 @@ def build_session(
     return session
 
 
+def local_query_conf() -> dict[str, str]:
+    """Settings for a short query on a local master (``statecore sql --engine spark`` outside
+    spark-submit): as many partitions as cores, where Spark's defaults (200 shuffle partitions,
+    50 for each Delta snapshot a ``VERSION AS OF`` read rebuilds) would run stages of mostly
+    empty tasks. Under spark-submit, nothing: the submitter's settings stand."""
+    if _submitted_master() is not None:
+        return {}
+    cores = str(os.cpu_count() or 1)
+    return {
+        "spark.sql.shuffle.partitions": cores,
+        "spark.databricks.delta.snapshotPartitions": cores,
+    }
+
+
 def has_delta(spark: Any) -> bool:
     """Whether ``spark`` can read Delta tables (Delta's classes are on its classpath)."""
     try:
