@@ -33,7 +33,8 @@ from statecore.ttl import ManualTimeProvider
 from tests.airflow.dagrun import run_dags
 from tests.spark import ttl_job
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
+# A chain of Airflow runs and a reference run: 30 minutes, as the demo and schedule tests get.
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 DAYS = [date(2026, 1, 1) + timedelta(days=i) for i in range(4)]
 HOUR_MS = 3_600_000
