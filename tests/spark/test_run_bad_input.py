@@ -81,3 +81,28 @@ def test_bad_input_replay_with_other_input_is_refused(
         (1, CheckpointStatus.COMPLETED),
         (2, CheckpointStatus.COMPLETED),
     ]
+
+
+def test_bad_input_replay_of_an_in_memory_dataframe_with_other_rows_is_refused(
+    spark: Any, statecore_home: StatecoreConfig
+) -> None:
+    rows = [("a", 1), ("b", 2), ("a", 3)]
+    done = _run(spark.createDataFrame(rows, "key string, n long"), 1)
+    done.unpersist()
+    assert done.checkpoint.input_identity.startswith("rows:3:")
+    # The same rows in another order and partitioning: the same input, a no-op.
+    again = spark.createDataFrame(rows[::-1], "key string, n long").repartition(3)
+    assert _run(again, 1).replayed
+    for other in ([("a", 1), ("b", 2), ("a", 4)], rows[:2]):  # a changed row, a missing row
+        with pytest.raises(ReplayMismatchError, match=r"is COMPLETED with input rows:3:"):
+            _run(spark.createDataFrame(other, "key string, n long"), 1)
+    # A column of maps (which Spark does not hash) is hashed as JSON.
+    maps = spark.createDataFrame([("a", {"x": 1})], "key string, m map<string, long>")
+    _run(maps.selectExpr("key", "m['x'] AS n", "m"), 2).unpersist()
+    changed = spark.createDataFrame([("a", {"x": 1, "y": 2})], "key string, m map<string, long>")
+    with pytest.raises(ReplayMismatchError, match="checkpoint 2"):
+        _run(changed.selectExpr("key", "m['x'] AS n", "m"), 2)
+    assert _checkpoints(statecore_home) == [
+        (1, CheckpointStatus.COMPLETED),
+        (2, CheckpointStatus.COMPLETED),
+    ]
