@@ -1,5 +1,5 @@
 """statecore.testing: the harness runs a function in the real task, on either backend, without
-Spark; the README's examples run in it."""
+Spark; the examples of docs/testing.md run in it."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from statecore.errors import (
 from statecore.runtime.task import KeyedOperatorTask
 from statecore.testing import KeyedProcessFunctionHarness
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"  # the README's guides, moved there
 BACKENDS = ["heap", "rocksdb"]
 
 Event = namedtuple("Event", "user amount")
@@ -279,9 +279,9 @@ def test_harness_key_selector_function_and_int_keys() -> None:
         assert harness.process_elements([(7, "x"), (-1, "y")]) == [(7, (7, "x")), (-1, (-1, "y"))]
 
 
-def readme_block(heading: str) -> str:
-    """The first ```python block after ``heading`` in the README."""
-    text = README.read_text()
+def readme_block(page: str, heading: str) -> str:
+    """The first ```python block after ``heading`` in ``docs/<page>``."""
+    text = (DOCS / page).read_text()
     start = text.index(heading)
     match = re.search(r"```python\n(.*?)```", text[start:], re.S)
     assert match is not None, heading
@@ -289,20 +289,20 @@ def readme_block(heading: str) -> str:
 
 
 def test_harness_readme_example_runs() -> None:
-    code = readme_block("### Unit-testing a function")
+    code = readme_block("testing.md", "# Unit-testing a function")
     assert "KeyedProcessFunctionHarness" in code and "restore=saved" in code
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(code, str(README), "exec"), namespace)  # the README's own code
+    exec(compile(code, str(DOCS / "testing.md"), "exec"), namespace)  # the docs' own code
     assert namespace["harness"].output == [("ann", 2)]
 
 
 def test_harness_runs_the_readme_running_total_unchanged() -> None:
-    code = readme_block("## Writing a stateful job")
+    code = readme_block("jobs.md", "# Writing a stateful job")
     function_part = code[: code.index("\nrun = keyed_process(")]
     lines = [line for line in function_part.splitlines() if "pyspark" not in line]
     lines = [line for line in lines if "statecore.spark" not in line]
     namespace: dict[str, Any] = {"__name__": "readme_running_total"}
-    exec(compile("\n".join(lines), str(README), "exec"), namespace)
+    exec(compile("\n".join(lines), str(DOCS / "jobs.md"), "exec"), namespace)
     Row = namedtuple("Row", "user_id amount event_type")
     with KeyedProcessFunctionHarness(namespace["RunningTotal"](), key="user_id") as harness:
         harness.process_elements([Row("u", 2.0, "view"), Row("u", 3.5, "buy")])

@@ -33,8 +33,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 JOB = "clicks"
 QUERY = "SELECT key, value FROM clicks.total ORDER BY key"
-"""The README's command: ``statecore sql --engine spark "SELECT key, value FROM clicks.total
-ORDER BY key"``."""
+"""The command of docs/object-storage.md: ``statecore sql --engine spark "SELECT key, value FROM
+clicks.total ORDER BY key"``."""
 CLICKS = {1: {"ann": 3, "bob": 1, "cy": 2}, 2: {"ann": 1, "dee": 5}}
 OUTPUT = T.StructType([T.StructField("user", T.StringType()), T.StructField("n", T.LongType())])
 
@@ -90,8 +90,8 @@ def test_object_store_spark_sql_over_s3(
     assert {t.table_kind for t in latest.tables} >= {"keyed", "changes"}  # pending changes
     assert all(t.path.startswith(f"{s3_home.warehouse}/{JOB}/") for t in latest.tables)
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert f'statecore sql --engine spark "{QUERY}"' in readme  # the command the README shows
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "object-storage.md").read_text()
+    assert f'statecore sql --engine spark "{QUERY}"' in readme  # the command the docs show
     started = time.monotonic()
     spark_sql = statecore("sql", "--engine", "spark", QUERY)
     spark_seconds = time.monotonic() - started
