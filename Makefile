@@ -70,11 +70,13 @@ test-parallel: setup lint chromium postgres jars
 
 # The JVM side (Delta Lake for Spark 4.2, the Kafka source), pinned in jars/pom.xml and resolved
 # by Maven into $(VENV)/jars, where statecore's Spark session builder finds them; the Dockerfile
-# resolves the same pom. Cached: a second run with the same pom downloads nothing.
+# resolves the same pom. The tests' Kafka broker (jars/kafka-broker/pom.xml) goes to a folder of
+# its own, $(VENV)/kafka-broker-jars. Cached: a second run with the same pom downloads nothing.
 jars: $(STAMP)
 	command -v mvn >/dev/null || $(APT) install -y --no-install-recommends maven \
 		|| ($(APT) update && $(APT) install -y --no-install-recommends maven)
 	$(PY) scripts/resolve_spark_jars.py --dest $(VENV)/jars
+	$(PY) scripts/resolve_spark_jars.py --kafka-broker --dest $(VENV)/jars
 
 # The UI tests (tests/airflow/test_ui_page.py) look at the statecore page in a real headless
 # Chromium: Debian's package, installed when missing (as root, or with sudo).

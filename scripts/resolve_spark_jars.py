@@ -12,6 +12,11 @@ a second run with the same pom does nothing (no Maven, no download).
     python scripts/resolve_spark_jars.py                 # into .venv/jars (sys.prefix/jars)
     python scripts/resolve_spark_jars.py --dest DIR
     python scripts/resolve_spark_jars.py --into-pyspark   # the image
+    python scripts/resolve_spark_jars.py --kafka-broker   # the tests' broker
+
+``--kafka-broker`` resolves ``jars/kafka-broker/pom.xml`` (the Kafka broker that ``tests/kafka``
+starts on loopback) into ``.venv/kafka-broker-jars`` instead: a folder of its own, never on
+Spark's classpath, kept whole (its Scala and Jackson are the broker's, not pyspark's).
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ import pyspark
 __all__ = ["artifact_id", "main", "pom_properties"]
 
 POM = Path(__file__).resolve().parents[1] / "jars" / "pom.xml"
+KAFKA_BROKER_POM = POM.parent / "kafka-broker" / "pom.xml"
+KAFKA_BROKER_JARS = "kafka-broker-jars"
+"""The folder of the tests' Kafka broker, beside ``jars`` in the venv."""
 STAMP = ".statecore-jars.json"
 _NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
@@ -75,10 +83,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pom", type=Path, default=POM)
     parser.add_argument("--dest", type=Path, default=Path(sys.prefix) / "jars")
     parser.add_argument("--into-pyspark", action="store_true", help="into pyspark's own jars/")
+    parser.add_argument(
+        "--kafka-broker",
+        action="store_true",
+        help=f"the tests' Kafka broker ({KAFKA_BROKER_POM.name} of jars/kafka-broker) into "
+        f"{KAFKA_BROKER_JARS}/ beside the default --dest, every JAR kept",
+    )
     args = parser.parse_args(argv)
-    check_pom(args.pom)
     spark_jars = Path(pyspark.__file__).parent / "jars"
-    dest: Path = spark_jars if args.into_pyspark else args.dest
+    if args.kafka_broker:
+        args.pom = KAFKA_BROKER_POM
+        dest: Path = args.dest.parent / KAFKA_BROKER_JARS
+    else:
+        check_pom(args.pom)
+        dest = spark_jars if args.into_pyspark else args.dest
     profiles: list[str] = []
     digest = hashlib.sha256(args.pom.read_bytes() + repr(profiles).encode()).hexdigest()
     stamp = dest / STAMP
@@ -103,7 +121,9 @@ def main(argv: list[str] | None = None) -> None:
         dest.mkdir(parents=True, exist_ok=True)
         for jar in previous.get("jars", []):
             (dest / jar).unlink(missing_ok=True)
-        shipped = {artifact_id(p.name) for p in spark_jars.glob("*.jar")}
+        shipped = (
+            set() if args.kafka_broker else {artifact_id(p.name) for p in spark_jars.glob("*.jar")}
+        )
         added = []
         for jar in sorted(Path(tmp).glob("*.jar")):
             if artifact_id(jar.name) in shipped:

@@ -10,9 +10,10 @@ import pytest
 __all__ = ["GROUPS", "JVM_FIXTURES", "group_of", "jvm_group_only"]
 
 GROUPS = ("jvm", "rest")
-JVM_FIXTURES = frozenset({"spark", "cluster", "s3_server"})
+JVM_FIXTURES = frozenset({"spark", "cluster", "s3_server", "kafka_broker"})
 """The session fixtures owning what a test run starts once: the local Spark session
-(``spark``), the standalone cluster (``tests/cluster``), the S3 server (``tests/object_store``)."""
+(``spark``), the standalone cluster (``tests/cluster``), the S3 server (``tests/object_store``),
+the Kafka broker (``tests/kafka``)."""
 
 
 def group_of(item: pytest.Item) -> str:

@@ -1,0 +1,89 @@
+"""The test broker itself: up, on loopback only, and holding what is produced to it."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from tests.kafka.broker import KafkaBroker
+
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    """The (address, port) pairs process ``pid`` listens on, from /proc (IPv4 and IPv6)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            address, port = fields[1].split(":")
+            found.add((_address(address), int(port, 16)))
+    return found
+
+
+def _address(hex_address: str) -> str:
+    """An address of /proc/net/tcp{,6} (32-bit words in host order, little-endian here), an
+    IPv4-mapped IPv6 address (Java's sockets) as its IPv4."""
+    words = [bytes.fromhex(hex_address[i : i + 8])[::-1] for i in range(0, len(hex_address), 8)]
+    address = ipaddress.ip_address(b"".join(words))
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def test_kafka_broker_listens_on_loopback_only(kafka_broker: KafkaBroker) -> None:
+    listening = _listening(kafka_broker.process.pid)
+    assert ("127.0.0.1", kafka_broker.port) in listening
+    assert ("127.0.0.1", kafka_broker.controller_port) in listening
+    assert {host for host, _ in listening} == {"127.0.0.1"}, listening
+    admin = kafka_broker.admin()
+    try:
+        cluster = admin.describe_cluster()
+    finally:
+        admin.close()
+    assert cluster["cluster_id"] == kafka_broker.cluster_id
+    assert [(b["host"], b["port"]) for b in cluster["brokers"]] == [
+        ("127.0.0.1", kafka_broker.port)
+    ]
+
+
+def test_kafka_topic_holds_keyed_records_by_partition(
+    kafka_broker: KafkaBroker, new_topic: Callable[[int], str]
+) -> None:
+    topic = new_topic(3)
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers)
+    for i in range(90):
+        producer.send(topic, key=f"user-{i % 9}".encode(), value=str(i).encode())
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap_servers)
+    partitions = [TopicPartition(topic, p) for p in range(3)]
+    assert consumer.partitions_for_topic(topic) == {0, 1, 2}
+    ends = consumer.end_offsets(partitions)
+    consumer.assign(partitions)
+    consumer.seek_to_beginning()
+    records = []
+    while len(records) < 90:
+        for batch in consumer.poll(timeout_ms=5_000).values():
+            records.extend(batch)
+    consumer.close()
+    assert sum(ends.values()) == 90
+    assert sorted(int(r.value) for r in records) == list(range(90))
+    # one key, one partition (the producer's murmur2 partitioner, as Kafka's Java client)
+    by_key: dict[bytes, set[int]] = {}
+    for r in records:
+        by_key.setdefault(r.key, set()).add(r.partition)
+    assert all(len(p) == 1 for p in by_key.values())
+    assert len({p for ps in by_key.values() for p in ps}) > 1
