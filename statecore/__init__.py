@@ -64,6 +64,7 @@ from statecore.keygroups import (
     spark_hash,
 )
 from statecore.runtime.functions import (
+    MAX_WATERMARK,
     MIN_WATERMARK,
     CheckpointedFunction,
     Context,
@@ -138,6 +139,7 @@ __all__ = [
     "MapStateDescriptor",
     "MaxParallelismMismatchError",
     "MergingState",
+    "MAX_WATERMARK",
     "MIN_WATERMARK",
     "OnTimerContext",
     "OperatorStateMode",

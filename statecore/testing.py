@@ -59,7 +59,7 @@ import pyarrow as pa
 
 from statecore.backends import BackendParameters, OperatorStateStore, create_backend
 from statecore.backends.base import KeyedStateBackend, RestoreSource, snapshot_schema
-from statecore.backends.timers import MIN_WATERMARK, TimeDomain, Timer
+from statecore.backends.timers import MAX_WATERMARK, MIN_WATERMARK, TimeDomain, Timer
 from statecore.compatibility import migrate_rows
 from statecore.descriptors import StateDescriptor, StateKind
 from statecore.errors import ConfigError, MaxParallelismMismatchError
@@ -191,6 +191,8 @@ class KeyedProcessFunctionHarness:
     ) -> list[Any]:
         """Run ``process_element`` for each of ``elements`` in order (one timestamp each, when
         given); what they emitted."""
+        if self.watermark == MAX_WATERMARK:
+            raise ConfigError("the input ended (end_input()): no element can follow")
         select = self.key_selector
         out = self.task.process(((select(e), None, e) for e in elements), timestamps)
         self.output += out
@@ -202,6 +204,12 @@ class KeyedProcessFunctionHarness:
         out = self.task.advance_watermark(watermark)
         self.output += out
         return out
+
+    def end_input(self) -> list[Any]:
+        """Flink's end of a bounded input: the watermark jumps to ``MAX_WATERMARK``, so every
+        pending event-time timer fires (processing-time timers do not); what ``on_timer``
+        emitted. No element may follow."""
+        return self.advance_watermark(MAX_WATERMARK)
 
     def set_processing_time(self, now: int) -> list[Any]:
         """Move the processing-time clock to ``now`` (epoch ms; it never moves back), firing the

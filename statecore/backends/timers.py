@@ -43,6 +43,7 @@ from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
 __all__ = [
+    "MAX_WATERMARK",
     "MIN_WATERMARK",
     "TimeDomain",
     "Timer",
@@ -53,6 +54,10 @@ __all__ = [
 
 MIN_WATERMARK = -(1 << 63)
 """The watermark before any event time is known (Flink's ``Long.MIN_VALUE``)."""
+
+MAX_WATERMARK = (1 << 63) - 1
+"""The watermark at the end of a bounded input (Flink's ``Long.MAX_VALUE``): every event-time
+timer fires, and no record can follow."""
 
 
 class TimeDomain(enum.Enum):

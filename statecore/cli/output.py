@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from statecore.backends.timers import MAX_WATERMARK
 from statecore.catalog import CheckpointRecord, SavepointRecord
 from statecore.checkpoint.points import RestorePoint
 
@@ -77,9 +78,14 @@ def _json_value(value: object) -> object:
     return str(value)
 
 
-def watermark_time(watermark: int | None) -> datetime | None:
-    """An event-time watermark (epoch ms) as a UTC time, for people (``None``: none yet)."""
-    return None if watermark is None else datetime.fromtimestamp(watermark / 1000, UTC)
+def watermark_time(watermark: int | None) -> datetime | str | None:
+    """An event-time watermark (epoch ms) as a UTC time, for people (``None``: none yet;
+    ``"end of input"`` for ``MAX_WATERMARK``)."""
+    if watermark is None:
+        return None
+    if watermark >= MAX_WATERMARK:
+        return "end of input"
+    return datetime.fromtimestamp(watermark / 1000, UTC)
 
 
 def checkpoint_rows(records: Sequence[CheckpointRecord]) -> list[dict[str, Any]]:

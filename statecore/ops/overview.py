@@ -27,7 +27,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from statecore.backends.timers import MIN_WATERMARK
+from statecore.backends.timers import MAX_WATERMARK, MIN_WATERMARK
 from statecore.catalog import (
     Catalog,
     CheckpointRecord,
@@ -336,6 +336,8 @@ def _watermark_at(watermark: Any) -> str | None:
         return None
     if watermark <= MIN_WATERMARK:
         return None
+    if watermark >= MAX_WATERMARK:
+        return "end of input"
     try:
         return datetime.fromtimestamp(watermark / 1000, UTC).isoformat()
     except (OverflowError, OSError, ValueError):

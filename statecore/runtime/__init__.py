@@ -12,6 +12,7 @@
 """
 
 from statecore.runtime.functions import (
+    MAX_WATERMARK,
     MIN_WATERMARK,
     CheckpointedFunction,
     Context,
@@ -33,6 +34,7 @@ __all__ = [
     "CheckpointedFunction",
     "FunctionInitializationContext",
     "FunctionSnapshotContext",
+    "MAX_WATERMARK",
     "MIN_WATERMARK",
     "TimeDomain",
     "Timer",

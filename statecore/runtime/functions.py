@@ -14,8 +14,9 @@ where the runtime has already made the record's key current:
 
 The names a function uses are exported here and from ``statecore.runtime`` (and the package
 root): the contexts, :class:`~statecore.backends.timers.TimerService`, ``TimeDomain`` (what
-``ctx.time_domain`` is in ``on_timer``) and ``MIN_WATERMARK`` (the watermark before any event
-time). PyFlink's spellings of them (``ctx.get_current_key()``, ``ctx.timer_service()``,
+``ctx.time_domain`` is in ``on_timer``), ``MIN_WATERMARK`` (the watermark before any event
+time) and ``MAX_WATERMARK`` (after the end of a bounded input). PyFlink's spellings of them
+(``ctx.get_current_key()``, ``ctx.timer_service()``,
 ``runtime_context.get_index_of_this_subtask()``) raise
 :class:`~statecore.errors.PyFlinkSpellingError` naming statecore's.
 
@@ -33,7 +34,13 @@ from typing import Any
 
 from statecore.backends.base import KeyedStateBackend
 from statecore.backends.operator import OperatorStateStore
-from statecore.backends.timers import MIN_WATERMARK, TimeDomain, Timer, TimerService
+from statecore.backends.timers import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    TimeDomain,
+    Timer,
+    TimerService,
+)
 from statecore.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -54,6 +61,7 @@ __all__ = [
     "CheckpointedFunction",
     "FunctionInitializationContext",
     "FunctionSnapshotContext",
+    "MAX_WATERMARK",
     "MIN_WATERMARK",
     "TimeDomain",
     "Timer",

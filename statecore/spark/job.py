@@ -81,6 +81,8 @@ class KeyedJob:
     config: StatecoreConfig | None = None
     event_time: str | None = None
     allowed_lateness: timedelta = timedelta(0)
+    end_of_input: bool = False
+    """The input is bounded and this run ends it: the watermark ends at ``MAX_WATERMARK``."""
     processing_time: TtlTimeProvider | None = None
     restore_from: str | None = None
     force_restore: bool = False

@@ -15,6 +15,11 @@ it. A micro-batch of a stream (:mod:`statecore.spark.stream`) follows Spark's ru
 runs entirely at the restored watermark, and its checkpoint completes with the watermark its
 tasks' event times allow (see :func:`next_watermark`), which the next micro-batch starts from.
 Processing-time timers due by the end of a run fire in it.
+
+A batch run given ``end_of_input=True`` ends a bounded input, as Flink does when its source
+finishes: the run completes with the watermark at ``MAX_WATERMARK``, so every event-time timer
+fires in it, and the job takes no further records (a later run is refused). The default is
+"more input follows" (a daily batch).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ def keyed_process(
     config: StatecoreConfig | None = None,
     event_time: str | None = None,
     allowed_lateness: timedelta = timedelta(0),
+    end_of_input: bool = False,
     processing_time: TtlTimeProvider | None = None,
     restore_from: str | None = None,
     force_restore: bool = False,
@@ -99,7 +105,11 @@ def keyed_process(
     and a replay of a completed id must carry the same input (:class:`ReplayMismatchError`):
     ``input_fingerprint`` names it (a string, or e.g. ``{"batch_id": ..., "offsets": ...}`` of a
     streaming micro-batch); by default it is a fingerprint of ``df.inputFiles()`` (paths, sizes,
-    modification times) when the input is files, and not checked otherwise.
+    modification times) when the input is files, else a digest of its rows (one Spark job).
+
+    ``end_of_input=True`` declares this run's input the last of a bounded input: every
+    event-time timer fires (the watermark ends at ``MAX_WATERMARK``), and a later run of the job
+    is refused with :class:`~statecore.errors.ConfigError`.
 
     ``changelog`` (``True`` or a :class:`~statecore.snapshot.changelog.ChangelogConfig`) makes
     each checkpoint write the changed keys as change files instead of whole key groups (see the
@@ -127,6 +137,7 @@ def keyed_process(
             config=config,
             event_time=event_time,
             allowed_lateness=allowed_lateness,
+            end_of_input=end_of_input,
             processing_time=processing_time,
             restore_from=restore_from,
             force_restore=force_restore,

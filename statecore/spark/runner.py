@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from statecore import errors
-from statecore.backends.timers import MIN_WATERMARK
+from statecore.backends.timers import MAX_WATERMARK, MIN_WATERMARK
 from statecore.catalog import (
     RUN_OPERATION,
     Catalog,
@@ -244,7 +244,15 @@ class KeyedRunner:
         )
         base = planned.base
         start = MIN_WATERMARK if base is None or base.watermark is None else base.watermark
-        if job.stream:  # Spark's rule: the whole micro-batch at the restored watermark
+        if start == MAX_WATERMARK and base is not None:
+            raise ConfigError(
+                f"job {job.job!r}: checkpoint {base.checkpoint_id} ended its input "
+                "(end_of_input=True, the watermark at MAX_WATERMARK): no record can follow; "
+                "start a new job, or restore a savepoint taken before it (restore_from=)"
+            )
+        if job.end_of_input:
+            watermark = MAX_WATERMARK
+        elif job.stream:  # Spark's rule: the whole micro-batch at the restored watermark
             watermark = start
         else:
             watermark = max(start, run_watermark(self.df, job.event_time, job.allowed_lateness))

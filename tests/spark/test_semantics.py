@@ -14,9 +14,10 @@ from pyspark.sql import types as T
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.config import StatecoreConfig
 from statecore.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from statecore.errors import StateMigrationError
+from statecore.errors import ConfigError, StateMigrationError
 from statecore.query import run_sql
 from statecore.runtime import (
+    MAX_WATERMARK,
     CheckpointedFunction,
     Context,
     FunctionInitializationContext,
@@ -332,3 +333,33 @@ def test_clickstream_keeps_offsets_and_rules_across_a_rescale(
     assert sorted((r["subtask"], r["user_key"], r["value"]) for r in rules) == [
         (i, "view", 0.0) for i in range(3)
     ]
+
+
+def test_end_of_input_fires_every_event_time_timer_and_ends_the_job(
+    spark: Any, statecore_home: StatecoreConfig
+) -> None:
+    def run(checkpoint_id: int, users: range, start: int, **options: Any) -> Any:
+        return keyed_process(
+            events(spark, users, start, 2), key="user_id", function=Reminders(),
+            output_schema=REMINDER_OUT, job="bounded", checkpoint_id=checkpoint_id,
+            parallelism=2, order_by=["ts"], event_time="ts",
+            processing_time=ManualTimeProvider(T0), **options,
+        )  # fmt: skip
+
+    first = run(1, range(0, 4), 0)  # more input follows: the last reminders stay pending
+    fired_first = {(r[0], r[2]) for r in collect(first) if r[1] == "timer"}
+    last = run(2, range(2, 6), 60, end_of_input=True)
+    assert last.checkpoint.watermark == MAX_WATERMARK
+    out = collect(last)
+    events_at = {(r[0], r[2] + 10 * MINUTE) for r in out if r[1] == "event"}
+    fired = {(r[0], r[2]) for r in out if r[1] == "timer"}
+    registered_first = {
+        (f"u{u}", int((DAY + timedelta(minutes=u + 7 * i + 10)).timestamp() * 1000))
+        for u in range(0, 4)
+        for i in range(2)
+    }
+    # Every reminder not fired before fires now, however far its time: the run's own and run 1's.
+    assert fired == events_at | (registered_first - fired_first)
+    with pytest.raises(ConfigError, match="checkpoint 2 ended its input"):
+        run(3, range(0, 1), 120)
+    assert run(2, range(2, 6), 60, end_of_input=True).replayed  # an Airflow retry: a no-op
