@@ -1,0 +1,335 @@
+"""A plain-Python model of Flink's keyed-state semantics, small enough to be obviously right.
+
+The differential tests run one program on statecore and on this model and compare every read.
+
+- **Keyed state**: per state a dict ``(key, namespace) -> stored``, one dict per subtask. The
+  stored form carries the last-access time beside each value, list element and map entry; without
+  TTL it is never looked at. The rules per primitive are Flink's: a value state's default is a
+  fresh copy on every read, ``update(None)`` clears; a list's ``get`` of nothing is ``[]`` and
+  ``update([])`` clears; a map may hold ``None`` values; reducing and aggregating states fold
+  with their functions; a key whose list or map became empty has no value any more.
+- **TTL** (Flink's ``AbstractTtlDecorator`` and ``TtlValueState``/``TtlListState``/
+  ``TtlMapState``/``TtlReduceFunction``/``TtlAggregateFunction``): an entry expires at last
+  access + ttl; a read removes expired entries (cleanup on read) and returns them only under
+  ``RETURN_EXPIRED_IF_NOT_CLEANED_UP``; ``ON_READ_AND_WRITE`` refreshes the unexpired ones read;
+  reducing and aggregating ``add`` fold into the value a read would return.
+- **Checkpoint** is a deep copy; **restore** at parallelism ``p`` and max parallelism ``m``
+  hands every ``(key, namespace)`` entry to the subtask owning the key's key group (statecore's
+  own :func:`~statecore.keygroups.assign_to_key_group`, Flink's range formula).
+- **Timers** (:class:`TimerModel`): a set of ``(timestamp, key)``; advancing the watermark fires
+  every timer at or below it in timestamp order, including timers registered while firing.
+- **Operator state** (:func:`redistribute`): Flink's ``RoundRobinOperatorStateRepartitioner``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from statecore.keygroups import assign_to_key_group, compute_operator_index_for_key_group
+
+__all__ = ["ABSENT", "Kind", "ModelTtl", "KeyedModel", "TimerModel", "redistribute"]
+
+ABSENT: Any = object()
+
+
+@dataclass(frozen=True)
+class ModelTtl:
+    ttl_ms: int
+    update_on_read: bool
+    return_expired: bool
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What the model needs of a state: its kind, the value state's default, the fold."""
+
+    kind: str  # value | list | map | reducing | aggregating
+    default: Any = None
+    reduce: Callable[[Any, Any], Any] | None = None
+    create: Callable[[], Any] | None = None
+    add: Callable[[Any, Any], Any] | None = None
+    result: Callable[[Any], Any] | None = None
+    merge: Callable[[Any, Any], Any] | None = None
+
+
+Table = dict[tuple[Any, str], Any]
+
+
+class KeyedModel:
+    """Every subtask's keyed state, the current key and namespaces, and the clock."""
+
+    def __init__(
+        self, kinds: dict[str, Kind], ttl: ModelTtl | None, parallelism: int, max_parallelism: int
+    ) -> None:
+        self.kinds = kinds
+        self.ttl = ttl
+        self.now = 0
+        self.key: Any = None
+        self.namespace = dict.fromkeys(kinds, "")
+        self.parallelism, self.max_parallelism = parallelism, max_parallelism
+        self.subtasks: list[dict[str, Table]] = [
+            {name: {} for name in kinds} for _ in range(parallelism)
+        ]
+
+    # -- placement -------------------------------------------------------------------------
+    def subtask_of(self, key: Any) -> int:
+        kg = assign_to_key_group(key, self.max_parallelism)
+        return compute_operator_index_for_key_group(self.max_parallelism, self.parallelism, kg)
+
+    def checkpoint(self) -> list[dict[str, Table]]:
+        return copy.deepcopy(self.subtasks)
+
+    def restore(
+        self, checkpoint: list[dict[str, Table]], parallelism: int, max_parallelism: int
+    ) -> None:
+        self.parallelism, self.max_parallelism = parallelism, max_parallelism
+        self.subtasks = [{name: {} for name in self.kinds} for _ in range(parallelism)]
+        for old in copy.deepcopy(checkpoint):
+            for name, table in old.items():
+                for (key, ns), stored in table.items():
+                    self.subtasks[self.subtask_of(key)][name][(key, ns)] = stored
+        self.namespace = dict.fromkeys(self.kinds, "")
+
+    def keys(self, name: str, namespace: str) -> list[list[Any]]:
+        """Per subtask, the sorted keys with a (possibly expired) value in ``namespace``."""
+        return [sorted(k for k, ns in sub[name] if ns == namespace) for sub in self.subtasks]
+
+    # -- the stored form -------------------------------------------------------------------
+    def _table(self, name: str) -> Table:
+        return self.subtasks[self.subtask_of(self.key)][name]
+
+    def _slot(self, name: str, namespace: str | None = None) -> tuple[Any, str]:
+        return (self.key, self.namespace[name] if namespace is None else namespace)
+
+    def _expired(self, ts: int) -> bool:
+        return self.ttl is not None and ts + self.ttl.ttl_ms <= self.now
+
+    def _refresh(self) -> bool:
+        return self.ttl is not None and self.ttl.update_on_read
+
+    def _returns_expired(self) -> bool:
+        return self.ttl is not None and self.ttl.return_expired
+
+    def _get_single(self, name: str) -> Any:
+        """Value, reducing, aggregating: the value a read returns (``ABSENT`` when none)."""
+        table, slot = self._table(name), self._slot(name)
+        if slot not in table:
+            return ABSENT
+        value, ts = table[slot]
+        if self._expired(ts):
+            del table[slot]
+            return copy.deepcopy(value) if self._returns_expired() else ABSENT
+        if self._refresh():
+            table[slot] = (value, self.now)
+        return copy.deepcopy(value)
+
+    def _put_single(self, name: str, value: Any) -> None:
+        self._table(name)[self._slot(name)] = (copy.deepcopy(value), self.now)
+
+    def clear(self, name: str) -> None:
+        self._table(name).pop(self._slot(name), None)
+
+    # -- value -----------------------------------------------------------------------------
+    def value(self, name: str) -> Any:
+        value = self._get_single(name)
+        return copy.deepcopy(self.kinds[name].default) if value is ABSENT else value
+
+    def is_set(self, name: str) -> bool:
+        """Whether a read would return a stored value (without reading it)."""
+        stored = self._table(name).get(self._slot(name))
+        return stored is not None and (not self._expired(stored[1]) or self._returns_expired())
+
+    def update(self, name: str, value: Any) -> None:
+        if value is None:
+            self.clear(name)
+        else:
+            self._put_single(name, value)
+
+    # -- list ------------------------------------------------------------------------------
+    def list_get(self, name: str) -> list[Any]:
+        table, slot = self._table(name), self._slot(name)
+        stored = table.get(slot, [])
+        if not stored:
+            return []
+        alive = [(v, ts) for v, ts in stored if not self._expired(ts)]
+        if self._refresh() and alive:
+            alive = [(v, self.now) for v, _ in alive]
+            table[slot] = alive
+        elif len(alive) != len(stored):
+            self._store_list(name, alive)
+        shown = stored if self._returns_expired() else alive
+        return [copy.deepcopy(v) for v, _ in shown]
+
+    def _store_list(self, name: str, elements: list[tuple[Any, int]]) -> None:
+        if elements:
+            self._table(name)[self._slot(name)] = elements
+        else:
+            self.clear(name)
+
+    def list_add_all(self, name: str, values: Sequence[Any]) -> None:
+        current = self._table(name).get(self._slot(name), [])
+        self._store_list(name, current + [(v, self.now) for v in values])
+
+    def list_update(self, name: str, values: Sequence[Any]) -> None:
+        self._store_list(name, [(v, self.now) for v in values])
+
+    # -- map -------------------------------------------------------------------------------
+    def _entries(self, name: str) -> dict[Any, tuple[Any, int]]:
+        return dict(self._table(name).get(self._slot(name), {}))
+
+    def _store_map(self, name: str, entries: dict[Any, tuple[Any, int]]) -> None:
+        if entries:
+            self._table(name)[self._slot(name)] = entries
+        else:
+            self.clear(name)
+
+    def _map_read(self, name: str, entries: dict[Any, tuple[Any, int]], key: Any) -> Any:
+        if key not in entries:
+            return ABSENT
+        value, ts = entries[key]
+        if self._expired(ts):
+            del entries[key]
+            return value if self._returns_expired() else ABSENT
+        if self._refresh():
+            entries[key] = (value, self.now)
+        return value
+
+    def map_get(self, name: str, key: Any) -> Any:
+        entries = self._entries(name)
+        value = self._map_read(name, entries, key)
+        self._store_map(name, entries)
+        return None if value is ABSENT else value
+
+    def map_contains(self, name: str, key: Any) -> bool:
+        entries = self._entries(name)
+        value = self._map_read(name, entries, key)
+        self._store_map(name, entries)
+        return value is not ABSENT
+
+    def map_items(self, name: str) -> dict[Any, Any]:
+        entries = self._entries(name)
+        out = {}
+        for key in list(entries):
+            value = self._map_read(name, entries, key)
+            if value is not ABSENT:
+                out[key] = value
+        self._store_map(name, entries)
+        return out
+
+    def map_put(self, name: str, key: Any, value: Any) -> None:
+        entries = self._entries(name)
+        entries[key] = (value, self.now)
+        self._store_map(name, entries)
+
+    def map_remove(self, name: str, key: Any) -> None:
+        entries = self._entries(name)
+        entries.pop(key, None)
+        self._store_map(name, entries)
+
+    # -- reducing and aggregating ----------------------------------------------------------
+    def folded_get(self, name: str) -> Any:
+        kind = self.kinds[name]
+        value = self._get_single(name)
+        if value is ABSENT:
+            return None
+        return value if kind.kind == "reducing" else kind.result(value)  # type: ignore[misc]
+
+    def folded_add(self, name: str, value: Any) -> None:
+        kind = self.kinds[name]
+        current = self._get_single(name)
+        if kind.kind == "reducing":
+            new = value if current is ABSENT else kind.reduce(current, value)  # type: ignore[misc]
+        else:
+            acc = kind.create() if current is ABSENT else current  # type: ignore[misc]
+            new = kind.add(value, acc)  # type: ignore[misc]
+        self._put_single(name, new)
+
+    def merge_namespaces(self, name: str, target: str, sources: Sequence[str]) -> None:
+        """Flink's ``mergeNamespaces`` without TTL (the tests merge only TTL-free states)."""
+        assert self.ttl is None
+        kind = self.kinds[name]
+        merge: Callable[[Any, Any], Any] = {
+            "list": lambda a, b: a + b,
+            "reducing": kind.reduce,
+            "aggregating": kind.merge,
+        }[kind.kind]  # type: ignore[assignment]
+        table = self._table(name)
+        merged = ABSENT
+        for source in sources:
+            stored = table.pop((self.key, source), ABSENT)
+            if stored is ABSENT:
+                continue
+            value = stored if kind.kind == "list" else stored[0]
+            merged = value if merged is ABSENT else merge(merged, value)
+        if merged is ABSENT:
+            return
+        existing = table.get((self.key, target), ABSENT)
+        if existing is not ABSENT:
+            existing = existing if kind.kind == "list" else existing[0]
+            merged = merge(existing, merged)
+        table[(self.key, target)] = merged if kind.kind == "list" else (merged, self.now)
+
+
+class TimerModel:
+    """Event-time timers of a function, one per key and timestamp, fired by the watermark."""
+
+    def __init__(self) -> None:
+        self.timers: set[tuple[int, Any]] = set()
+        self.watermark: int | None = None
+
+    def register(self, key: Any, timestamp: int) -> None:
+        self.timers.add((timestamp, key))
+
+    def delete(self, key: Any, timestamp: int) -> None:
+        self.timers.discard((timestamp, key))
+
+    def advance(
+        self, watermark: int, on_timer: Callable[[Any, int], list[Any]]
+    ) -> list[tuple[int, Any]]:
+        """Fire every timer at or below the watermark (never moving it back), lowest timestamp
+        first; ``on_timer(key, timestamp)`` may register more. Returns ``(timestamp, output)``
+        per timer fired."""
+        self.watermark = watermark if self.watermark is None else max(self.watermark, watermark)
+        fired = []
+        while self.timers:
+            first = min(ts for ts, _ in self.timers)
+            if first > self.watermark:
+                break
+            key = min((k for ts, k in self.timers if ts == first), key=repr)
+            self.timers.discard((first, key))
+            fired.extend((first, out) for out in on_timer(key, first))
+        return fired
+
+
+def redistribute(
+    mode: str, parts: Sequence[Sequence[Any]], new_parallelism: int, start: int = 0
+) -> tuple[list[list[Any]], int]:
+    """What each new instance gets of one operator state (Flink's
+    ``RoundRobinOperatorStateRepartitioner``), and where the next split state starts.
+
+    ``split``: all elements in order of old instance, cut into ``new_parallelism`` contiguous
+    parts, the first ``len % p`` (counted from ``start``, round robin) one longer; ``union``:
+    everything to everyone; ``broadcast``: instance ``i`` gets old instance ``i % old_p``. At an
+    unchanged parallelism split state stays where it was."""
+    old_p = len(parts)
+    if mode == "union":
+        everything = [e for part in parts for e in part]
+        return [list(everything) for _ in range(new_parallelism)], start
+    if mode == "broadcast" or old_p == new_parallelism:
+        return [list(parts[i % old_p]) for i in range(new_parallelism)], start
+    elements = [e for part in parts for e in part]
+    base, extra = divmod(len(elements), new_parallelism)
+    sizes = [0] * new_parallelism
+    order = [(start + i) % new_parallelism for i in range(new_parallelism)]
+    for n, index in enumerate(order):
+        sizes[index] = base + (1 if n < extra else 0)
+    out: list[list[Any]] = [[] for _ in range(new_parallelism)]
+    position = 0
+    for index in order:
+        out[index] = elements[position : position + sizes[index]]
+        position += sizes[index]
+    next_start = order[extra] if extra < new_parallelism else start
+    return out, next_start
