@@ -42,9 +42,8 @@ compatible schema as a job's restore does; a ``CheckpointedFunction`` gets ``sna
 and, restored, ``initialize_state`` with ``is_restored`` true. The harness writes no Delta table
 and needs no catalog: checkpoints themselves are tested through ``keyed_process``.
 
-Every element reaches ``process_element``, with its timestamp, whatever the watermark; a job run
-by ``keyed_process`` drops records behind the restored watermark before its task (see the
-README, 'Streaming').
+Every element reaches ``process_element``, with its timestamp, whatever the watermark, as in a
+job run by ``keyed_process`` with its default ``late_data="process"``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from statecore.errors import ConfigError, KeyTypeError, StateDescriptorConflictE
 from statecore.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from statecore.runtime.collector import task_gc_policy
 from statecore.runtime.latency import LatencyTracking
-from statecore.runtime.lateness import EventTimeGate
+from statecore.runtime.lateness import EventTimeGate, LateData
 from statecore.runtime.live import LIVE
 from statecore.runtime.restore import RestorePlan, TaskFiles
 from statecore.runtime.task import KeyedOperatorTask, TableUris
@@ -84,8 +84,10 @@ class TaskSpec:
     start_watermark: int = MIN_WATERMARK
     """The watermark of the restored checkpoint: the task advances to it before its records
     (its timers up to it fire), and records at or below it are late."""
+    late_data: LateData = LateData.PROCESS
+    """What the task does with late records (:class:`~statecore.runtime.lateness.LateData`)."""
     late_output_table: str | None = None
-    """When set, late records are written there (committed by the driver), else dropped."""
+    """With ``late_data`` ``table``: where late records are written (committed by the driver)."""
     late_schema: pa.Schema | None = None
     """The columns of a late record (the input's)."""
 
@@ -263,6 +265,7 @@ def run_task(
         spec.event_time,
         watermark=spec.start_watermark,
         on_late=None if late_writer is None else functools.partial(_write_late, late_writer),
+        keep_late=spec.late_data is LateData.PROCESS,
     )
     if held is not None:  # a live read and the processing of a batch exclude each other
         task.batch_guard = held.lock

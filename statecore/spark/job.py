@@ -15,6 +15,7 @@ from statecore.backends.registry import BackendParameters
 from statecore.catalog import CheckpointRecord
 from statecore.config import StatecoreConfig
 from statecore.runtime.functions import KeyedProcessFunction
+from statecore.runtime.lateness import LateData
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.spark.executor import Process, TaskSpec
@@ -36,8 +37,9 @@ class KeyedRun:
     """Summed over tasks: how the backends got their state (e.g. ``reused_key_groups``,
     ``ingested_rows``), and ``tasks``."""
     late_rows: int = 0
-    """Records at or below the watermark the run started from: written to the late-data table,
-    or dropped (Spark's ``numRowsDroppedByWatermark``)."""
+    """Records at or below the watermark the run started from: processed by the function
+    (``late_data="process"``, the default), written to the late-data table, or dropped
+    (Spark's ``numRowsDroppedByWatermark``)."""
     next_processing_timer: int | None = None
     """When the earliest pending processing-time timer is due (epoch ms; ``None``: none, or
     not known on a replay)."""
@@ -90,6 +92,9 @@ class KeyedJob:
     input_fingerprint: str | Mapping[str, Any] | None = None
     changelog: ChangelogConfig | None = None
     late_output_table: str | None = None
+    late_data: LateData | str | None = None
+    """``process``, ``drop`` or ``table`` (:class:`~statecore.runtime.lateness.LateData`);
+    ``None``: ``table`` with a ``late_output_table``, else ``process``."""
     stream: bool = False
     """A micro-batch of a stream: Spark's watermark rule (see :mod:`statecore.spark.keyed`)."""
     retain_checkpoints: int | None = None

@@ -76,6 +76,7 @@ def keyed_process(
     changelog: bool | ChangelogConfig = False,
     late_output_table: str | None = None,
     retain_checkpoints: int | None = None,
+    late_data: str | None = None,
 ) -> KeyedRun:
     """Process ``df`` keyed by ``key`` with ``function`` as checkpoint ``checkpoint_id``.
 
@@ -95,10 +96,12 @@ def keyed_process(
     tasks write the output there and it is committed exactly once with the checkpoint (see
     :mod:`statecore.snapshot.output`); the run's ``output`` then reads this checkpoint's rows
     from the table, also on a replay. This is the faster way: the rows never go back through
-    Spark. Late records (event time at or below the restored watermark) never touch state; with
-    ``late_output_table`` (a Delta path) they are appended there, in the input's columns,
-    exactly once with the checkpoint; without it they are dropped and counted
-    (``KeyedRun.late_rows``).
+    Spark. Late records (event time at or below the restored watermark) reach the function like
+    any other, as in Flink (``late_data="process"``, the default; compare ``ctx.timestamp`` with
+    ``ctx.timer_service.current_watermark()`` to treat them apart). The statecore extensions
+    keep them away from state: ``late_data="drop"`` drops them, ``late_output_table`` (a Delta
+    path; ``late_data="table"``) appends them there, in the input's columns, exactly once with
+    the checkpoint. Every mode counts them (``KeyedRun.late_rows``).
 
     A run holds the job's lease (a second writer fails with :class:`ConcurrentRunError`), its
     ``checkpoint_id`` must not be below the latest completed one (:class:`CheckpointOrderError`),
@@ -145,6 +148,7 @@ def keyed_process(
             input_fingerprint=input_fingerprint,
             changelog=ChangelogConfig.of(changelog),
             late_output_table=late_output_table,
+            late_data=late_data,
             retain_checkpoints=retain_checkpoints,
         ),
     ).run()

@@ -40,6 +40,7 @@ from statecore.keygroups import compute_default_max_parallelism
 from statecore.ops.savepoint import register_savepoint_job, restore_savepoint
 from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.latency import LatencyTracking, latency_percentiles
+from statecore.runtime.lateness import LateData
 from statecore.runtime.task import StateSchema, StateSnapshotResult, probe_states
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot import state_table_uri
@@ -131,12 +132,15 @@ class KeyedRunner:
                 job.output_table, self.arrow_output, app_id=f"statecore:{job.job}/{job.operator}"
             )
         )
+        self.late_data = LateData.of(
+            job.late_data, late_output_table=job.late_output_table, job=job.job
+        )
         if job.event_time is not None:
             event_time_column(df, job.event_time)
-        elif job.late_output_table is not None:
+        elif self.late_data is not LateData.PROCESS:
             raise ConfigError(
-                f"job {job.job!r}: a late-data table ({job.late_output_table}) needs an "
-                "event_time column"
+                f"job {job.job!r}: late_data={self.late_data.value!r} needs an event_time "
+                "column (without one no record is late)"
             )
         self.arrow_input = to_arrow_schema(df.schema, timezone="UTC")
         self.late_sink = (
@@ -281,6 +285,7 @@ class KeyedRunner:
             changelog=job.changelog,
             latency=self.config_latency(),
             start_watermark=start,
+            late_data=self.late_data,
             late_output_table=job.late_output_table,
             late_schema=self.arrow_input,
             live_token=(

@@ -94,6 +94,7 @@ def keyed_stream(
     changelog: bool | ChangelogConfig = True,
     retain_checkpoints: int | None = DEFAULT_RETAINED,
     live_lookups: bool = False,
+    late_data: str | None = None,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``function`` keyed by ``key`` over ``stream_df``.
 
@@ -102,8 +103,9 @@ def keyed_stream(
     and warehouse, as for batch); ``trigger`` is passed to ``DataStreamWriter.trigger``
     (``{"availableNow": True}``, ``{"processingTime": "5 seconds"}``; ``None``: Spark's
     default); ``query_name`` names the query. Output rows go to ``output_table`` (a Delta path,
-    appended exactly once per micro-batch); without it they are dropped. Late records go to
-    ``late_output_table`` (input columns) or are dropped and counted. ``changelog`` is on by
+    appended exactly once per micro-batch); without it they are dropped. Late records reach the
+    function, go to ``late_output_table`` (input columns) or are dropped, as ``late_data`` says
+    (see ``keyed_process``). ``changelog`` is on by
     default for a stream: a micro-batch writes the keys it changed, not whole key groups (see
     :mod:`statecore.snapshot.changelog`; ``False`` turns it off). A stream keeps its last
     ``retain_checkpoints`` completed checkpoints (default :data:`DEFAULT_RETAINED`; ``None``:
@@ -135,6 +137,7 @@ def keyed_stream(
         processing_time=processing_time,
         output_table=output_table,
         late_output_table=late_output_table,
+        late_data=late_data,
         stream=True,
         changelog=ChangelogConfig.of(changelog),
         retain_checkpoints=retain_checkpoints,

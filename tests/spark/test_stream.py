@@ -148,7 +148,7 @@ def test_stream_continues_a_batch_job_and_back_with_savepoint_watermark(
     assert sorted(r[2] for r in first.output.collect() if r[1] == "timer") == []
     inp = Path(s["input"])
     write_file(inp, "f0", [("u1", 6000, 10), ("u2", 20_000, 20)])  # u1@6000 is late
-    query = start(spark, s)
+    query = start(spark, s, late_data="drop")
     try:
         query.processAllAvailable()
     finally:
@@ -194,6 +194,7 @@ def test_stream_continues_a_batch_job_and_back_with_savepoint_watermark(
         event_time="ts",
         parallelism=1,
         restore_from=point.savepoint,
+        late_data="drop",
     )
     restored.unpersist()
     assert restored.late_rows == 1 and restored.watermark == 41_000
