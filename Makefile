@@ -20,7 +20,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
 export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
-.PHONY: setup demo up down lint test test-parallel test-quick bench bench-quick typecheck helm chromium postgres jars clean
+.PHONY: setup demo up down lint test test-parallel test-quick fuzz bench bench-quick typecheck helm chromium postgres jars clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
@@ -93,6 +93,13 @@ postgres:
 
 test-quick: setup
 	$(PY) -m pytest -q -m "not spark and not airflow and not helm and not slow"
+
+# The reference-model properties (tests/reference_model/) with 20,000 programs each instead of
+# make test's 300 (about 2 hours; no per-test timeout); Hypothesis's statistics print each
+# property's count of examples and time.
+fuzz: $(STAMP)
+	STATECORE_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/reference_model -p no:randomly --timeout=0 \
+		--hypothesis-show-statistics
 
 helm: $(VENV)/bin/helm
 	$(PY) -m pytest -q -m helm tests/helm
