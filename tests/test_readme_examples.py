@@ -1,0 +1,220 @@
+"""Every fenced example of README.md and docs/ runs, or says beside it why it does not.
+
+Each fenced block is one of:
+
+- run here: a ``python`` block in a subprocess, with ``STATECORE_HOME`` a fresh copy of a home
+  holding the demo's job (``clickstream``, checkpoints 20260101 to 20260103 at parallelism 2 and
+  the savepoint ``before-deploy``, made in process without Spark as tests/cli/test_cli.py makes
+  them); a ``bash`` block whose every line is a ``statecore`` command (``export NAME=value``
+  lines set the environment), each command run in this process against such a copy and required
+  to exit with status 0;
+- ``<!-- tested-by: tests/path.py::test_name -->`` on the line before the fence: that test exists
+  and holds the block's text, or reads the block from its page by name;
+- ``<!-- illustrative: reason -->`` on the line before the fence: not run, for the reason given.
+
+``<!-- run-with: code -->`` before a Python block runs ``code`` first (an import the page's prose
+gives). A block with none of these that cannot run here fails the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections import namedtuple
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import clickstream
+from statecore.cli import main
+from statecore.cli.demo import generate_clickstream
+from statecore.config import StatecoreConfig
+from tests.inprocess import run_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>[\w-]*)[ ]*$")
+MARK = re.compile(
+    r"^\s*<!--\s*(?P<kind>illustrative|tested-by|run-with):\s*(?P<text>.*?)\s*-->\s*$"
+)
+Event = namedtuple("Event", ["user_id", "event_type", "amount", "ts"])
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int  # of the opening fence, 1-based
+    lang: str
+    code: str
+    mark: str | None  # illustrative | tested-by | run-with
+    mark_text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(REPO)}:{self.line}"
+
+
+def blocks(page: Path) -> list[Block]:
+    lines = page.read_text().splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if fence is None:
+            i += 1
+            continue
+        indent = fence["indent"]
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
+        code = textwrap.dedent("\n".join(lines[i + 1 : end])) + "\n"
+        mark = MARK.match(lines[i - 1]) if i > 0 else None
+        found.append(
+            Block(
+                page,
+                i + 1,
+                fence["lang"],
+                code,
+                mark["kind"] if mark else None,
+                mark["text"] if mark else "",
+            )
+        )
+        assert lines[end].startswith(indent), f"{page}:{end + 1}: closing fence indented less"
+        i = end + 1
+    return found
+
+
+ALL = [block for page in PAGES for block in blocks(page)]
+
+
+def statecore_commands(block: Block) -> list[list[str]] | None:
+    """The block's commands as argument lists (``export`` lines as ``["export", ...]``), or None
+    when a line is anything but a ``statecore`` command or an export."""
+    commands = []
+    for line in block.code.replace("\\\n", " ").splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            return None
+        if not words:
+            continue
+        if words[0] == "export" and all("=" in w for w in words[1:]):
+            commands.append(words)
+            continue
+        if words[0] not in ("statecore", ".venv/bin/statecore"):
+            return None
+        if any(w.startswith("[") or w == "|" for w in words):
+            return None  # a synopsis, not a command
+        commands.append(words[1:])
+    return commands or None
+
+
+@pytest.fixture(scope="module")
+def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's job as ``make demo`` leaves it, made in process: three daily checkpoints of
+    ``clickstream`` at parallelism 2, then the savepoint ``before-deploy``."""
+    root = tmp_path_factory.mktemp("readme")
+    config = StatecoreConfig.resolve(home=str(root / "home"), env={})
+    days = generate_clickstream(root / "in", days=3, users=200, events_per_day=600)
+    for i, day in enumerate(days):
+        rows = pq.read_table(day).sort_by("ts").select(list(Event._fields)).to_pylist()
+        run_checkpoint(
+            config,
+            clickstream.UserActivity(),
+            [(row["user_id"], Event(**row)) for row in rows],
+            job=clickstream.JOB,
+            checkpoint_id=20260101 + i,
+            parallelism=2,
+        )
+    assert cli(root / "home", "savepoint", clickstream.JOB, "--name", "before-deploy")[0] == 0
+    return root / "home"
+
+
+def cli(home: Path, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(["--home", str(home), *args])
+    return code, out.getvalue()
+
+
+def fresh(demo_home: Path, tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    shutil.copytree(demo_home, home)
+    return home
+
+
+def assert_test_exists(block: Block, named: str) -> None:
+    path, _, name = named.partition("::")
+    assert (REPO / path).is_file(), f"{block.where}: no {path}"
+    if name:
+        source = (REPO / path).read_text()
+        assert re.search(rf"^def {re.escape(name)}\(", source, re.M), f"{block.where}: no {named}"
+
+
+def test_readme_and_docs_examples_are_all_accounted_for() -> None:
+    """Every block runs here or carries a mark; a tested-by mark names a test that exists and
+    holds the block (or reads it from its page)."""
+    assert len(ALL) >= 27
+    unaccounted = []
+    for block in ALL:
+        runs = block.lang == "python" or (
+            block.lang in ("bash", "sh", "shell") and statecore_commands(block) is not None
+        )
+        if block.mark == "tested-by":
+            assert_test_exists(block, block.mark_text)
+            source = (REPO / block.mark_text.partition("::")[0]).read_text()
+            assert block.code.strip() in source or block.page.name in source, block.where
+        elif block.mark == "illustrative":
+            assert len(block.mark_text) > 10, f"{block.where}: say why it is illustrative"
+            for named in re.findall(r"tests/[\w/]+\.py(?:::\w+)?", block.mark_text):
+                assert_test_exists(block, named)  # the tests a reason names are there
+        elif not runs:
+            unaccounted.append(block.where)
+    assert not unaccounted, f"blocks neither run nor marked: {unaccounted}"
+
+
+PYTHON = [b for b in ALL if b.lang == "python" and b.mark in (None, "run-with")]
+SHELL = [
+    b
+    for b in ALL
+    if b.lang in ("bash", "sh", "shell") and b.mark is None and statecore_commands(b) is not None
+]
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[b.where for b in PYTHON])
+def test_readme_python_example_runs(block: Block, demo_home: Path, tmp_path: Path) -> None:
+    home = fresh(demo_home, tmp_path)
+    code = (block.mark_text + "\n" if block.mark == "run-with" else "") + block.code
+    ran = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**os.environ, "STATECORE_HOME": str(home), "AIRFLOW_HOME": str(tmp_path / "airflow")},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert ran.returncode == 0, f"{block.where}:\n{ran.stderr[-5000:]}"
+
+
+@pytest.mark.parametrize("block", SHELL, ids=[b.where for b in SHELL])
+def test_readme_statecore_commands_run(
+    block: Block, demo_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = fresh(demo_home, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for args in statecore_commands(block) or []:
+        if args[0] == "export":
+            for assignment in args[1:]:
+                monkeypatch.setenv(*assignment.split("=", 1))
+            continue
+        code, out = cli(home, *args)
+        assert code == 0, f"{block.where}: statecore {shlex.join(args)}\n{out[-5000:]}"
