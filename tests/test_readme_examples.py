@@ -13,7 +13,8 @@ Each fenced block is one of:
 - ``<!-- illustrative: reason -->`` on the line before the fence: not run, for the reason given.
 
 ``<!-- run-with: code -->`` before a Python block runs ``code`` first (an import the page's prose
-gives). A block with none of these that cannot run here fails the test.
+gives). A mark may also end the line before the fence (inside a list item, where a line of its
+own would end the list). A block with none of these that cannot run here fails the test.
 """
 
 from __future__ import annotations
@@ -43,9 +44,7 @@ from tests.inprocess import run_checkpoint
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>[\w-]*)[ ]*$")
-MARK = re.compile(
-    r"^\s*<!--\s*(?P<kind>illustrative|tested-by|run-with):\s*(?P<text>.*?)\s*-->\s*$"
-)
+MARK = re.compile(r"<!--\s*(?P<kind>illustrative|tested-by|run-with):\s*(?P<text>.*?)\s*-->\s*$")
 Event = namedtuple("Event", ["user_id", "event_type", "amount", "ts"])
 
 pytestmark = pytest.mark.timeout(300)
@@ -76,7 +75,7 @@ def blocks(page: Path) -> list[Block]:
         indent = fence["indent"]
         end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
         code = textwrap.dedent("\n".join(lines[i + 1 : end])) + "\n"
-        mark = MARK.match(lines[i - 1]) if i > 0 else None
+        mark = MARK.search(lines[i - 1]) if i > 0 else None
         found.append(
             Block(
                 page,
