@@ -1,6 +1,6 @@
 """``make demo`` as a newcomer runs it (``statecore demo``: Airflow's ``dags test`` of
-``stateful_pipeline`` per day, on a fresh home), then the README's next step: one more day of
-sample input (``statecore demo --day``) and a run of the pipeline for it."""
+``stateful_pipeline`` per day, on a fresh home), then the next step of docs/airflow.md: one more
+day of sample input (``statecore demo --day``) and a run of the pipeline for it."""
 
 from __future__ import annotations
 
