@@ -8,6 +8,10 @@ caller must present Airflow's JWT, as the ``_token`` cookie the UI sets at login
 an API route answers 401 (403 for a user who may not), and a page asks the browser to log in
 (a redirect to the auth manager's login page, back here afterwards).
 
+Each user sees only the jobs they may read (:mod:`statecore_airflow.ui.access`): the auth
+manager must let them read a DAG that ran the job (or every DAG); any other job is answered
+as an unknown one, 404, by every page and API route, its lookups included.
+
 Pages (HTML, :mod:`statecore_airflow.ui.pages`) and their JSON twins under ``api/`` read the
 catalog of :class:`~statecore_airflow.hooks.StatecoreHook` (the connection ``statecore_default``,
 else the environment) through :mod:`statecore.ops.overview`.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 from airflow.api_fastapi.core_api.security import requires_access_view
@@ -28,6 +32,7 @@ from statecore import errors
 from statecore.ops import overview
 from statecore_airflow.hooks import StatecoreHook
 from statecore_airflow.ui import pages
+from statecore_airflow.ui.access import JobAccess, job_access
 from statecore_airflow.ui.runs import published_runs
 
 if TYPE_CHECKING:
@@ -37,6 +42,9 @@ __all__ = ["create_app"]
 
 _NOT_FOUND = (errors.JobNotFoundError, errors.CheckpointNotFoundError)
 _BAD_REQUEST = (errors.ConfigError, errors.KeyTypeError, errors.UnknownStateError)
+
+Access = Annotated[JobAccess, Depends(job_access)]
+"""The calling user's access, resolved once per request."""
 
 
 @contextmanager
@@ -58,11 +66,14 @@ def _status(exc: errors.StateError) -> int:
     return 500
 
 
-def _linked_runs(job: str | None = None, **where: str) -> tuple[list[dict[str, Any]], str | None]:
-    """Runs that published a checkpoint Asset, tied to their checkpoints; a failure to read
-    Airflow's database is shown on the page instead of failing it."""
+def _linked_runs(
+    access: JobAccess, job: str | None = None, **where: str
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Runs of DAGs the user may read that published a checkpoint Asset, tied to their
+    checkpoints; a failure to read Airflow's database is shown on the page instead of failing
+    it."""
     try:
-        refs = published_runs(job=job, **where)
+        refs = [r for r in published_runs(job=job, **where) if access.may_read_dag(r.dag_id)]
     except Exception as exc:
         return [], f"could not read the DAG runs from Airflow's database: {exc}"
     jobs = {ref.job for ref in refs}
@@ -76,7 +87,9 @@ def _lookup_values(request: Request) -> dict[str, str]:
     return {name: request.query_params.get(name, "") for name in names}
 
 
-def _lookup(values: dict[str, str]) -> dict[str, Any]:
+def _lookup(access: JobAccess, values: dict[str, str]) -> dict[str, Any]:
+    if values["job"]:
+        access.check(values["job"])
     return overview.lookup_row(
         StatecoreHook().get_config(),
         job=values["job"],
@@ -122,42 +135,51 @@ def create_app() -> FastAPI:
     # --- JSON -------------------------------------------------------------------------------
 
     @app.get("/api/jobs")
-    def api_jobs() -> list[dict[str, Any]]:
+    def api_jobs(access: Access) -> list[dict[str, Any]]:
         with _catalog() as catalog:
-            return overview.jobs_overview(catalog)
+            return [j for j in overview.jobs_overview(catalog) if access.may_read(j["job"])]
 
     @app.get("/api/jobs/{job}/checkpoints")
-    def api_checkpoints(job: str) -> list[dict[str, Any]]:
+    def api_checkpoints(access: Access, job: str) -> list[dict[str, Any]]:
+        access.check(job)
         with _catalog() as catalog:
             return overview.checkpoints_overview(catalog, job)
 
     @app.get("/api/jobs/{job}/checkpoints/{checkpoint_id}")
-    def api_checkpoint(job: str, checkpoint_id: int) -> dict[str, Any]:
+    def api_checkpoint(access: Access, job: str, checkpoint_id: int) -> dict[str, Any]:
+        access.check(job)
         with _catalog() as catalog:
             return overview.checkpoint_detail(catalog, job, checkpoint_id)
 
     @app.get("/api/savepoints")
-    def api_savepoints(job: str | None = None) -> list[dict[str, Any]]:
+    def api_savepoints(access: Access, job: str | None = None) -> list[dict[str, Any]]:
+        if job is not None:
+            access.check(job)
         with _catalog() as catalog:
-            return overview.savepoints_overview(catalog, job)
+            rows = overview.savepoints_overview(catalog, job)
+        return [s for s in rows if access.may_read(s["job"])]
 
     @app.get("/api/lookup")
-    def api_lookup(request: Request) -> dict[str, Any]:
-        return _lookup(_lookup_values(request))
+    def api_lookup(request: Request, access: Access) -> dict[str, Any]:
+        return _lookup(access, _lookup_values(request))
 
     @app.get("/api/runs")
-    def api_runs(job: str | None = None) -> dict[str, Any]:
-        runs, error = _linked_runs(job)
+    def api_runs(access: Access, job: str | None = None) -> dict[str, Any]:
+        if job is not None:
+            access.check(job)
+        runs, error = _linked_runs(access, job)
         return {"runs": runs, "error": error}
 
     # --- pages ------------------------------------------------------------------------------
 
     @app.get("/", response_class=HTMLResponse)
-    def index(request: Request) -> HTMLResponse:
+    def index(request: Request, access: Access) -> HTMLResponse:
         with _catalog() as catalog:
-            jobs = overview.jobs_overview(catalog)
-            savepoints = overview.savepoints_overview(catalog)
-        runs, error = _linked_runs()
+            jobs = [j for j in overview.jobs_overview(catalog) if access.may_read(j["job"])]
+            savepoints = [
+                s for s in overview.savepoints_overview(catalog) if access.may_read(s["job"])
+            ]
+        runs, error = _linked_runs(access)
         return HTMLResponse(
             pages.index_page(
                 _base(request), jobs=jobs, savepoints=savepoints, runs=runs, runs_error=error
@@ -165,12 +187,13 @@ def create_app() -> FastAPI:
         )
 
     @app.get("/jobs/{job}", response_class=HTMLResponse)
-    def job_page(request: Request, job: str) -> HTMLResponse:
+    def job_page(request: Request, access: Access, job: str) -> HTMLResponse:
+        access.check(job)
         with _catalog() as catalog:
             row = overview.job_overview(catalog, job)  # JobNotFoundError, naming the job
             checkpoints = overview.checkpoints_overview(catalog, job)
             savepoints = overview.savepoints_overview(catalog, job)
-        runs, _ = _linked_runs(job)
+        runs, _ = _linked_runs(access, job)
         return HTMLResponse(
             pages.job_page(
                 _base(request), row, checkpoints=checkpoints, savepoints=savepoints, runs=runs
@@ -178,19 +201,22 @@ def create_app() -> FastAPI:
         )
 
     @app.get("/jobs/{job}/checkpoints/{checkpoint_id}", response_class=HTMLResponse)
-    def checkpoint_page(request: Request, job: str, checkpoint_id: int) -> HTMLResponse:
+    def checkpoint_page(
+        request: Request, access: Access, job: str, checkpoint_id: int
+    ) -> HTMLResponse:
+        access.check(job)
         with _catalog() as catalog:
             detail = overview.checkpoint_detail(catalog, job, checkpoint_id)
         return HTMLResponse(pages.checkpoint_page(_base(request), detail))
 
     @app.get("/lookup", response_class=HTMLResponse)
-    def lookup_page(request: Request) -> HTMLResponse:
+    def lookup_page(request: Request, access: Access) -> HTMLResponse:
         values = _lookup_values(request)
         with _catalog() as catalog:
-            jobs = [j.name for j in catalog.list_jobs()]
+            jobs = [j.name for j in catalog.list_jobs() if access.may_read(j.name)]
         result, error, status = None, None, 200
         try:
-            result = _lookup(values)
+            result = _lookup(access, values)
         except errors.StateError as exc:
             error, status = str(exc), _status(exc)
         return HTMLResponse(
@@ -198,8 +224,11 @@ def create_app() -> FastAPI:
         )
 
     @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
-    def run_page(request: Request, dag_id: str, run_id: str) -> HTMLResponse:
-        runs, error = _linked_runs(dag_id=dag_id, run_id=run_id)
+    def run_page(request: Request, access: Access, dag_id: str, run_id: str) -> HTMLResponse:
+        if not access.may_read_dag(dag_id):  # as for a job: not found, whether it exists or not
+            message = f"DAG {dag_id!r} has no run {run_id!r}, or you may not read it"
+            return HTMLResponse(pages.error_page(_base(request), 404, message), 404)
+        runs, error = _linked_runs(access, dag_id=dag_id, run_id=run_id)
         if error is not None:
             return HTMLResponse(pages.error_page(_base(request), 500, error), 500)
         return HTMLResponse(pages.run_page(_base(request), dag_id, run_id, runs))

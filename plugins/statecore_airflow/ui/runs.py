@@ -5,6 +5,9 @@ asset event when the task succeeds, with its DAG and run ids. This reads those e
 runs (start, end, logical date, the ``date`` param) as :class:`~statecore.ops.overview.DagRunRef`;
 :func:`statecore.ops.overview.link_runs` then ties each to the checkpoint it completed. It runs
 inside the API server, which holds the metadata database's session.
+
+:func:`job_dags` gives each job the DAGs that ever published its Asset: who may read a job
+follows them (:mod:`statecore_airflow.ui.access`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from statecore_airflow.assets import SCHEME
 if TYPE_CHECKING:
     from statecore.ops.overview import DagRunRef
 
-__all__ = ["published_runs"]
+__all__ = ["job_dags", "published_runs"]
 
 LIMIT = 200  # the most recent events shown
 
@@ -77,3 +80,23 @@ def published_runs(
                 )
             )
     return refs
+
+
+def job_dags() -> dict[str, frozenset[str]]:
+    """Each job with the DAGs whose runs published ``statecore://<job>``, over every event."""
+    import sqlalchemy as sa
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    prefix = f"{SCHEME}://"
+    query = (
+        sa.select(AssetModel.uri, AssetEvent.source_dag_id)
+        .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+        .where(AssetEvent.source_dag_id.is_not(None), AssetModel.uri.startswith(prefix))
+        .distinct()
+    )
+    found: dict[str, set[str]] = {}
+    with create_session() as session:
+        for uri, dag_id in session.execute(query):
+            found.setdefault(uri[len(prefix) :].rstrip("/"), set()).add(dag_id)
+    return {job: frozenset(dags) for job, dags in found.items()}
