@@ -1,0 +1,338 @@
+"""The statecore page per user: each sees and looks up only the jobs whose DAGs they may read.
+
+A real Airflow whose auth manager has per-DAG permissions (``permission_auth.ShopAuthManager``:
+``alice`` is an admin, ``bob`` a viewer who may read the DAG ``shop_a`` only). Two DAGs ran
+(``permission_dags/``): ``shop_a`` made a checkpoint of the job ``shop_east``, ``shop_b`` one of
+``shop_west``, each publishing its job's Asset; a third job, ``shop_orphan``, no DAG ran. Then
+``airflow api-server`` with the project's plugins folder. alice sees the three jobs; bob sees
+``shop_east`` only, and every page and API route answers the others as unknown jobs (404),
+lookups included. ``shop_east`` serves live lookups from a stand-in task that records the token
+it is sent: the live lookup uses the job's token, and no page, API response or cookie holds it.
+bob's view is checked in a real headless Chromium too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+import pytest
+
+from statecore.catalog import Catalog, LiveEndpoint
+from statecore.cli.demo import airflow_environment
+from statecore.config import StatecoreConfig
+from statecore.ops.savepoint import take_savepoint
+from tests.airflow.chromium import Chromium
+from tests.airflow.dagrun import REPO
+from tests.airflow.test_standalone import Api, free_port, stop
+from tests.airflow.test_ui_page import START_TIMEOUT, _get
+from tests.inprocess import MAX_P, run_checkpoint
+from tests.ops.shopstate import Shop, day_records
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+DAGS = Path(__file__).resolve().parent / "permission_dags"
+AUTH_MANAGER = "tests.airflow.permission_auth.ShopAuthManager"
+ORPHAN = "shop_orphan"  # a job no DAG ran
+
+DRIVER = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+from airflow.utils.db import initdb
+
+initdb()
+print("MIGRATED", flush=True)
+bag = DagBag(dag_folder=sys.argv[1])
+assert not bag.import_errors, bag.import_errors
+for dag_id, date in (("shop_a", "2026-01-03"), ("shop_b", "2026-01-04")):
+    run = bag.get_dag(dag_id).test(run_conf={"date": date})
+    print("RUN " + json.dumps([dag_id, run.run_id, str(run.state)]), flush=True)
+"""
+
+
+class StandInTask(BaseHTTPRequestHandler):
+    """A running task's live endpoint that records the token it is sent and is busy."""
+
+    tokens: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.tokens.append(self.headers.get("Authorization", ""))
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"error": "the task is busy"}).encode()
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Airflow:
+    base: str
+    tokens: dict[str, str]  # user -> Airflow's JWT
+    runs: dict[str, str]  # DAG -> run id
+    live_token: str  # shop_east's token for its tasks' live endpoints
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+    """Two DAG runs, then the API server with the per-DAG auth manager and two users."""
+    tmp = tmp_path_factory.mktemp("permission")
+    home = tmp / "home"
+    port = free_port()
+    env = airflow_environment(REPO, home)
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "plugins")]),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__CORE__AUTH_MANAGER": AUTH_MANAGER,
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "alice:admin,bob:viewer",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__API__WORKERS": "1",
+        }
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(DAGS)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=(tmp / "dag-test.log").open("wb"),
+        text=True,
+    )
+    config = StatecoreConfig.resolve(home=str(home), env={})
+    run_checkpoint(config, Shop(), day_records(2), job=ORPHAN, checkpoint_id=20260102)
+    assert driver.stdout is not None
+    lines = []
+    for line in driver.stdout:
+        lines.append(line)
+        if line.startswith("MIGRATED"):
+            break
+    log = (tmp / "api-server.log").open("wb")
+    server = subprocess.Popen(
+        ["airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    task = ThreadingHTTPServer(("127.0.0.1", 0), StandInTask)
+    threading.Thread(target=task.serve_forever, daemon=True).start()
+    try:
+        out, _ = driver.communicate(timeout=START_TIMEOUT)
+        runs = [json.loads(x[4:]) for x in [*lines, *out.splitlines()] if x.startswith("RUN ")]
+        assert [state for *_, state in runs] == ["success", "success"], (
+            tmp / "dag-test.log"
+        ).read_text()[-4000:]
+        with Catalog.connect(config.catalog_url) as catalog:
+            token = catalog.live_token("shop_east", create=True)
+            assert token is not None
+            catalog.live_token("shop_west", create=True)
+            address = f"127.0.0.1:{task.server_address[1]}"
+            catalog.set_live_endpoints(
+                "shop_east",
+                "main",
+                [
+                    LiveEndpoint(
+                        job="shop_east",
+                        operator="main",
+                        subtask=0,
+                        key_group_start=0,
+                        key_group_end=MAX_P - 1,
+                        address=address,
+                        checkpoint_id=20260103,
+                    )
+                ],
+            )
+            take_savepoint(config, catalog, "shop_east", name="east-before-deploy")
+            take_savepoint(config, catalog, "shop_west", name="west-before-deploy")
+        api = Api(port)
+        api.wait(
+            "the API server",
+            lambda: api.call("GET", "/api/v2/monitor/health"),
+            START_TIMEOUT,
+            server,
+        )
+        passwords = json.loads(
+            (Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated").read_text()
+        )
+        tokens = {
+            user: api.call("POST", "/auth/token", {"username": user, "password": passwords[user]})[
+                "access_token"
+            ]
+            for user in ("alice", "bob")
+        }
+        yield Airflow(api.base, tokens, {dag: run for dag, run, _ in runs}, token)
+    finally:
+        task.shutdown()
+        driver.kill()
+        driver.wait(timeout=30)
+        stop(server, tmp / "api-server.log")
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(airflow: Airflow, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
+    with Chromium(tmp_path_factory.mktemp("chromium")) as chromium:
+        yield chromium
+
+
+def _as(airflow: Airflow, user: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    """GET ``/statecore/<path>`` as ``user``."""
+    headers = {"Authorization": f"Bearer {airflow.tokens[user]}", "Accept": "text/html"}
+    return _get(f"{airflow.base}/statecore/{path}", headers)
+
+
+def _json(airflow: Airflow, user: str, path: str) -> Any:
+    status, _, body = _as(airflow, user, path)
+    assert status == 200, (path, status, body)
+    return json.loads(body)
+
+
+def _west_paths(airflow: Airflow) -> list[str]:
+    """Every page and API route that reads the job ``shop_west`` (of the DAG ``shop_b``)."""
+    lookup = "job=shop_west&state=total&key=u1"
+    return [
+        "jobs/shop_west",
+        "jobs/shop_west/checkpoints/20260104",
+        f"lookup?{lookup}",
+        f"lookup?{lookup}&live=on",
+        f"lookup?{lookup}&point=west-before-deploy",
+        "api/jobs/shop_west/checkpoints",
+        "api/jobs/shop_west/checkpoints/20260104",
+        f"api/lookup?{lookup}",
+        f"api/lookup?{lookup}&live=on",
+        "api/savepoints?job=shop_west",
+        "api/runs?job=shop_west",
+        f"runs/shop_b/{quote(airflow.runs['shop_b'], safe='')}",
+    ]
+
+
+def test_permission_each_user_sees_the_jobs_of_the_dags_they_may_read(airflow: Airflow) -> None:
+    jobs = {user: [j["job"] for j in _json(airflow, user, "api/jobs")] for user in airflow.tokens}
+    assert jobs == {"alice": ["shop_east", ORPHAN, "shop_west"], "bob": ["shop_east"]}
+    savepoints = {
+        user: [s["savepoint"] for s in _json(airflow, user, "api/savepoints")]
+        for user in airflow.tokens
+    }
+    assert sorted(savepoints["alice"]) == ["east-before-deploy", "west-before-deploy"]
+    assert savepoints["bob"] == ["east-before-deploy"]
+    runs = {user: _json(airflow, user, "api/runs")["runs"] for user in airflow.tokens}
+    assert sorted(r["dag_id"] for r in runs["alice"]) == ["shop_a", "shop_b"]
+    assert [(r["dag_id"], r["job"], r["checkpoint"]) for r in runs["bob"]] == [
+        ("shop_a", "shop_east", 20260103)
+    ]
+    lookup = _json(airflow, "bob", "api/lookup?job=shop_east&state=total&key=u1")
+    assert lookup["value"] == 2 and lookup["point"].startswith("checkpoint 20260103"), lookup
+    status, _, page = _as(airflow, "bob", "")
+    assert status == 200 and b"shop_east" in page
+    assert b"shop_west" not in page and ORPHAN.encode() not in page and b"shop_b" not in page
+
+
+def test_permission_refuses_bob_every_route_of_a_job_he_may_not_read(airflow: Airflow) -> None:
+    for path in _west_paths(airflow):
+        status, _, body = _as(airflow, "alice", path)
+        assert status == 200, (path, status, body[-500:])
+        status, _, body = _as(airflow, "bob", path)
+        assert status == 404, (path, status, body[-500:])
+        assert b"20260104" not in body, path  # no checkpoint of it, nor a lookup's "at"
+        if "lookup" not in path:  # the lookup page shows the form as the user filled it in
+            assert b"west-before-deploy" not in body, path
+    for path in ("jobs/shop_orphan", "api/jobs/shop_orphan/checkpoints"):
+        assert _as(airflow, "alice", path)[0] == 200
+        assert _as(airflow, "bob", path)[0] == 404
+    # a job bob may not read is answered as one that does not exist, without the known jobs
+    unknown = _as(airflow, "bob", "api/jobs/nope/checkpoints")
+    hidden = _as(airflow, "bob", "api/jobs/shop_west/checkpoints")
+    assert unknown[0] == hidden[0] == 404
+    assert unknown[2].replace(b"nope", b"JOB") == hidden[2].replace(b"shop_west", b"JOB")
+    assert b"shop_west" not in unknown[2] and ORPHAN.encode() not in unknown[2]
+
+
+def test_permission_live_lookup_token_never_reaches_the_user(airflow: Airflow) -> None:
+    StandInTask.tokens.clear()
+    lookup = _json(airflow, "bob", "api/lookup?job=shop_east&state=total&key=u1&live=on")
+    assert StandInTask.tokens == [f"Bearer {airflow.live_token}"]  # the lookup sent it ...
+    assert "the task is busy" in lookup["fallback"] and lookup["value"] == 2, lookup
+    run = quote(airflow.runs["shop_a"], safe="")
+    east = "job=shop_east&state=total&key=u1"
+    paths = [
+        "",
+        "jobs/shop_east",
+        "jobs/shop_east/checkpoints/20260103",
+        f"lookup?{east}&live=on",
+        f"api/lookup?{east}&live=on",
+        "api/jobs",
+        "api/jobs/shop_east/checkpoints",
+        "api/jobs/shop_east/checkpoints/20260103",
+        "api/savepoints",
+        "api/runs",
+        f"runs/shop_a/{run}",
+        *_west_paths(airflow),
+    ]
+    for user in airflow.tokens:
+        for path in paths:
+            _, headers, body = _as(airflow, user, path)  # ... and no answer holds it
+            assert airflow.live_token.encode() not in body, (user, path)
+            assert airflow.live_token not in json.dumps(headers), (user, path)
+
+
+def test_permission_bob_in_the_browser(airflow: Airflow, browser: Chromium) -> None:
+    browser.set_cookie(airflow.base + "/", "_token", airflow.tokens["bob"])
+    browser.goto(f"{airflow.base}/statecore/")
+    jobs = browser.evaluate(
+        "Array.from(document.querySelectorAll('#jobs-table tbody tr'))"
+        ".map(r => r.cells[0].innerText)"
+    )
+    assert jobs == ["shop_east"]
+    assert "shop_west" not in browser.text("body") and ORPHAN not in browser.text("body")
+    assert "shop_a" in browser.text("#runs-table") and "shop_b" not in browser.text("#runs-table")
+    assert browser.evaluate(
+        "Array.from(document.querySelectorAll('#job-names option')).map(o => o.value)"
+    ) == ["shop_east"]
+    # the lookup form, through the page's script: his job live, the other refused
+    lookup = (
+        "(job => { const set = (n, v) => document.getElementById('lookup-' + n).value = v;"
+        " const out = document.getElementById('lookup-result'); delete out.dataset.status;"
+        " set('job', job); set('state', 'total'); set('key', 'u1');"
+        " document.getElementById('lookup-live').checked = true;"
+        " document.querySelector('#lookup-form button').click(); })"
+    )
+    browser.evaluate(f"{lookup}('shop_east')")
+    browser.wait_for("document.getElementById('lookup-result').dataset.status")
+    result = browser.text("#lookup-result")
+    assert "value: 2" in result and "live lookup fell back:" in result, result
+    browser.evaluate(f"{lookup}('shop_west')")
+    browser.wait_for("document.getElementById('lookup-result').dataset.status")
+    result = browser.text("#lookup-result")
+    assert result.startswith("error:") and "may not read it" in result, result
+    assert "value:" not in result
+    # the other job's pages
+    browser.goto(f"{airflow.base}/statecore/jobs/shop_west")
+    assert browser.text("h1") == "Error 404" and "#checkpoints-table" not in browser.evaluate(
+        "document.documentElement.outerHTML"
+    )
+    browser.goto(f"{airflow.base}/statecore/jobs/shop_west/checkpoints/20260104")
+    assert (
+        browser.text("h1") == "Error 404"
+        and browser.evaluate("document.querySelectorAll('svg.kg-chart').length") == 0
+    )
+    # his own job's page, and no live token in any page or cookie the browser holds
+    browser.goto(f"{airflow.base}/statecore/jobs/shop_east")
+    assert "20260103" in browser.text("#checkpoints-table")
+    assert airflow.live_token not in browser.evaluate("document.documentElement.outerHTML")
+    cookies = browser.call("Network.getAllCookies")["cookies"]
+    assert cookies and all(airflow.live_token not in c["value"] for c in cookies)
