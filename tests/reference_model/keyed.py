@@ -50,6 +50,7 @@ from .model import KeyedModel, Kind, ModelTtl
 
 KEYS = ["a", "b", "c", "d", "e", "f"]
 NAMESPACES = ["", "w1", "w2"]
+MERGING = ("list", "reducing", "aggregating")
 SMALL = st.integers(-3, 3)
 SHM = "/dev/shm"
 SHM_DIR = os.path.join(SHM, f"statecore-reference-model-{os.getpid()}")
@@ -107,64 +108,92 @@ KINDS = {
 
 
 # -- strategies -----------------------------------------------------------------------------
-def state_calls(*, merges: bool) -> st.SearchStrategy[tuple[Any, ...]]:
+def state_calls(
+    *, merges: bool, states: Iterable[str], namespaces: list[str]
+) -> st.SearchStrategy[tuple[Any, ...]]:
     ints = st.lists(SMALL, max_size=3)
     map_keys = st.sampled_from(["x", "y", "z"])
-    calls = [
-        st.just(("seen", "value")),
-        st.tuples(st.just("seen"), st.just("update"), st.one_of(st.none(), ints)),
-        st.tuples(st.just("seen"), st.just("append"), SMALL),
-        st.tuples(st.just("seen"), st.just("append_unset"), SMALL),
-        st.just(("count", "value")),
-        st.tuples(st.just("count"), st.just("update"), st.one_of(st.none(), SMALL)),
-        st.tuples(st.just("count"), st.just("increment")),
-        st.just(("list", "get")),
-        st.tuples(st.just("list"), st.just("add"), SMALL),
-        st.tuples(st.just("list"), st.sampled_from(["add_all", "update"]), ints),
-        st.tuples(st.just("map"), st.sampled_from(["get", "contains", "remove"]), map_keys),
-        st.tuples(st.just("map"), st.just("put"), map_keys, st.one_of(st.none(), SMALL)),
-        st.tuples(
-            st.just("map"),
-            st.just("put_all"),
-            st.dictionaries(map_keys, st.one_of(st.none(), SMALL), max_size=2),
-        ),
-        st.tuples(st.just("map"), st.sampled_from(["items", "is_empty", "len"])),
-        st.tuples(st.sampled_from(["reducing", "aggregating"]), st.just("get")),
-        st.tuples(st.sampled_from(["reducing", "aggregating"]), st.just("add"), SMALL),
-        st.tuples(st.sampled_from(sorted(KINDS)), st.just("clear")),
-    ]
-    if merges:
-        calls.append(
+    nullable = st.one_of(st.none(), SMALL)
+    calls: dict[str, list[st.SearchStrategy[tuple[Any, ...]]]] = {
+        "seen": [
+            st.just(("seen", "value")),
+            st.tuples(st.just("seen"), st.just("update"), st.one_of(st.none(), ints)),
+            st.tuples(st.just("seen"), st.sampled_from(["append", "append_unset"]), SMALL),
+        ],
+        "count": [
+            st.just(("count", "value")),
+            st.tuples(st.just("count"), st.just("update"), nullable),
+            st.just(("count", "increment")),
+        ],
+        "list": [
+            st.just(("list", "get")),
+            st.tuples(st.just("list"), st.just("add"), SMALL),
+            st.tuples(st.just("list"), st.sampled_from(["add_all", "update"]), ints),
+        ],
+        "map": [
+            st.tuples(st.just("map"), st.sampled_from(["get", "contains", "remove"]), map_keys),
+            st.tuples(st.just("map"), st.just("put"), map_keys, nullable),
             st.tuples(
-                st.sampled_from(["list", "reducing", "aggregating"]),
+                st.just("map"), st.just("put_all"), st.dictionaries(map_keys, nullable, max_size=2)
+            ),
+            st.tuples(st.just("map"), st.sampled_from(["items", "is_empty", "len"])),
+        ],
+        "reducing": [
+            st.just(("reducing", "get")),
+            st.tuples(st.just("reducing"), st.just("add"), SMALL),
+        ],
+        "aggregating": [
+            st.just(("aggregating", "get")),
+            st.tuples(st.just("aggregating"), st.just("add"), SMALL),
+        ],
+    }
+
+    def of(name: str) -> st.SearchStrategy[tuple[Any, ...]]:
+        mine = [*calls[name], st.just((name, "clear"))]
+        if merges and KINDS[name].kind in MERGING:
+            merge = st.tuples(
+                st.just(name),
                 st.just("merge"),
-                st.sampled_from(NAMESPACES),
-                st.lists(st.sampled_from(NAMESPACES), max_size=2),
+                st.sampled_from(namespaces),
+                st.lists(st.sampled_from(namespaces), max_size=2),
             )
-        )
-    return st.one_of(calls)
+            mine = [merge, *mine]
+        return pick(mine)
+
+    return st.sampled_from(sorted(states)).flatmap(of)
+
+
+def pick(options: list[st.SearchStrategy[tuple[Any, ...]]]) -> st.SearchStrategy[tuple[Any, ...]]:
+    """One of ``options``, each as likely (``one_of`` favours its first and simplest ones)."""
+    return st.sampled_from(range(len(options))).flatmap(lambda i: options[i])
 
 
 def steps(
-    *, merges: bool = True, ttl: bool = False, restores: bool = False
+    *,
+    merges: bool = True,
+    ttl: bool = False,
+    restores: bool = False,
+    states: Iterable[str] = KINDS,
 ) -> st.SearchStrategy[tuple[Any, ...]]:
-    # Under TTL fewer keys and namespaces, so that reads meet the writes they expire.
+    # Under TTL fewer keys and namespaces, so that reads meet the writes they expire, and the
+    # clock's steps (TTL is 10 ms) land on the expiry instant, just before and after it.
     keys = st.sampled_from(KEYS[:2] if ttl else KEYS)
-    namespaces = st.sampled_from(NAMESPACES[:2] if ttl else NAMESPACES)
+    spaces = NAMESPACES[:2] if ttl else NAMESPACES
+    names = st.sampled_from(sorted(states))
+    calls = state_calls(merges=merges, states=states, namespaces=spaces)
     options = [
+        *([st.tuples(st.just("advance"), st.sampled_from([1, 5, 9, 10]))] if ttl else []),
         st.tuples(st.just("key"), keys),
-        st.tuples(st.just("ns"), st.sampled_from(sorted(KINDS)), namespaces),
-        state_calls(merges=merges),
-        state_calls(merges=merges),
-        st.tuples(st.just("keys"), st.sampled_from(sorted(KINDS)), namespaces),
+        st.tuples(st.just("ns"), names, st.sampled_from(spaces)),
+        calls,
+        calls,
+        calls,
+        st.tuples(st.just("keys"), names, st.sampled_from(spaces)),
     ]
-    if ttl:  # TTL is 10 ms: advances land on the expiry instant, just before and after it
-        advance = st.tuples(st.just("advance"), st.sampled_from([1, 5, 9, 10]))
-        options += [advance, advance]
     if restores:
         options.append(st.just(("checkpoint",)))
         options.append(restore_steps())
-    return st.one_of(options)
+    return pick(options)
 
 
 @st.composite
@@ -175,8 +204,8 @@ def restore_steps(draw: st.DrawFn) -> tuple[Any, ...]:
     return ("restore", backend, parallelism, max_parallelism)
 
 
-def programs(**kw: Any) -> st.SearchStrategy[list[tuple[Any, ...]]]:
-    return st.lists(steps(**kw), min_size=8, max_size=30)
+def programs(max_size: int = 30, **kw: Any) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+    return st.lists(steps(**kw), min_size=8, max_size=max_size)
 
 
 # -- the run on statecore --------------------------------------------------------------------

@@ -12,7 +12,8 @@ The differential tests run one program on statecore and on this model and compar
   ``TtlMapState``/``TtlReduceFunction``/``TtlAggregateFunction``): an entry expires at last
   access + ttl; a read removes expired entries (cleanup on read) and returns them only under
   ``RETURN_EXPIRED_IF_NOT_CLEANED_UP``; ``ON_READ_AND_WRITE`` refreshes the unexpired ones read;
-  reducing and aggregating ``add`` fold into the value a read would return.
+  reducing and aggregating ``add`` fold into the value a read would return; merging namespaces
+  follows Flink's TTL merge functions (see :meth:`KeyedModel.merge_namespaces`).
 - **Checkpoint** is a deep copy; **restore** at parallelism ``p`` and max parallelism ``m``
   hands every ``(key, namespace)`` entry to the subtask owning the key's key group (statecore's
   own :func:`~statecore.keygroups.assign_to_key_group`, Flink's range formula).
@@ -248,29 +249,49 @@ class KeyedModel:
         self._put_single(name, new)
 
     def merge_namespaces(self, name: str, target: str, sources: Sequence[str]) -> None:
-        """Flink's ``mergeNamespaces`` without TTL (the tests merge only TTL-free states)."""
-        assert self.ttl is None
+        """Flink's ``mergeNamespaces`` (``AbstractHeapMergingState``): the sources' stored values
+        folded in order, then into the target's. Under TTL a list merges its stored elements as
+        they are (expired ones too, with their timestamps); reducing and aggregating states
+        merge through ``TtlReduceFunction``/``TtlAggregateFunction``: an expired side counts
+        only under ``RETURN_EXPIRED_IF_NOT_CLEANED_UP``, and a merged value is stamped now, but a
+        single source moved to an empty target keeps its timestamp."""
         kind = self.kinds[name]
-        merge: Callable[[Any, Any], Any] = {
-            "list": lambda a, b: a + b,
-            "reducing": kind.reduce,
-            "aggregating": kind.merge,
-        }[kind.kind]  # type: ignore[assignment]
         table = self._table(name)
+        merge: Callable[[Any, Any], Any]
+        if kind.kind == "list":
+            merge = lambda a, b: a + b  # noqa: E731
+        else:
+            fold = kind.reduce if kind.kind == "reducing" else kind.merge
+            merge = lambda a, b: self._ttl_merge(fold, a, b)  # type: ignore[arg-type]  # noqa: E731
         merged = ABSENT
         for source in sources:
             stored = table.pop((self.key, source), ABSENT)
-            if stored is ABSENT:
-                continue
-            value = stored if kind.kind == "list" else stored[0]
-            merged = value if merged is ABSENT else merge(merged, value)
+            if stored is not ABSENT:
+                merged = stored if merged is ABSENT else merge(merged, stored)
         if merged is ABSENT:
             return
         existing = table.get((self.key, target), ABSENT)
         if existing is not ABSENT:
-            existing = existing if kind.kind == "list" else existing[0]
             merged = merge(existing, merged)
-        table[(self.key, target)] = merged if kind.kind == "list" else (merged, self.now)
+        if merged is ABSENT:
+            table.pop((self.key, target), None)
+        else:
+            table[(self.key, target)] = merged
+
+    def _ttl_merge(
+        self, fold: Callable[[Any, Any], Any], a: tuple[Any, int] | Any, b: tuple[Any, int] | Any
+    ) -> Any:
+        def unexpired(stored: Any) -> Any:
+            if stored is ABSENT or (self._expired(stored[1]) and not self._returns_expired()):
+                return ABSENT
+            return stored[0]
+
+        ua, ub = unexpired(a), unexpired(b)
+        if ua is not ABSENT and ub is not ABSENT:
+            return (fold(ua, ub), self.now)
+        if ua is not ABSENT:
+            return (ua, self.now)
+        return ABSENT if ub is ABSENT else (ub, self.now)
 
 
 class TimerModel:
