@@ -43,7 +43,7 @@ from statecore.keygroups import (
     assign_to_key_groups,
     compute_key_group_range_for_operator_index,
 )
-from statecore.ttl import ManualTimeProvider, StateTtlConfig
+from statecore.ttl import CleanupStrategy, ManualTimeProvider, StateTtlConfig
 from statecore.types import TypeInfo
 
 from .model import KeyedModel, Kind, ModelTtl
@@ -339,7 +339,8 @@ def run(
                 clock.advance(step[1])
                 model.now = clock.now_ms
             elif op == "checkpoint":
-                checkpoint = (task.snapshot(), model.checkpoint())
+                full = ttl is not None and ttl.cleanup is CleanupStrategy.FULL_SNAPSHOT
+                checkpoint = (task.snapshot(), model.checkpoint(drop_expired=full))
             elif op == "restore":
                 if checkpoint is None:
                     continue

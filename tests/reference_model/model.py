@@ -14,9 +14,10 @@ The differential tests run one program on statecore and on this model and compar
   ``RETURN_EXPIRED_IF_NOT_CLEANED_UP``; ``ON_READ_AND_WRITE`` refreshes the unexpired ones read;
   reducing and aggregating ``add`` fold into the value a read would return; merging namespaces
   follows Flink's TTL merge functions (see :meth:`KeyedModel.merge_namespaces`).
-- **Checkpoint** is a deep copy; **restore** at parallelism ``p`` and max parallelism ``m``
-  hands every ``(key, namespace)`` entry to the subtask owning the key's key group (statecore's
-  own :func:`~statecore.keygroups.assign_to_key_group`, Flink's range formula).
+- **Checkpoint** is a deep copy (less what expired, under cleanup in full snapshot);
+  **restore** at parallelism ``p`` and max parallelism ``m`` hands every ``(key, namespace)``
+  entry to the subtask owning the key's key group (statecore's own
+  :func:`~statecore.keygroups.assign_to_key_group`, Flink's range formula).
 - **Timers** (:class:`TimerModel`): a set of ``(timestamp, key)``; advancing the watermark fires
   every timer at or below it in timestamp order, including timers registered while firing.
 - **Operator state** (:func:`redistribute`): Flink's ``RoundRobinOperatorStateRepartitioner``.
@@ -80,8 +81,29 @@ class KeyedModel:
         kg = assign_to_key_group(key, self.max_parallelism)
         return compute_operator_index_for_key_group(self.max_parallelism, self.parallelism, kg)
 
-    def checkpoint(self) -> list[dict[str, Table]]:
-        return copy.deepcopy(self.subtasks)
+    def checkpoint(self, *, drop_expired: bool = False) -> list[dict[str, Table]]:
+        """A deep copy; with ``drop_expired`` (cleanup in full snapshot) without the values,
+        list elements and map entries expired by now (the running state keeps them)."""
+        out = copy.deepcopy(self.subtasks)
+        if drop_expired:
+            for sub in out:
+                for name, table in sub.items():
+                    for slot, stored in list(table.items()):
+                        alive = self._unexpired(self.kinds[name].kind, stored)
+                        if alive is ABSENT:
+                            del table[slot]
+                        else:
+                            table[slot] = alive
+        return out
+
+    def _unexpired(self, kind: str, stored: Any) -> Any:
+        if kind == "list":
+            elements = [(v, ts) for v, ts in stored if not self._expired(ts)]
+            return elements or ABSENT
+        if kind == "map":
+            entries = {k: (v, ts) for k, (v, ts) in stored.items() if not self._expired(ts)}
+            return entries or ABSENT
+        return ABSENT if self._expired(stored[1]) else stored
 
     def restore(
         self, checkpoint: list[dict[str, Table]], parallelism: int, max_parallelism: int
