@@ -240,6 +240,15 @@ class TimerService:
         self._watermark = max(self._watermark, watermark)
         return self._fire(TimeDomain.EVENT_TIME, self._watermark)
 
+    def move_watermark(self, watermark: int) -> bool:
+        """Move the watermark forward without firing: whether an event-time timer may be due
+        at it (then :meth:`advance_watermark` fires them). The per-record path's cheap check
+        (a look at the queue's head, which may hold a deleted timer: then nothing fires)."""
+        if watermark > self._watermark:
+            self._watermark = watermark
+        heap = self._queues[TimeDomain.EVENT_TIME].heap
+        return bool(heap) and heap[0][0] <= self._watermark
+
     def advance_processing_time(self, now: int | None = None) -> Iterator[Timer]:
         """Yield every processing-time timer due at ``now`` (default: the clock), key current."""
         return self._fire(

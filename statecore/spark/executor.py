@@ -84,6 +84,9 @@ class TaskSpec:
     start_watermark: int = MIN_WATERMARK
     """The watermark of the restored checkpoint: the task advances to it before its records
     (its timers up to it fire), and records at or below it are late."""
+    lateness_ms: int | None = None
+    """With ``event_time``: the allowed lateness; the watermark advances between records to the
+    largest event time seen minus it minus 1 ms (``None``: only at the end of the run)."""
     late_data: LateData = LateData.PROCESS
     """What the task does with late records (:class:`~statecore.runtime.lateness.LateData`)."""
     late_output_table: str | None = None
@@ -166,13 +169,19 @@ Process = Callable[[KeyedOperatorTask, Iterator[pa.RecordBatch]], Iterator[Outpu
 
 
 def per_record(spec: TaskSpec) -> Process:
-    """Each record through ``process_element``, then the timers due at the end of the run."""
+    """Each record through ``process_element`` (with an event time, in event-time order and
+    the watermark advancing between records, firing the timers it passes), then the timers due
+    at the end of the run."""
 
     def process(task: KeyedOperatorTask, batches: Iterator[pa.RecordBatch]) -> Iterator[Output]:
         yield task.advance_watermark(spec.start_watermark)
         for batch in batches:
             yield task.process_batch(
-                batch, key=spec.key, key_group=spec.key_group_column, event_time=spec.event_time
+                batch,
+                key=spec.key,
+                key_group=spec.key_group_column,
+                event_time=spec.event_time,
+                lateness_ms=spec.lateness_ms,
             )
         yield task.advance_watermark(spec.watermark) + task.advance_processing_time()
 

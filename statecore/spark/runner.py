@@ -50,7 +50,12 @@ from statecore.spark.identity import input_identity
 from statecore.spark.job import KeyedJob, KeyedRun
 from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
 from statecore.spark.task_errors import task_error
-from statecore.spark.watermark import event_time_column, next_watermark, run_watermark
+from statecore.spark.watermark import (
+    event_time_column,
+    lateness_ms,
+    next_watermark,
+    run_watermark,
+)
 from statecore.types import TypeInfo
 
 __all__ = ["KeyedRunner"]
@@ -285,6 +290,7 @@ class KeyedRunner:
             changelog=job.changelog,
             latency=self.config_latency(),
             start_watermark=start,
+            lateness_ms=None if job.event_time is None else lateness_ms(job.allowed_lateness),
             late_data=self.late_data,
             late_output_table=job.late_output_table,
             late_schema=self.arrow_input,
@@ -293,6 +299,14 @@ class KeyedRunner:
             ),
         )
         return _Plan(checkpoint=planned, spec=spec)
+
+    def processing_order(self) -> list[str] | None:
+        """How a task's records are sorted: with an event time, by it (as records arrive in
+        Flink), ``order_by`` breaking ties; else by ``order_by`` (``None``: as Spark has them)."""
+        job = self.job
+        if job.event_time is None:
+            return job.order_by
+        return [job.event_time, *(c for c in job.order_by or () if c != job.event_time)]
 
     def config_latency(self) -> LatencyTracking | None:
         interval = self.config.latency_sample_interval
@@ -308,7 +322,7 @@ class KeyedRunner:
             job.key,
             parallelism=spec.parallelism,
             max_parallelism=spec.max_parallelism,
-            order_by=job.order_by,
+            order_by=self.processing_order(),
         )
         result_schema = T.StructType(
             [*job.output_schema.fields, T.StructField(META, T.StringType())]

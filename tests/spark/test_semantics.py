@@ -363,3 +363,41 @@ def test_end_of_input_fires_every_event_time_timer_and_ends_the_job(
     with pytest.raises(ConfigError, match="checkpoint 2 ended its input"):
         run(3, range(0, 1), 120)
     assert run(2, range(2, 6), 60, end_of_input=True).replayed  # an Airflow retry: a no-op
+
+
+def test_timer_order_in_a_spark_run_fires_between_records_and_replays_the_same(
+    spark: Any, statecore_home: StatecoreConfig
+) -> None:
+    """Records reach a task in event-time order across its keys (whatever the input's order)
+    and a reminder fires as soon as the watermark passes it: u0's reminder at minute 10 fires
+    before the record at minute 12, with the count of the records before it."""
+    at = [0, 3, 11, 12, 30]  # minutes; u0 at 0 and 12, u1 at 3 and 30, u2 at 11
+    users = ["u0", "u1", "u2", "u0", "u1"]
+    rows = [(u, DAY + timedelta(minutes=m), 1.0) for u, m in zip(users, at, strict=True)]
+
+    def run(job: str, order: list[int]) -> list[tuple[Any, ...]]:
+        df = spark.createDataFrame(
+            [rows[i] for i in order], "user_id string, ts timestamp, amount double"
+        )
+        result = keyed_process(
+            df, key="user_id", function=Reminders(), output_schema=REMINDER_OUT, job=job,
+            checkpoint_id=1, parallelism=1, event_time="ts", processing_time=ManualTimeProvider(T0),
+        )  # fmt: skip
+        return [tuple(r) for r in result.output.collect()]
+
+    out = run("ordered", [4, 2, 0, 3, 1])
+    minute = lambda t: (t - int(DAY.timestamp() * 1000)) // MINUTE  # noqa: E731
+    sequence = [(r[0], r[1], minute(r[2]), r[3]) for r in out]
+    # Reminders yields (user, what, at, count before, amounts): a timer's count is what it saw.
+    assert sequence == [
+        ("u0", "event", 0, None),
+        ("u1", "event", 3, None),
+        ("u2", "event", 11, None),
+        ("u0", "timer", 10, 1),  # the watermark 11 min - 1 ms passed it: before u0's next record
+        ("u0", "event", 12, 1),
+        ("u1", "event", 30, 1),
+        ("u1", "timer", 13, 2),  # then every reminder up to 30 min - 1 ms, earliest first
+        ("u2", "timer", 21, 1),
+        ("u0", "timer", 22, 2),
+    ]
+    assert run("again", [1, 3, 0, 2, 4]) == out  # another input order: the same run

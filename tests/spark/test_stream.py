@@ -90,18 +90,20 @@ def test_stream_watermark_timers_and_late_data_across_a_restart(
     try:
         query.processAllAvailable()  # batch 0: at MIN; completes with W = 2000
         write_file(inp, "f1", [("u1", 15_000, 3)])
-        query.processAllAvailable()  # batch 1: at 2000 (no timer due); W = 15000
+        # batch 1: at 2000; after u1@15000 the task's watermark 14999 fires 11000, 12000
+        query.processAllAvailable()  # W = 15000
         write_file(inp, "f2", [("u2", 16_000, 4), ("u1", 14_000, 100)])
-        query.processAllAvailable()  # batch 2: at 15000, timers 11000 and 12000; u1@14000 late
+        query.processAllAvailable()  # batch 2: at 15000; u1@14000 late
     finally:
         query.stop()
     assert [c.watermark for c in completed(statecore_home, "reminders")] == [2000, 15_000, 16_000]
     query = start(spark, s, late_output_table=str(late_table))  # a restart of the query
     try:
         write_file(inp, "f3", [("u1", 30_000, 5)])
-        query.processAllAvailable()  # batch 3: at 16000 (timers 25000, 26000 not due); W = 30000
+        # batch 3: at 16000; after u1@30000, 29999 fires 25000 (u1) and 26000 (u2)
+        query.processAllAvailable()  # W = 30000
         write_file(inp, "f4", [("u3", 31_000, 6)])
-        query.processAllAvailable()  # batch 4: at 30000: timers 25000 (u1), 26000 (u2) fire
+        query.processAllAvailable()  # batch 4: at 30000
     finally:
         query.stop()
     checkpoints = completed(statecore_home, "reminders")
@@ -110,16 +112,16 @@ def test_stream_watermark_timers_and_late_data_across_a_restart(
     out = delta_rows(Path(s["output_table"]))
     timers = [r for r in out if r[1] == "timer"]
     assert sorted(timers) == [
-        ("u1", "timer", 11_000, 4, 15_000),
-        ("u1", "timer", 25_000, 9, 30_000),
-        ("u2", "timer", 12_000, 2, 15_000),
-        ("u2", "timer", 26_000, 6, 30_000),
+        ("u1", "timer", 11_000, 4, 14_999),  # right after u1@15000 moved the task's watermark
+        ("u1", "timer", 25_000, 9, 29_999),  # right after u1@30000, in batch 3
+        ("u2", "timer", 12_000, 2, 14_999),
+        ("u2", "timer", 26_000, 6, 29_999),
     ]
     assert set(Counter((r[0], r[2]) for r in timers).values()) == {1}, "each timer fires once"
     events = {(r[0], r[2]): (r[3], r[4]) for r in out if r[1] == "event"}
     assert events == {  # (running total, the watermark the micro-batch ran at)
         ("u1", 1000): (1, -(1 << 63)),
-        ("u2", 2000): (2, -(1 << 63)),
+        ("u2", 2000): (2, 999),  # after u1@1000 the task's watermark is 1000 - 1 ms
         ("u1", 15_000): (4, 2000),
         ("u2", 16_000): (6, 15_000),
         ("u1", 30_000): (9, 16_000),
@@ -158,6 +160,8 @@ def test_stream_continues_a_batch_job_and_back_with_savepoint_watermark(
     assert stream_checkpoints[-1].watermark == 20_000
     meta = json.loads((Path(s["checkpoint_location"]) / STREAM_METADATA).read_text())
     assert meta == {"job": "mixed", "checkpoint_id_base": 20260102}
+    fired = {(r[0], r[2]) for r in delta_rows(Path(s["output_table"])) if r[1] == "timer"}
+    assert fired == {("u1", 15_000), ("u2", 17_000)}  # u2@20000 moved the watermark past them
     assert totals(statecore_home, "mixed") == {"u1": 1, "u2": 22}  # the late 10 was dropped
     # back to batch: it starts at the stream's watermark, fires the timers it passes
     again = keyed_process(
@@ -173,11 +177,7 @@ def test_stream_continues_a_batch_job_and_back_with_savepoint_watermark(
     rows = sorted(tuple(r) for r in again.output.collect())
     again.unpersist()
     assert ("u1", "event", 40_000, 101, 20_000) in rows
-    assert {(r[0], r[2]) for r in rows if r[1] == "timer"} == {
-        ("u1", 15_000),
-        ("u2", 17_000),
-        ("u2", 30_000),
-    }
+    assert {(r[0], r[2]) for r in rows if r[1] == "timer"} == {("u2", 30_000)}
     assert again.watermark == 40_000
     # a savepoint carries the watermark; a job restored from it starts there
     config = statecore_home
