@@ -209,7 +209,7 @@ class KeyedModel:
         else:
             self.clear(name)
 
-    def _map_read(self, name: str, entries: dict[Any, tuple[Any, int]], key: Any) -> Any:
+    def _map_read(self, entries: dict[Any, tuple[Any, int]], key: Any) -> Any:
         if key not in entries:
             return ABSENT
         value, ts = entries[key]
@@ -222,13 +222,13 @@ class KeyedModel:
 
     def map_get(self, name: str, key: Any) -> Any:
         entries = self._entries(name)
-        value = self._map_read(name, entries, key)
+        value = self._map_read(entries, key)
         self._store_map(name, entries)
         return None if value is ABSENT else value
 
     def map_contains(self, name: str, key: Any) -> bool:
         entries = self._entries(name)
-        value = self._map_read(name, entries, key)
+        value = self._map_read(entries, key)
         self._store_map(name, entries)
         return value is not ABSENT
 
@@ -236,7 +236,7 @@ class KeyedModel:
         entries = self._entries(name)
         out = {}
         for key in list(entries):
-            value = self._map_read(name, entries, key)
+            value = self._map_read(entries, key)
             if value is not ABSENT:
                 out[key] = value
         self._store_map(name, entries)
