@@ -2,18 +2,22 @@
 
 Each micro-batch runs the same keyed runtime as :func:`~statecore.spark.keyed.keyed_process`
 (restore, process, snapshot, commit) from ``foreachBatch``, as checkpoint ``base + batch_id``
-with the input identity ``{"batch_id": batch_id}``: Spark replays a micro-batch whose commit it
-did not record (after a driver crash) with the same id, and the replay of a completed
-checkpoint is a no-op, so state and output tables change exactly once per micro-batch. ``base`` is
+with the input identity ``{"batch_id": batch_id, "offsets": {"start": ..., "end": ...}}``, the
+data sources' offsets of the micro-batch from Spark's offset log (``offsets/<batch id>`` and the
+one before; a Kafka source's are ``{topic: {partition: offset}}``, a file source's
+``{"logOffset": n}``): Spark replays a micro-batch whose commit it did not record (after a
+driver crash) with the same id and the same offsets, and the replay of a completed checkpoint
+is a no-op, so state and output tables change exactly once per micro-batch; the same id with
+other offsets (a checkpoint location rebuilt under the same job) is refused
+(:class:`~statecore.errors.ReplayMismatchError`). ``base`` is
 0 for a job without checkpoints (the checkpoint id *is* the batch id); a stream that continues
 the state of a batch job starts above that job's latest checkpoint id. It is fixed when the query
 first starts and kept in ``<checkpoint_location>/statecore.json``, beside Spark's offsets.
 
-Event time follows Spark's rule: micro-batch *n* starts at the watermark its restored checkpoint
-completed with (inside it each task's watermark advances between records, see
-:mod:`statecore.spark.keyed`), and completes with the smallest of its tasks' largest event
-times minus ``allowed_lateness`` (never lower). The watermark is computed from what the tasks
-report, never by a second Spark job over the input. Records at or below the watermark are late
+Event time follows Spark's rule: micro-batch *n* runs at the watermark its restored checkpoint
+completed with, and completes with the smallest of its tasks' largest event times minus
+``allowed_lateness`` (never lower). The watermark is computed from what the tasks report, never
+by a second Spark job over the input. Records at or below the watermark are late
 (:mod:`statecore.runtime.lateness`).
 
 Processing-time timers fire in the first micro-batch after they are due. With a
@@ -49,7 +53,7 @@ from statecore.spark.executor import per_batch, per_record
 from statecore.spark.keyed import KeyedJob, KeyedRun, _KeyedRunner
 from statecore.ttl.time import TtlTimeProvider
 
-__all__ = ["STREAM_METADATA", "keyed_stream", "keyed_stream_batches"]
+__all__ = ["STREAM_METADATA", "batch_offsets", "keyed_stream", "keyed_stream_batches"]
 
 log = logging.getLogger(__name__)
 
@@ -335,10 +339,12 @@ class _MicroBatch:
                 return
             df = df.where(F.col(_TICK).isNull()).drop(_TICK)
         _run_every_task(df)
+        fingerprint: dict[str, Any] = {"batch_id": batch_id}
+        offsets = batch_offsets(self.checkpoint_location, batch_id, ticks=self.tick)
+        if offsets is not None:
+            fingerprint["offsets"] = offsets
         job = dataclasses.replace(
-            template,
-            checkpoint_id=self.base + batch_id,
-            input_fingerprint={"batch_id": batch_id},
+            template, checkpoint_id=self.base + batch_id, input_fingerprint=fingerprint
         )
         run = _KeyedRunner(df, job).run()
         run.unpersist()
@@ -365,21 +371,57 @@ class _MicroBatch:
 
 def _data_moved(checkpoint_location: str, batch_id: int) -> bool | None:
     """Whether the data sources' end offsets of micro-batch ``batch_id`` differ from those of
-    the micro-batch before, from Spark's offset log (``offsets/<batch id>``: a version line, the
-    batch's metadata, then one offset per source in the plan's order; the ``rate`` ticks are
-    the last source); ``None`` when the log cannot tell."""
+    the micro-batch before (the ``rate`` ticks are the last source), from Spark's offset log;
+    ``None`` when the log cannot tell."""
+    before = _source_offsets(checkpoint_location, batch_id - 1)
+    now = _source_offsets(checkpoint_location, batch_id)
+    if before is None or now is None or len(before) != len(now) or len(now) < 2:
+        return None
+    return before[:-1] != now[:-1]
+
+
+def batch_offsets(
+    checkpoint_location: str, batch_id: int, *, ticks: bool = False
+) -> dict[str, list[Any] | None] | None:
+    """The data sources' offsets of micro-batch ``batch_id`` from Spark's offset log under
+    ``checkpoint_location``: ``{"start": [...], "end": [...]}``, one offset per source in the
+    plan's order (parsed JSON, ``None`` for a source without one), ``start`` being the end of
+    the micro-batch before (``None`` for the first); without the ``rate`` ticks, the last source,
+    when ``ticks``. ``None`` when the log has no entry for the micro-batch."""
+    end = _source_offsets(checkpoint_location, batch_id)
+    if end is None:
+        return None
+    start = _source_offsets(checkpoint_location, batch_id - 1) if batch_id > 0 else None
+    if ticks:
+        end = end[:-1]
+        start = None if start is None else start[:-1]
+    return {"start": start, "end": end}
+
+
+def _source_offsets(checkpoint_location: str, batch_id: int) -> list[Any] | None:
+    """The sources' offsets in ``offsets/<batch_id>`` (a version line, the batch's metadata,
+    then one offset per source in the plan's order, ``-`` for none); ``None`` when there is no
+    such entry or it is not in that form."""
+    if batch_id < 0:
+        return None
     fs, root = table_filesystem(checkpoint_location.rstrip("/"))
     try:
-        logs: list[list[str]] = []
-        for n in (batch_id - 1, batch_id):
-            with fs.open_input_stream(f"{root}/offsets/{n}") as stream:
-                logs.append(stream.read().decode("utf-8").splitlines())
+        with fs.open_input_stream(f"{root}/offsets/{batch_id}") as stream:
+            lines = stream.read().decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError, ValueError):
         return None
-    before, now = logs
-    if len(before) != len(now) or len(now) < 4 or not now[0].startswith("v"):
+    if len(lines) < 3 or not lines[0].startswith("v"):
         return None
-    return before[2:-1] != now[2:-1]
+    return [_offset(line) for line in lines[2:]]
+
+
+def _offset(text: str) -> Any:
+    if text == "-":
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _run_every_task(df: DataFrame) -> None:

@@ -78,6 +78,7 @@ def start(folder: Path, jars: Path = BROKER_JARS) -> KafkaBroker:
                 f"log.dirs={log_dir}",
                 "num.partitions=1",
                 "auto.create.topics.enable=false",
+                "log.retention.ms=-1",  # keep every record, whatever its timestamp
                 "offsets.topic.replication.factor=1",
                 "offsets.topic.num.partitions=1",
                 "transaction.state.log.replication.factor=1",

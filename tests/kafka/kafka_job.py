@@ -1,0 +1,102 @@
+"""The stream of the Kafka tests: clicks keyed by the record key, the Kafka timestamp as event
+time, ``{"amount": n}`` as value; per user the running count and total, each output row naming
+the record's partition and offset, so a test can match output against the topic."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from kafka import KafkaProducer
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming.query import StreamingQuery
+
+from statecore.descriptors import ValueStateDescriptor
+from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
+from statecore.spark import keyed_stream
+
+OUTPUT = T.StructType(
+    [
+        T.StructField("user", T.StringType()),
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("count", T.LongType()),
+        T.StructField("total", T.LongType()),
+    ]
+)
+
+
+class Totals(KeyedProcessFunction):
+    """Per user: how many clicks and the total of their amounts."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", int, default=0))
+        self.total = runtime_context.get_state(ValueStateDescriptor("total", int, default=0))
+
+    def process_element(self, value: Any, ctx: Context) -> Iterator[tuple[Any, ...]]:
+        self.count.update(self.count.value() + 1)
+        self.total.update(self.total.value() + value.amount)
+        yield ctx.current_key, value.partition, value.offset, self.count.value(), self.total.value()
+
+
+def produce(
+    bootstrap_servers: str,
+    topic: str,
+    clicks: list[tuple[str, int, int]],
+    *,
+    partition: int | None = None,
+) -> None:
+    """``(user, amount, timestamp ms)`` clicks, keyed by user, each with its Kafka timestamp
+    (to the key's partition, or to ``partition``)."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
+    sent = []
+    for user, amount, ts in clicks:
+        value = json.dumps({"amount": amount}).encode()
+        sent.append(
+            producer.send(
+                topic, key=user.encode(), value=value, timestamp_ms=ts, partition=partition
+            )
+        )
+    producer.flush()
+    producer.close()
+    for future in sent:
+        future.get(timeout=0)  # raises what the broker refused
+
+
+def read(spark: SparkSession, bootstrap_servers: str, topic: str, **options: Any) -> DataFrame:
+    """The topic as a stream of ``user, ts, amount, partition, offset``."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load().select(
+        F.col("key").cast("string").alias("user"),
+        F.col("timestamp").alias("ts"),
+        F.from_json(F.col("value").cast("string"), "amount long").amount.alias("amount"),
+        "partition",
+        "offset",
+    )
+
+
+def start(
+    stream: DataFrame, *, job: str, checkpoint_location: str, output_table: str
+) -> StreamingQuery:
+    return keyed_stream(
+        stream,
+        key="user",
+        function=Totals(),
+        output_schema=OUTPUT,
+        job=job,
+        checkpoint_location=checkpoint_location,
+        output_table=output_table,
+        event_time="ts",
+        trigger={"availableNow": True},
+        parallelism=2,
+    )
