@@ -14,10 +14,11 @@ other offsets (a checkpoint location rebuilt under the same job) is refused
 the state of a batch job starts above that job's latest checkpoint id. It is fixed when the query
 first starts and kept in ``<checkpoint_location>/statecore.json``, beside Spark's offsets.
 
-Event time follows Spark's rule: micro-batch *n* runs at the watermark its restored checkpoint
-completed with, and completes with the smallest of its tasks' largest event times minus
-``allowed_lateness`` (never lower). The watermark is computed from what the tasks report, never
-by a second Spark job over the input. Records at or below the watermark are late
+Event time follows Spark's rule: micro-batch *n* starts at the watermark its restored checkpoint
+completed with (inside it each task's watermark advances between records, see
+:mod:`statecore.spark.keyed`), and completes with the smallest of its tasks' largest event
+times minus ``allowed_lateness`` (never lower). The watermark is computed from what the tasks
+report, never by a second Spark job over the input. Records at or below the watermark are late
 (:mod:`statecore.runtime.lateness`).
 
 Processing-time timers fire in the first micro-batch after they are due. With a
