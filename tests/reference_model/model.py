@@ -330,20 +330,32 @@ class TimerModel:
         self.timers.discard((timestamp, key))
 
     def advance(
-        self, watermark: int, on_timer: Callable[[Any, int], list[Any]]
-    ) -> list[tuple[int, Any]]:
+        self,
+        watermark: int,
+        on_timer: Callable[[Any, int], list[Any]],
+        order: Sequence[tuple[int, Any]] = (),
+    ) -> list[Any]:
         """Fire every timer at or below the watermark (never moving it back), lowest timestamp
-        first; ``on_timer(key, timestamp)`` may register more. Returns ``(timestamp, output)``
-        per timer fired."""
+        first; ``on_timer(key, timestamp)`` may register more. Timers of one timestamp fire in
+        no defined order (Flink's neither): ``order`` is the ``(timestamp, key)`` order the
+        system under test chose, followed where it is a valid choice. Returns the outputs."""
         self.watermark = watermark if self.watermark is None else max(self.watermark, watermark)
-        fired = []
+        fired: list[Any] = []
+        chosen = list(order)
         while self.timers:
             first = min(ts for ts, _ in self.timers)
             if first > self.watermark:
                 break
-            key = min((k for ts, k in self.timers if ts == first), key=repr)
+            due = sorted((k for ts, k in self.timers if ts == first), key=repr)
+            key = due[0]
+            if chosen:
+                choice = chosen.pop(0)
+                if choice[0] == first and choice[1] in due:
+                    key = choice[1]
+                else:
+                    chosen = []  # not a valid choice: fire the model's, the outputs will differ
             self.timers.discard((first, key))
-            fired.extend((first, out) for out in on_timer(key, first))
+            fired.extend(on_timer(key, first))
         return fired
 
 
