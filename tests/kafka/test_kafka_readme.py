@@ -1,6 +1,6 @@
-"""The README's Kafka example runs as written against the session's broker: only the broker
-addresses and the ``/data`` folder are replaced (by the broker's address and the test's
-folder)."""
+"""The Kafka example of docs/streaming.md (moved from the README) runs as written against the
+session's broker: only the broker addresses and the ``/data`` folder are replaced (by the
+broker's address and the test's folder)."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ from .kafka_job import produce
 
 pytestmark = pytest.mark.spark
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "streaming.md"
 
 
 def kafka_example() -> str:
-    """The first Python block of the README's Kafka section."""
+    """The first Python block of the Kafka section of docs/streaming.md."""
     section = README.read_text().split("\n### Kafka\n", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the README's Kafka section has no Python block"
+    assert match, "the Kafka section of docs/streaming.md has no Python block"
     return match.group(1)
 
 
