@@ -64,7 +64,7 @@ test: setup lint chromium postgres jars
 # --group): jvm (the one local Spark session, standalone cluster and S3 server of the run) and
 # rest (all other tests), each logged to build/tests/<group>.log and printed whole once both
 # ended; fails when either fails. Not make test's way yet: measured on a busy machine it was no
-# faster and its waits ran out (README, Tests).
+# faster and its waits ran out (docs/contributing.md).
 test-parallel: setup lint chromium postgres jars
 	$(PY) scripts/pytest_groups.py
 

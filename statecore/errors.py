@@ -65,7 +65,7 @@ __all__ = [
     "COMING_FROM_PYFLINK",
 ]
 
-COMING_FROM_PYFLINK = "see the README, 'Coming from PyFlink'"
+COMING_FROM_PYFLINK = "see docs/pyflink.md, 'Coming from PyFlink'"
 """Where a :class:`PyFlinkSpellingError` sends the reader."""
 
 
@@ -192,7 +192,7 @@ class PyFlinkSpelling:
     Traceback (most recent call last):
     ...
     statecore.errors.PyFlinkSpellingError: Context.get_current_key is PyFlink's spelling; \
-statecore spells it ctx.current_key (an attribute) (see the README, 'Coming from PyFlink')
+statecore spells it ctx.current_key (an attribute) (see docs/pyflink.md, 'Coming from PyFlink')
     >>> hasattr(Context(), "get_current_key")
     False
     """

@@ -68,7 +68,7 @@ def checkpoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
             if args.latency or args.restore:
                 rows = latency_rows(record) if args.latency else record.metrics.get("restore", [])
                 what = "state latency" if args.latency else "restore"
-                empty = (f"no {what} recorded (see the README)",)
+                empty = (f"no {what} recorded (see docs/operations.md)",)
                 return head + "\n\n" + format_rows(rows, args.format, empty=empty)
             if not record.tables:
                 return head

@@ -7,7 +7,7 @@ The modules mirror PyFlink's: ``statecore.pyflink.common`` (``pyflink.common``: 
 ``RuntimeContext``, ``TimeDomain``, ``TimerService``; also ``.datastream.functions`` and
 ``.datastream.state`` with the descriptors and ``StateTtlConfig``). Every name is also here.
 
-statecore's Pythonic API stays the primary one (see the README, 'Coming from PyFlink'); this
+statecore's Pythonic API stays the primary one (see docs/pyflink.md, 'Coming from PyFlink'); this
 layer is for porting. A ported function is a statecore ``KeyedProcessFunction``: the harness,
 ``keyed_process`` and ``keyed_stream`` run it as they run any other.
 """

@@ -24,7 +24,7 @@ Nothing runs per record.
 Traceback (most recent call last):
 ...
 statecore.errors.PyFlinkSpellingError: ctx.timestamp() is PyFlink's spelling; statecore \
-spells it ctx.timestamp (an attribute, here 1000) (see the README, 'Coming from PyFlink')
+spells it ctx.timestamp (an attribute, here 1000) (see docs/pyflink.md, 'Coming from PyFlink')
 """
 
 from __future__ import annotations

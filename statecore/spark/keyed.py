@@ -119,8 +119,8 @@ def keyed_process(
     is refused with :class:`~statecore.errors.ConfigError`.
 
     ``changelog`` (``True`` or a :class:`~statecore.snapshot.changelog.ChangelogConfig`) makes
-    each checkpoint write the changed keys as change files instead of whole key groups (see the
-    README, "Changelog checkpoints").
+    each checkpoint write the changed keys as change files instead of whole key groups (see
+    docs/changelog.md).
     ``retain_checkpoints=N`` bounds the job's catalog rows, as a stream needs: once the
     checkpoint completed, the run keeps the job's last ``N`` completed checkpoints, expires the
     older ones and deletes expired rows beyond ``N`` (:mod:`statecore.checkpoint.retain`; an id
