@@ -6,10 +6,12 @@ import ipaddress
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.kafka.broker import KafkaBroker
+from tests.kafka.broker import BROKER_JARS, KafkaBroker
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:
@@ -87,3 +89,16 @@ def test_kafka_topic_holds_keyed_records_by_partition(
         by_key.setdefault(r.key, set()).add(r.partition)
     assert all(len(p) == 1 for p in by_key.values())
     assert len({p for ps in by_key.values() for p in ps}) > 1
+
+
+@pytest.mark.spark
+def test_kafka_broker_jars_stay_off_sparks_classpath(spark: Any) -> None:
+    """The broker's JARs (Kafka 4.1, its Scala and Jackson) are a folder of their own; Spark's
+    session has its Kafka source and that source's kafka-clients, nothing of the broker."""
+    assert any(BROKER_JARS.glob("kafka_2.13-*.jar")), "make jars resolves the broker"
+    jars = [Path(j).name for j in spark.conf.get("spark.jars", "").split(",") if j]
+    assert any(j.startswith("spark-sql-kafka-0-10_2.13-") for j in jars)
+    assert not any(j.startswith(("kafka_2.13-", "kafka-server-", "kafka-raft-")) for j in jars)
+    assert not any(str(BROKER_JARS) in j for j in spark.conf.get("spark.jars", "").split(","))
+    clients = [j for j in jars if j.startswith("kafka-clients-")]
+    assert len(clients) == 1 and not clients[0].startswith("kafka-clients-4."), clients

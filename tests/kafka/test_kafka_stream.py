@@ -23,10 +23,11 @@ from pyspark.errors import StreamingQueryException
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.catalog.records import CheckpointRecord
 from statecore.config import StatecoreConfig
+from statecore.spark import keyed_stream
 from statecore.spark.stream import batch_offsets
 from tests.kafka.broker import KafkaBroker
 
-from .kafka_job import produce, read, start
+from .kafka_job import OUTPUT, Totals, produce, read, start
 
 pytestmark = pytest.mark.spark
 
@@ -250,3 +251,65 @@ def test_kafka_partition_added_mid_stream_is_read(
     first, second = (recorded_offsets(c)["offsets"] for c in completed(statecore_home, "kgrow"))
     assert set(as_ints(first["end"][0], topic)) == {0, 1}
     assert set(as_ints(second["end"][0], topic)) == {0, 1, 2}
+
+
+def read_up_to(config: StatecoreConfig, job: str, topic: str, offsets: int) -> None:
+    """Until a completed checkpoint of ``job`` ends at ``offsets`` records of ``topic``."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            checkpoints = completed(config, job)
+        except Exception:  # the catalog or the job not there yet
+            checkpoints = []
+        ends = [recorded_offsets(c)["offsets"]["end"][0] for c in checkpoints]
+        if any(sum(as_ints(e, topic).values()) >= offsets for e in ends):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{job} did not read {offsets} records of {topic} in 180 s")
+
+
+def test_kafka_processing_time_trigger_skips_idle_micro_batches(
+    spark: Any,
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[[int], str],
+    statecore_home: StatecoreConfig,
+    tmp_path: Path,
+) -> None:
+    """With a ``processingTime`` trigger the query also reads the ``rate`` ticks: micro-batches
+    without Kafka records are skipped (no checkpoint), and a checkpoint's offsets are the
+    topic's only."""
+    topic = new_topic(2)
+    produce(kafka_broker.bootstrap_servers, topic, clicks(40, seed=8))
+    query = keyed_stream(
+        read(spark, kafka_broker.bootstrap_servers, topic),
+        key="user",
+        function=Totals(),
+        output_schema=OUTPUT,
+        job="kticks",
+        checkpoint_location=str(tmp_path / "offsets"),
+        output_table=str(tmp_path / "out"),
+        event_time="ts",
+        trigger={"processingTime": "1 second"},
+        parallelism=2,
+    )
+    try:  # processAllAvailable would wait for the ticks forever
+        read_up_to(statecore_home, "kticks", topic, 40)
+        time.sleep(3)  # ticks only: micro-batches without records
+        produce(kafka_broker.bootstrap_servers, topic, clicks(20, seed=9))
+        read_up_to(statecore_home, "kticks", topic, 60)
+        time.sleep(2)
+        batches = query.lastProgress["batchId"] + 1
+    finally:
+        query.stop()
+
+    records = topic_records(kafka_broker, topic)
+    out = output_rows(tmp_path / "out")
+    assert sorted((r[1], r[2]) for r in out) == sorted(records) and len(out) == 60
+    checkpoints = completed(statecore_home, "kticks")
+    assert 2 <= len(checkpoints) < batches, (len(checkpoints), batches)
+    for c in checkpoints:
+        offsets = recorded_offsets(c)["offsets"]
+        assert len(offsets["end"]) == 1, "the ticks are not part of the input identity"
+        assert offsets["start"] != offsets["end"], "a checkpoint only for records"
+    (last,) = recorded_offsets(checkpoints[-1])["offsets"]["end"]
+    assert sum(as_ints(last, topic).values()) == 60
