@@ -13,6 +13,7 @@ however long the job's history:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -309,9 +310,35 @@ def _highest_completed_id(session: Session, job_pk: int) -> int | None:
 def _check_replay(row: CheckpointRow, job: str, input_identity: str | None) -> None:
     if input_identity is None or row.input_identity is None:
         return
-    if input_identity != row.input_identity:
+    if input_identity != row.input_identity and not _same_micro_batch(
+        row.input_identity, input_identity
+    ):
         raise ReplayMismatchError(
             f"checkpoint {row.checkpoint_id} of job {job!r} is {row.status} with input "
             f"{row.input_identity}; this run replays it with input {input_identity}: a "
             "checkpoint id stands for one input (give new data a new checkpoint id)"
         )
+
+
+def _same_micro_batch(recorded: str, given: str) -> bool:
+    """A micro-batch recorded before streams recorded their offsets (``{"batch_id": n}``)
+    replayed with them (``{"batch_id": n, "offsets": ...}``): the same micro-batch, as Spark
+    replays a micro-batch over the offsets it logged for it."""
+    old, new = _given_json(recorded), _given_json(given)
+    return (
+        isinstance(old, dict)
+        and isinstance(new, dict)
+        and set(old) == {"batch_id"}
+        and set(new) == {"batch_id", "offsets"}
+        and old["batch_id"] == new["batch_id"]
+    )
+
+
+def _given_json(identity: str) -> Any:
+    """The JSON of a caller-given identity (``given:{...}``), else ``None``."""
+    if not identity.startswith("given:{"):
+        return None
+    try:
+        return json.loads(identity.removeprefix("given:"))
+    except ValueError:
+        return None

@@ -136,3 +136,19 @@ def test_bad_input_a_replay_with_other_input_is_refused(job_catalog: Catalog) ->
     with pytest.raises(ReplayMismatchError, match="checkpoint 3 of job 'clicks'.*files:2:abc"):
         _begin(catalog, 3, input_identity="files:2:def")
     assert catalog.get_checkpoint(JOB, 3).status is CheckpointStatus.COMPLETED
+
+
+def test_bad_input_a_micro_batch_recorded_without_offsets_replays_with_them(
+    job_catalog: Catalog,
+) -> None:
+    """A stream's checkpoint completed before micro-batches recorded their offsets, replayed
+    by Spark after the upgrade with them: the same micro-batch. Another batch id is not."""
+    catalog = job_catalog
+    _begin(catalog, 4, input_identity='given:{"batch_id":4}')
+    catalog.complete_checkpoint(JOB, 4, tables=[])
+    offsets = '"offsets":{"end":[{"t":{"0":9}}],"start":null}'
+    _begin(catalog, 4, input_identity='given:{"batch_id":4,' + offsets + "}")
+    with pytest.raises(ReplayMismatchError, match="checkpoint 4"):
+        _begin(catalog, 4, input_identity='given:{"batch_id":5,' + offsets + "}")
+    with pytest.raises(ReplayMismatchError, match="checkpoint 4"):
+        _begin(catalog, 4, input_identity='given:{"batch_id":4,"other":1}')
