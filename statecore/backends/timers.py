@@ -170,7 +170,10 @@ class TimerService:
             TimeDomain.PROCESSING_TIME: _TimerQueue(),
         }
         self._dirty: set[int] = set()
-        self._watermark = MIN_WATERMARK
+        self.watermark = MIN_WATERMARK
+        """The event-time watermark (epoch ms), moved only by the runtime
+        (:meth:`advance_watermark`, and the record loop between records); a function reads it
+        with :meth:`current_watermark`."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise PyFlinkSpellingError(
@@ -182,12 +185,12 @@ class TimerService:
     # -- what user code calls (for the current key) ----------------------------------------
     def current_watermark(self) -> int:
         """The event time up to which timers have fired (``MIN_WATERMARK`` before any)."""
-        return self._watermark
+        return self.watermark
 
     def reset_watermark(self) -> None:
         """Back to ``MIN_WATERMARK``, where a newly restored timer service starts (a backend
         kept for the next run starts the same way)."""
-        self._watermark = MIN_WATERMARK
+        self.watermark = MIN_WATERMARK
 
     def current_processing_time(self) -> int:
         """Processing time in epoch milliseconds (the backend's clock)."""
@@ -237,17 +240,13 @@ class TimerService:
 
         Timers registered while iterating that are already due fire in the same pass.
         """
-        self._watermark = max(self._watermark, watermark)
-        return self._fire(TimeDomain.EVENT_TIME, self._watermark)
+        self.watermark = max(self.watermark, watermark)
+        return self._fire(TimeDomain.EVENT_TIME, self.watermark)
 
-    def move_watermark(self, watermark: int) -> bool:
-        """Move the watermark forward without firing: whether an event-time timer may be due
-        at it (then :meth:`advance_watermark` fires them). The per-record path's cheap check
-        (a look at the queue's head, which may hold a deleted timer: then nothing fires)."""
-        if watermark > self._watermark:
-            self._watermark = watermark
-        heap = self._queues[TimeDomain.EVENT_TIME].heap
-        return bool(heap) and heap[0][0] <= self._watermark
+    def event_time_heap(self) -> list[tuple[int, int, Any, str]]:
+        """The event-time queue's heap, for the record loop's cheap check: its head is the
+        earliest event-time timer (or a deleted one, dropped when timers fire)."""
+        return self._queues[TimeDomain.EVENT_TIME].heap
 
     def advance_processing_time(self, now: int | None = None) -> Iterator[Timer]:
         """Yield every processing-time timer due at ``now`` (default: the clock), key current."""

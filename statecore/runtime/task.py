@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections import namedtuple
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from itertools import repeat
 from typing import Any
@@ -25,7 +25,7 @@ from statecore.backends.base import BatchKeySetter, KeyedStateBackend, snapshot_
 from statecore.backends.context import KeyContext
 from statecore.backends.heap import HeapKeyedStateBackend
 from statecore.backends.operator import OperatorStateStore
-from statecore.backends.timers import MIN_WATERMARK, Timer, timers_schema
+from statecore.backends.timers import Timer, timers_schema
 from statecore.errors import ConfigError, StateDescriptorConflictError
 from statecore.keygroups import Key, KeyGroupRange, assign_to_key_group
 from statecore.runtime.functions import (
@@ -133,9 +133,6 @@ class KeyedOperatorTask:
         self.batch_guard: AbstractContextManager[Any] = contextlib.nullcontext()
         """Held while a batch is processed or timers fire (a live-lookup server's lock, see
         :mod:`statecore.runtime.live`): nothing by default."""
-        self.max_event_time: int | None = None
-        """The largest event time of the records processed with the watermark advancing
-        between them (:meth:`process_batch` with ``lateness_ms``)."""
         self._record_types: dict[tuple[str, ...], type] = {}
 
     def open(self) -> None:
@@ -212,16 +209,28 @@ class KeyedOperatorTask:
         return BatchKeySetter(scratch, [make_current])
 
     def _run(
-        self, rows: Iterable[Row], setter: BatchKeySetter, out: list[Any] | None = None
+        self, rows: Iterable[Row], setter: BatchKeySetter, lateness_ms: int | None = None
     ) -> list[Any]:
         """The record loop: each row's key made current as the backend's ``setter`` says,
-        ``process_element`` called, its output gathered (appended to ``out`` when given)."""
-        out = [] if out is None else out
+        ``process_element`` called, its output gathered.
+
+        With ``lateness_ms`` the watermark advances between records: after a record whose
+        event time is above the one the watermark stands for (the watermark plus
+        ``lateness_ms`` plus 1 ms, so also across batches), the watermark moves to it minus
+        ``lateness_ms`` minus 1 ms and the event-time timers up to it fire, before the next
+        record. Per record that costs a comparison (and, when the event time rose, an
+        assignment and a look at the head of the timer queue); without it, a test of a local.
+        """
+        out: list[Any] = []
         extend = out.extend
         process = self._per_record_function().process_element
         ctx = self.context
         context, listeners = setter
         tracker, sample_at, interval = self._sampling()
+        advancing = lateness_ms is not None
+        timers = self.backend.timer_service
+        heap, delay = timers.event_time_heap(), (lateness_ms or 0) + 1
+        latest = timers.watermark + delay  # the largest event time the watermark stands for
         n = -1
         for n, (key, key_group, record, timestamp) in enumerate(rows):
             context.key = ctx.current_key = key
@@ -237,6 +246,11 @@ class KeyedOperatorTask:
                 result = process(record, ctx)
                 if result is not None:
                     extend(result)
+            if advancing and timestamp is not None and timestamp > latest:
+                latest = timestamp
+                timers.watermark = watermark = timestamp - delay
+                if heap and heap[0][0] <= watermark:
+                    extend(self._on_timers(timers.advance_watermark(watermark)))
         n += 1
         ctx.timestamp = None
         self.records += n
@@ -284,7 +298,7 @@ class KeyedOperatorTask:
         With ``event_time`` and ``lateness_ms`` the watermark advances between records, as a
         Flink source's bounded-out-of-orderness watermark does: once a record raised the
         largest event time seen, the event-time timers up to that time minus ``lateness_ms``
-        minus 1 ms fire before the next record (see :meth:`_advancing`).
+        minus 1 ms fire before the next record (see :meth:`_run`).
         """
         names = [n for n in batch.schema.names if n != key_group]
         row = self._record_type(names)
@@ -303,31 +317,7 @@ class KeyedOperatorTask:
         )
         rows: Iterable[Row] = zip(keys, groups.to_pylist(), records, times)
         with self.batch_guard, PYFLINK_HINTS:
-            if event_time is None or lateness_ms is None:
-                return self._run(rows, setter)
-            out: list[Any] = []
-            return self._run(self._advancing(rows, lateness_ms, out), setter, out)
-
-    def _advancing(self, rows: Iterable[Row], lateness_ms: int, out: list[Any]) -> Iterator[Row]:
-        """``rows``, with the watermark advanced between them: after a row that raised the
-        largest event time seen (kept across batches in :attr:`max_event_time`), the timers up
-        to it minus ``lateness_ms`` minus 1 ms fire, their output appended to ``out``, before
-        the next row is processed. The loop resumes this generator only once the row it took
-        is processed, so the timers fire between records."""
-        timers = self.backend.timer_service
-        move, fire = timers.move_watermark, timers.advance_watermark
-        latest = MIN_WATERMARK if self.max_event_time is None else self.max_event_time
-        try:
-            for row in rows:
-                yield row
-                timestamp = row[3]
-                if timestamp is not None and timestamp > latest:
-                    latest = timestamp
-                    if move(timestamp - lateness_ms - 1):
-                        out.extend(self._on_timers(fire(timestamp - lateness_ms - 1)))
-        finally:
-            if latest > MIN_WATERMARK:
-                self.max_event_time = latest
+            return self._run(rows, setter, None if event_time is None else lateness_ms)
 
     def _record_type(self, names: list[str]) -> type:
         """The namedtuple of a batch's columns (made once per distinct column list)."""
