@@ -15,10 +15,11 @@ it. A micro-batch of a stream (:mod:`statecore.spark.stream`) follows Spark's ru
 starts at the restored watermark, and its checkpoint completes with the watermark its
 tasks' event times allow (see :func:`next_watermark`), which the next micro-batch starts from.
 Inside a task, with an event time, the records come in event-time order across its keys
-(``order_by`` breaking ties) and the task's watermark advances between them to the largest
-event time seen minus ``allowed_lateness`` minus 1 ms (Flink's bounded-out-of-orderness rule):
-every event-time timer it passes fires before the next record, so a replay fires the same timers
-at the same places. Processing-time timers due by the end of a run fire in it.
+(``order_by``, then the key, breaking ties) and the task's watermark advances between them to
+the largest event time seen minus ``allowed_lateness`` minus 1 ms (Flink's
+bounded-out-of-orderness rule): every event-time timer it passes fires before the next record,
+so a replay fires the same timers at the same places. Processing-time timers due by the end of
+a run fire in it.
 
 A batch run given ``end_of_input=True`` ends a bounded input, as Flink does when its source
 finishes: the run completes with the watermark at ``MAX_WATERMARK``, so every event-time timer

@@ -302,11 +302,14 @@ class KeyedRunner:
 
     def processing_order(self) -> list[str] | None:
         """How a task's records are sorted: with an event time, by it (as records arrive in
-        Flink), ``order_by`` breaking ties; else by ``order_by`` (``None``: as Spark has them)."""
+        Flink), then ``order_by``, then the key, so that ties fall the same way in every run
+        and a replay fires the same timers at the same places; else by ``order_by``
+        (``None``: as Spark has them)."""
         job = self.job
         if job.event_time is None:
             return job.order_by
-        return [job.event_time, *(c for c in job.order_by or () if c != job.event_time)]
+        order = [job.event_time, *(c for c in job.order_by or () if c != job.event_time)]
+        return order if job.key in order else [*order, job.key]
 
     def config_latency(self) -> LatencyTracking | None:
         interval = self.config.latency_sample_interval
