@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import pytest
 from duckdb_extensions import import_extension
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewPartitions
 from pyspark.errors import StreamingQueryException
 
@@ -313,3 +313,42 @@ def test_kafka_processing_time_trigger_skips_idle_micro_batches(
         assert offsets["start"] != offsets["end"], "a checkpoint only for records"
     (last,) = recorded_offsets(checkpoints[-1])["offsets"]["end"]
     assert sum(as_ints(last, topic).values()) == 60
+
+
+def test_kafka_bad_input_a_record_without_a_key_fails_the_micro_batch_and_loses_nothing(
+    spark: Any,
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[[int], str],
+    statecore_home: StatecoreConfig,
+    tmp_path: Path,
+) -> None:
+    """A record with a null key stops the stream with an error naming the key column; nothing
+    of its micro-batch is committed. Restarted with the null keys filtered out (the error's
+    advice), the same micro-batch runs again over the same offsets, every keyed record once."""
+    topic = new_topic(1)
+    produce(kafka_broker.bootstrap_servers, topic, [("u1", 5, 1000), ("u2", 7, 2000)])
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers, acks="all")
+    producer.send(topic, key=None, value=b'{"amount": 100}', timestamp_ms=3000).get(timeout=30)
+    producer.close()
+    produce(kafka_broker.bootstrap_servers, topic, [("u1", 1, 4000)])
+    location, out = str(tmp_path / "offsets"), str(tmp_path / "out")
+
+    query = start(read(spark, kafka_broker.bootstrap_servers, topic), job="knull",
+                  checkpoint_location=location, output_table=out)  # fmt: skip
+    with pytest.raises(StreamingQueryException, match="null key"):
+        query.awaitTermination(timeout=300)
+    query.stop()
+    assert completed(statecore_home, "knull") == []
+    assert not (tmp_path / "out" / "_delta_log").exists()
+
+    keyed = read(spark, kafka_broker.bootstrap_servers, topic).where("user IS NOT NULL")
+    query = start(keyed, job="knull", checkpoint_location=location, output_table=out)
+    query.awaitTermination(timeout=300)
+    assert query.exception() is None, query.exception()
+    query.stop()
+    assert [(r[0], r[2], r[4]) for r in output_rows(tmp_path / "out")] == [
+        ("u1", 0, 5),
+        ("u1", 3, 6),
+        ("u2", 1, 7),
+    ]
+    assert state(statecore_home, "knull") == {"u1": (2, 6), "u2": (1, 7)}
