@@ -100,13 +100,25 @@ def _final_sums(backend: Any) -> dict[str, int]:
     return sums
 
 
-def operator_task(backend_name: str, workload: Workload) -> Sample:
-    """2. statecore in-process: ``KeyedOperatorTask.process_batch`` running ``RunningSum``."""
+def operator_task(
+    backend_name: str,
+    workload: Workload,
+    *,
+    event_time: str | None = None,
+    lateness_ms: int | None = None,
+) -> Sample:
+    """2. statecore in-process: ``KeyedOperatorTask.process_batch`` running ``RunningSum``
+    (with ``event_time``, ``seq`` stays in the record as its event time; ``lateness_ms`` then
+    moves the watermark between records, see :mod:`benchmarks.timer_order`)."""
     from statecore.runtime.collector import task_gc_policy
     from statecore.runtime.task import KeyedOperatorTask
 
-    batches = [b.drop_columns(["seq"]) for b in _batches(workload)]  # record = (value,)
+    batches = _batches(workload)
+    if event_time is None:
+        batches = [b.drop_columns(["seq"]) for b in batches]  # record = (value,)
     variant = f"statecore {backend_name}, in-process (task + function)"
+    if event_time is not None:
+        variant += f", event time (lateness {lateness_ms})"
     with tempfile.TemporaryDirectory(prefix="bench-") as home:
         backend = _backend(backend_name, home)
         task = KeyedOperatorTask(
@@ -117,7 +129,15 @@ def operator_task(backend_name: str, workload: Workload) -> Sample:
         with task_gc_policy():  # as a Spark task runs
             start = clock()
             for batch in batches:
-                emitted += len(task.process_batch(batch, key="key", key_group=KEY_GROUP))
+                emitted += len(
+                    task.process_batch(
+                        batch,
+                        key="key",
+                        key_group=KEY_GROUP,
+                        event_time=event_time,
+                        lateness_ms=lateness_ms,
+                    )
+                )
             _flush(backend)
             seconds = clock() - start
         _check(workload, variant, emitted, _final_sums(backend))

@@ -17,41 +17,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.functions import RunningSum
-from benchmarks.inprocess import _backend, _batches, _check, _final_sums, _flush
-from benchmarks.measure import clock
-from benchmarks.workload import KEY_GROUP, Workload
+from benchmarks.inprocess import operator_task
+from benchmarks.workload import Workload
 
 
 def _once(backend_name: str, workload: Workload, lateness: int | None) -> float:
-    from statecore.runtime.collector import task_gc_policy
-    from statecore.runtime.task import KeyedOperatorTask
-
-    batches = _batches(workload)
-    with tempfile.TemporaryDirectory(prefix="bench-") as home:
-        backend = _backend(backend_name, home)
-        task = KeyedOperatorTask(
-            RunningSum(), backend, job="bench", operator="main", subtask_index=0, parallelism=1
-        )
-        task.open()
-        emitted = 0
-        with task_gc_policy():
-            start = clock()
-            for batch in batches:
-                emitted += len(
-                    task.process_batch(
-                        batch,
-                        key="key",
-                        key_group=KEY_GROUP,
-                        event_time="seq",
-                        lateness_ms=lateness,
-                    )
-                )
-            _flush(backend)
-            seconds = clock() - start
-        _check(workload, f"timer order {backend_name} {lateness}", emitted, _final_sums(backend))
-        task.close()
-    return seconds
+    return operator_task(backend_name, workload, event_time="seq", lateness_ms=lateness).seconds
 
 
 def main(argv: list[str] | None = None) -> None:
