@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from statecore.cli.demo import airflow_environment
 
@@ -80,3 +82,51 @@ def run_dags(
         return results
     assert not failed, (results, done.stdout[-4000:], done.stderr[-6000:])
     return results
+
+
+@dataclass
+class StartedAirflow:
+    """A ``dag.test()`` driver past Airflow's migration and the API server started beside it
+    (what the UI tests' fixtures start): the driver's output lines so far, and the server's log
+    file (close it after stopping the server)."""
+
+    driver: subprocess.Popen[str]
+    lines: list[str]
+    server: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+
+def start_driver_and_api_server(
+    env: dict[str, str],
+    tmp: Path,
+    port: int,
+    driver: str,
+    dags: Path,
+    while_migrating: Callable[[], None],
+) -> StartedAirflow:
+    """Start ``driver`` (Python code, its argument ``dags``) and, once it printed ``MIGRATED``,
+    ``airflow api-server`` on ``port``; ``while_migrating`` runs meanwhile. Logs go to
+    ``tmp/dag-test.log`` and ``tmp/api-server.log``."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", driver, str(dags)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=(tmp / "dag-test.log").open("wb"),
+        text=True,
+    )
+    while_migrating()
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("MIGRATED"):
+            break
+    log = (tmp / "api-server.log").open("wb")
+    server = subprocess.Popen(
+        ["airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return StartedAirflow(process, lines, server, log)

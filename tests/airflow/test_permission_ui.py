@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from statecore.cli.demo import airflow_environment
 from statecore.config import StatecoreConfig
 from statecore.ops.savepoint import take_savepoint
 from tests.airflow.chromium import Chromium
-from tests.airflow.dagrun import REPO
+from tests.airflow.dagrun import REPO, start_driver_and_api_server
 from tests.airflow.test_standalone import Api, free_port, stop
 from tests.airflow.test_ui_page import START_TIMEOUT, _get
 from tests.inprocess import MAX_P, run_checkpoint
@@ -106,29 +104,12 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
             "AIRFLOW__API__WORKERS": "1",
         }
     )
-    driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(DAGS)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=(tmp / "dag-test.log").open("wb"),
-        text=True,
-    )
     config = StatecoreConfig.resolve(home=str(home), env={})
-    run_checkpoint(config, Shop(), day_records(2), job=ORPHAN, checkpoint_id=20260102)
-    assert driver.stdout is not None
-    lines = []
-    for line in driver.stdout:
-        lines.append(line)
-        if line.startswith("MIGRATED"):
-            break
-    log = (tmp / "api-server.log").open("wb")
-    server = subprocess.Popen(
-        ["airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    started = start_driver_and_api_server(
+        env, tmp, port, DRIVER, DAGS,
+        lambda: run_checkpoint(config, Shop(), day_records(2), job=ORPHAN, checkpoint_id=20260102),
+    )  # fmt: skip
+    driver, lines, server, log = started.driver, started.lines, started.server, started.log
     task = ThreadingHTTPServer(("127.0.0.1", 0), StandInTask)
     threading.Thread(target=task.serve_forever, daemon=True).start()
     try:

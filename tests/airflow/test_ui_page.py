@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -32,7 +30,7 @@ from statecore.cli.demo import airflow_environment
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group
 from tests.airflow.chromium import Chromium
-from tests.airflow.dagrun import REPO
+from tests.airflow.dagrun import REPO, start_driver_and_api_server
 from tests.airflow.test_standalone import Api, free_port, stop
 from tests.inprocess import MAX_P
 from tests.ops.shopstate import USERS, build_shop
@@ -95,28 +93,11 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
             "AIRFLOW__API__WORKERS": "1",
         }
     )
-    driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(DAGS)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=(tmp / "dag-test.log").open("wb"),
-        text=True,
-    )
-    build_shop(StatecoreConfig.resolve(home=str(home), env={}))  # while Airflow migrates
-    assert driver.stdout is not None
-    lines = []
-    for line in driver.stdout:
-        lines.append(line)
-        if line.startswith("MIGRATED"):
-            break
-    log = (tmp / "api-server.log").open("wb")
-    server = subprocess.Popen(
-        ["airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    started = start_driver_and_api_server(
+        env, tmp, port, DRIVER, DAGS,
+        lambda: build_shop(StatecoreConfig.resolve(home=str(home), env={})),
+    )  # fmt: skip
+    driver, lines, server, log = started.driver, started.lines, started.server, started.log
     try:
         out, _ = driver.communicate(timeout=START_TIMEOUT)
         [run] = [json.loads(x[4:]) for x in [*lines, *out.splitlines()] if x.startswith("RUN ")]
