@@ -78,8 +78,10 @@ jars: $(STAMP)
 	$(PY) scripts/resolve_spark_jars.py --dest $(VENV)/jars
 	$(PY) scripts/resolve_spark_jars.py --kafka-broker --dest $(VENV)/jars
 
-# The UI tests (tests/airflow/test_ui_page.py) look at the statecore page in a real headless
-# Chromium: Debian's package, installed when missing (as root, or with sudo).
+# The UI tests (tests/airflow/test_ui_page.py, test_permission_ui.py) use the statecore page in a
+# real headless Chromium driven by Playwright for Python (the test extra's `playwright`): Debian's
+# package, installed when missing (as root, or with sudo); Playwright's own browser download is
+# never used (no `playwright install`).
 SUDO = $$( [ "$$(id -u)" = 0 ] || echo sudo )
 APT = $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 chromium:

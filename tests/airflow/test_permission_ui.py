@@ -8,7 +8,9 @@ A real Airflow whose auth manager has per-DAG permissions (``permission_auth.Sho
 ``shop_east`` only, and every page and API route answers the others as unknown jobs (404),
 lookups included. ``shop_east`` serves live lookups from a stand-in task that records the token
 it is sent: the live lookup uses the job's token, and no page, API response or cookie holds it.
-bob's view is checked in a real headless Chromium too.
+bob's view is checked in a real headless Chromium too, driven by Playwright: he signs in on
+Airflow's login page, reads the lists, looks up through the form, and nothing the browser
+receives holds the live token.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 import pytest
+from playwright.sync_api import Browser, Page, Response, expect
 
 from statecore.catalog import Catalog, LiveEndpoint
 from statecore.cli.demo import airflow_environment
 from statecore.config import StatecoreConfig
 from statecore.ops.savepoint import take_savepoint
-from tests.airflow.chromium import Chromium
+from tests.airflow.browser import chromium, new_page, signed_in
 from tests.airflow.dagrun import REPO, start_driver_and_api_server
 from tests.airflow.test_standalone import Api, free_port, stop
 from tests.airflow.test_ui_page import START_TIMEOUT, _get
@@ -80,6 +83,7 @@ class StandInTask(BaseHTTPRequestHandler):
 class Airflow:
     base: str
     tokens: dict[str, str]  # user -> Airflow's JWT
+    passwords: dict[str, str]  # user -> password, for Airflow's login page
     runs: dict[str, str]  # DAG -> run id
     live_token: str  # shop_east's token for its tasks' live endpoints
 
@@ -156,7 +160,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
             ]
             for user in ("alice", "bob")
         }
-        yield Airflow(api.base, tokens, {dag: run for dag, run, _ in runs}, token)
+        yield Airflow(api.base, tokens, passwords, {dag: run for dag, run, _ in runs}, token)
     finally:
         task.shutdown()
         driver.kill()
@@ -166,9 +170,18 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
 
 
 @pytest.fixture(scope="module")
-def browser(airflow: Airflow, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
-    with Chromium(tmp_path_factory.mktemp("chromium")) as chromium:
-        yield chromium
+def browser(airflow: Airflow) -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def bob(airflow: Airflow, browser: Browser) -> Iterator[Page]:
+    """A page of a browser context of its own, bob signed in on Airflow's login page."""
+    url = f"{airflow.base}/statecore/"
+    state = signed_in(browser, url, "bob", airflow.passwords["bob"])
+    with new_page(browser, storage_state=state) as page:
+        yield page
 
 
 def _as(airflow: Airflow, user: str, path: str) -> tuple[int, dict[str, str], bytes]:
@@ -271,49 +284,58 @@ def test_permission_live_lookup_token_never_reaches_the_user(airflow: Airflow) -
             assert airflow.live_token not in json.dumps(headers), (user, path)
 
 
-def test_permission_bob_in_the_browser(airflow: Airflow, browser: Chromium) -> None:
-    browser.set_cookie(airflow.base + "/", "_token", airflow.tokens["bob"])
-    browser.goto(f"{airflow.base}/statecore/")
-    jobs = browser.evaluate(
-        "Array.from(document.querySelectorAll('#jobs-table tbody tr'))"
-        ".map(r => r.cells[0].innerText)"
-    )
+def test_permission_bob_in_the_browser(airflow: Airflow, bob: Page) -> None:
+    received: list[tuple[str, str, bytes]] = []  # all the browser is sent from now on
+
+    def keep(response: Response) -> None:  # read at once: a later page frees the body
+        body = b"" if 300 <= response.status < 400 else response.body()  # a redirect has none
+        received.append((response.url, json.dumps(response.all_headers()), body))
+
+    bob.on("response", keep)
+    bob.goto(f"{airflow.base}/statecore/")
+    jobs = bob.locator("#jobs-table tbody tr td:first-child").all_inner_texts()
     assert jobs == ["shop_east"]
-    assert "shop_west" not in browser.text("body") and ORPHAN not in browser.text("body")
-    assert "shop_a" in browser.text("#runs-table") and "shop_b" not in browser.text("#runs-table")
-    assert browser.evaluate(
-        "Array.from(document.querySelectorAll('#job-names option')).map(o => o.value)"
-    ) == ["shop_east"]
+    shown = bob.locator("body").inner_text()
+    assert "shop_west" not in shown and ORPHAN not in shown
+    runs = bob.locator("#runs-table").inner_text()
+    assert "shop_a" in runs and "shop_b" not in runs
+    offered = bob.locator("#job-names option").evaluate_all("o => o.map(x => x.value)")
+    assert offered == ["shop_east"]
     # the lookup form, through the page's script: his job live, the other refused
-    lookup = (
-        "(job => { const set = (n, v) => document.getElementById('lookup-' + n).value = v;"
-        " const out = document.getElementById('lookup-result'); delete out.dataset.status;"
-        " set('job', job); set('state', 'total'); set('key', 'u1');"
-        " document.getElementById('lookup-live').checked = true;"
-        " document.querySelector('#lookup-form button').click(); })"
-    )
-    browser.evaluate(f"{lookup}('shop_east')")
-    browser.wait_for("document.getElementById('lookup-result').dataset.status")
-    result = browser.text("#lookup-result")
-    assert "value: 2" in result and "live lookup fell back:" in result, result
-    browser.evaluate(f"{lookup}('shop_west')")
-    browser.wait_for("document.getElementById('lookup-result').dataset.status")
-    result = browser.text("#lookup-result")
-    assert result.startswith("error:") and "may not read it" in result, result
-    assert "value:" not in result
+    result = bob.locator("#lookup-result")
+    for job in ("shop_east", "shop_west"):
+        bob.get_by_label("job", exact=True).fill(job)
+        bob.get_by_label("state", exact=True).fill("total")
+        bob.get_by_label("key", exact=True).fill("u1")
+        bob.get_by_label("live (the running stream's task)").check()
+        with bob.expect_response(lambda r: "/statecore/api/lookup?" in r.url):
+            bob.get_by_role("button", name="Look up").click()
+        expect(result).not_to_have_text("looking up ...")
+        if job == "shop_east":
+            expect(result).to_have_attribute("data-status", "ok")
+            text = result.inner_text()
+            assert "value: 2" in text and "live lookup fell back:" in text, text
+        else:
+            expect(result).to_have_attribute("data-status", "error")
+            text = result.inner_text()
+            assert text.startswith("error:") and "may not read it" in text, text
+            assert "value:" not in text
     # the other job's pages
-    browser.goto(f"{airflow.base}/statecore/jobs/shop_west")
-    assert browser.text("h1") == "Error 404" and "#checkpoints-table" not in browser.evaluate(
-        "document.documentElement.outerHTML"
-    )
-    browser.goto(f"{airflow.base}/statecore/jobs/shop_west/checkpoints/20260104")
-    assert (
-        browser.text("h1") == "Error 404"
-        and browser.evaluate("document.querySelectorAll('svg.kg-chart').length") == 0
-    )
-    # his own job's page, and no live token in any page or cookie the browser holds
-    browser.goto(f"{airflow.base}/statecore/jobs/shop_east")
-    assert "20260103" in browser.text("#checkpoints-table")
-    assert airflow.live_token not in browser.evaluate("document.documentElement.outerHTML")
-    cookies = browser.call("Network.getAllCookies")["cookies"]
+    response = bob.goto(f"{airflow.base}/statecore/jobs/shop_west")
+    assert response is not None and response.status == 404
+    expect(bob.locator("h1")).to_have_text("Error 404")
+    expect(bob.locator("#checkpoints-table")).to_have_count(0)
+    response = bob.goto(f"{airflow.base}/statecore/jobs/shop_west/checkpoints/20260104")
+    assert response is not None and response.status == 404
+    expect(bob.locator("h1")).to_have_text("Error 404")
+    expect(bob.locator("svg.kg-chart")).to_have_count(0)
+    # his own job's page, and no live token in any page, answer or cookie the browser holds
+    bob.locator("nav").get_by_role("link", name="statecore").click()
+    bob.locator("#jobs-table").get_by_role("link", name="shop_east", exact=True).click()
+    expect(bob.locator("#checkpoints-table")).to_contain_text("20260103")
+    assert airflow.live_token not in bob.content()
+    cookies = bob.context.cookies()
     assert cookies and all(airflow.live_token not in c["value"] for c in cookies)
+    assert len(received) >= 6  # pages, the script's lookups
+    for url, headers, body in received:
+        assert airflow.live_token not in headers and airflow.live_token.encode() not in body, url

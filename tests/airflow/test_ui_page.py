@@ -1,21 +1,22 @@
-"""The statecore page in Airflow's UI, seen in a real headless Chromium.
+"""The statecore page in Airflow's UI, used in a real headless Chromium driven by Playwright.
 
 A real Airflow: the metadata database migrated and a DAG run made with ``dag.test()``
 (``ui_page_dags/ui_page_pipeline.py``: it checkpoints a day of the ``shop`` job in-process and
 publishes ``statecore://shop``), then ``airflow api-server`` with the project's plugins folder.
 The catalog holds a checkpoint made before, a savepoint and the run's checkpoint, with restore
-timings and latency percentiles. Chromium logs in with Airflow's token cookie (``_token``, as
-the UI's login sets it) and the test asserts what a user sees: the job list, the checkpoint
-table, the key-group charts, a lookup result (with and without the page's script), the
-savepoints, the link from the DAG run to its checkpoint, and the page inside Airflow's own UI
-(the *statecore* entry of the navigation and the run's *statecore checkpoint* tab). Without a
-login the API answers 401 and the page sends the browser to Airflow's login.
+timings and latency percentiles. The browser signs in on Airflow's login page and does what a
+user does: clicks from the job list to the checkpoint table and the key-group charts, fills in
+and submits the lookup form (with and without the page's script), reads the savepoints, follows
+the link from the DAG run to its checkpoint, and opens the page inside Airflow's own UI (the
+*statecore* entry of the navigation and the run's *statecore checkpoint* tab). Without a login
+the API answers 401 and the page sends the browser to Airflow's login, which brings it back.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,11 +26,12 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from playwright.sync_api import Browser, Locator, Page, StorageState, expect
 
 from statecore.cli.demo import airflow_environment
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group
-from tests.airflow.chromium import Chromium
+from tests.airflow.browser import chromium, log_in, new_page, signed_in
 from tests.airflow.dagrun import REPO, start_driver_and_api_server
 from tests.airflow.test_standalone import Api, free_port, stop
 from tests.inprocess import MAX_P
@@ -57,7 +59,8 @@ print("RUN " + json.dumps({"run_id": run.run_id, "state": str(run.state)}), flus
 @dataclass(frozen=True)
 class Airflow:
     base: str
-    token: str
+    password: str  # admin's
+    token: str  # admin's, for the REST API
     run_id: str
 
 
@@ -112,7 +115,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
         passwords = Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
         password = json.loads(passwords.read_text())["admin"]
         token = api.call("POST", "/auth/token", {"username": "admin", "password": password})
-        yield Airflow(api.base, token["access_token"], run["run_id"])
+        yield Airflow(api.base, password, token["access_token"], run["run_id"])
     finally:
         driver.kill()
         driver.wait(timeout=30)
@@ -121,13 +124,35 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
 
 
 @pytest.fixture(scope="module")
-def browser(airflow: Airflow, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
-    with Chromium(tmp_path_factory.mktemp("chromium")) as chromium:
-        yield chromium
+def browser(airflow: Airflow) -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture(scope="module")
+def admin(airflow: Airflow, browser: Browser) -> StorageState:
+    """The browser's state once admin has signed in on Airflow's login page."""
+    return signed_in(browser, f"{airflow.base}/statecore/", "admin", airflow.password)
+
+
+@pytest.fixture
+def page(browser: Browser, admin: StorageState) -> Iterator[Page]:
+    """A page of a browser context of its own, signed in as admin."""
+    with new_page(browser, storage_state=admin) as page:
+        yield page
+
+
+def _cells(table: Locator) -> list[dict[str, str]]:
+    """The rows of a rendered table as the user reads them: heading -> cell text."""
+    heads = table.locator("thead th").all_inner_texts()
+    return [
+        dict(zip(heads, row.locator("td").all_inner_texts(), strict=True))
+        for row in table.locator("tbody tr").all()
+    ]
 
 
 def test_ui_page_refuses_a_request_without_an_airflow_login(
-    airflow: Airflow, browser: Chromium
+    airflow: Airflow, browser: Browser
 ) -> None:
     status, _, body = _get(f"{airflow.base}/statecore/api/jobs")
     assert status == 401 and b"shop" not in body
@@ -137,114 +162,107 @@ def test_ui_page_refuses_a_request_without_an_airflow_login(
         f"{airflow.base}/statecore/api/jobs", {"Authorization": "Bearer not-a-token"}
     )
     assert status in (401, 403) and b"shop" not in body
-    landed = browser.goto(f"{airflow.base}/statecore/jobs/shop")  # no cookie yet
-    assert "/auth/login" in landed or "/login" in landed
-    assert "20260103" not in browser.evaluate("document.body.innerText")
+    with new_page(browser) as page:  # no cookie
+        page.goto(f"{airflow.base}/statecore/jobs/shop")
+        expect(page).to_have_url(re.compile(r"/auth/login|/login"))
+        expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+        assert "20260103" not in page.inner_text("body")
+        # signed in, the browser is back where it was going
+        log_in(page, "admin", airflow.password)
+        expect(page).to_have_url(f"{airflow.base}/statecore/jobs/shop")
+        expect(page.locator("#checkpoints-table")).to_contain_text("20260103")
 
 
-def test_ui_page_shows_jobs_checkpoints_charts_and_savepoints(
-    airflow: Airflow, browser: Chromium
-) -> None:
-    browser.set_cookie(airflow.base + "/", "_token", airflow.token)
-    browser.goto(f"{airflow.base}/statecore/")
-    jobs = browser.text("#jobs-table")
+def test_ui_page_shows_jobs_checkpoints_charts_and_savepoints(airflow: Airflow, page: Page) -> None:
+    page.goto(f"{airflow.base}/statecore/")
+    jobs = page.locator("#jobs-table").inner_text()
     assert "shop" in jobs and "20260103" in jobs and "128" in jobs
-    savepoints = browser.text("#savepoints-table")
+    savepoints = page.locator("#savepoints-table").inner_text()
     assert "before-deploy" in savepoints and "20260101" in savepoints
 
-    browser.evaluate("document.querySelector('#jobs-table a').click()")
-    browser.wait_for("location.pathname.endsWith('/statecore/jobs/shop')")
-    browser.wait_for("!!document.querySelector('#checkpoints-table')")
-    rows = browser.evaluate(
-        "Array.from(document.querySelectorAll('#checkpoints-table tbody tr'))"
-        ".map(r => Array.from(r.cells).map(c => c.innerText))"
-    )
-    heads = browser.evaluate(
-        "Array.from(document.querySelectorAll('#checkpoints-table th')).map(c => c.innerText)"
-    )
-    table = [dict(zip(heads, row, strict=True)) for row in rows]
+    page.locator("#jobs-table").get_by_role("link", name="shop", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/statecore/jobs/shop$"))
+    table = _cells(page.locator("#checkpoints-table"))
     assert [r["id"] for r in table] == ["20260103", "20260101"]
     assert all(r["status"] == "COMPLETED" and r["kind"] == "CHECKPOINT" for r in table)
     assert int(table[0]["rows"].replace(",", "")) > 0 and table[0]["restored subtasks"] == "2"
     assert float(table[0]["worst p99 (µs)"]) > 0  # latency tracking was on
 
-    browser.goto(f"{airflow.base}/statecore/jobs/shop/checkpoints/20260103")
-    charts = browser.evaluate(
-        "Array.from(document.querySelectorAll('svg.kg-chart'))"
-        ".map(s => [s.dataset.state, s.querySelectorAll('rect').length,"
+    page.locator("#checkpoints-table").get_by_role("link", name="20260103").click()
+    expect(page).to_have_url(re.compile(r"/statecore/jobs/shop/checkpoints/20260103$"))
+    charts = page.locator("svg.kg-chart").evaluate_all(
+        "charts => charts.map(s => [s.dataset.state, s.querySelectorAll('rect').length,"
         " Math.max(...Array.from(s.querySelectorAll('rect')).map(r => r.getBBox().height))])"
     )
     by_state = {state: (bars, tallest) for state, bars, tallest in charts}
     assert set(by_state) == {"last", "items", "counts", "total"}
     key_groups = {assign_to_key_group(f"u{i}", MAX_P) for i in range(USERS)}
     assert by_state["total"][0] == len(key_groups) and by_state["total"][1] > 50
-    caption = browser.text("figcaption")
+    caption = page.locator("figcaption").first.inner_text()
     assert "key groups" in caption and "bytes" in caption
-    assert (
-        len(
-            browser.evaluate(
-                "Array.from(document.querySelectorAll('#restore-table tbody tr'))"
-                ".map(r => r.innerText)"
-            )
-        )
-        == 2
-    )
-    latency = browser.text("#latency-table")
+    expect(page.locator("#restore-table tbody tr")).to_have_count(2)
+    latency = page.locator("#latency-table").inner_text()
     assert "counts" in latency and "put" in latency
 
 
-def test_ui_page_key_lookup(airflow: Airflow, browser: Chromium) -> None:
-    browser.set_cookie(airflow.base + "/", "_token", airflow.token)
-    browser.goto(f"{airflow.base}/statecore/")
-    browser.evaluate(
-        "(() => { const set = (n, v) => document.getElementById('lookup-' + n).value = v;"
-        " set('job', 'shop'); set('state', 'total'); set('key', 'u1');"
-        " document.querySelector('#lookup-form button').click(); })()"
-    )
-    browser.wait_for("document.getElementById('lookup-result').dataset.status")
-    result = browser.text("#lookup-result")
-    assert "value: 4" in result, result  # 2 purchases on day 1, 2 on day 3
-    assert f"key group: {assign_to_key_group('u1', MAX_P)}" in result
-    assert "checkpoint 20260103" in result and "bytes read:" in result
-    # without the page's script: the form's own GET
-    browser.goto(
-        f"{airflow.base}/statecore/lookup?job=shop&state=counts&key=u1&user_key=pen"
-        "&point=before-deploy"
-    )
-    result = browser.text("#lookup-result")
-    assert 'value: {"pen": 1}' in result and "before-deploy" in result, result
-    browser.goto(f"{airflow.base}/statecore/lookup?job=shop&state=total&key=u1&live=on")
-    result = browser.text("#lookup-result")  # no stream serves it live: the latest checkpoint
-    assert "value: 4" in result and "live lookup fell back:" in result, result
-    browser.goto(f"{airflow.base}/statecore/lookup?job=shop&state=nope&key=u1")
-    assert "error:" in browser.text("#lookup-result") and "nope" in browser.text("#lookup-result")
+def test_ui_page_key_lookup(
+    airflow: Airflow, browser: Browser, admin: StorageState, page: Page
+) -> None:
+    page.goto(f"{airflow.base}/statecore/")
+    page.get_by_label("job", exact=True).fill("shop")
+    page.get_by_label("state", exact=True).fill("total")
+    page.get_by_label("key", exact=True).fill("u1")
+    page.get_by_role("button", name="Look up").click()
+    result = page.locator("#lookup-result")
+    expect(result).to_have_attribute("data-status", "ok")
+    expect(page).to_have_url(f"{airflow.base}/statecore/")  # the page's script answered
+    text = result.inner_text()
+    assert "value: 4" in text, text  # 2 purchases on day 1, 2 on day 3
+    assert f"key group: {assign_to_key_group('u1', MAX_P)}" in text
+    assert "checkpoint 20260103" in text and "bytes read:" in text
+    # without the page's script: the form's own GET, to the lookup page
+    with new_page(browser, storage_state=admin, java_script_enabled=False) as plain:
+        plain.goto(f"{airflow.base}/statecore/")
+        plain.get_by_label("job", exact=True).fill("shop")
+        plain.get_by_label("state", exact=True).fill("counts")
+        plain.get_by_label("key", exact=True).fill("u1")
+        plain.get_by_label("user key (map)").fill("pen")
+        plain.get_by_label("checkpoint id or savepoint").fill("before-deploy")
+        plain.get_by_role("button", name="Look up").click()
+        expect(plain).to_have_url(re.compile(r"/statecore/lookup\?job=shop&state=counts&"))
+        text = plain.locator("#lookup-result").inner_text()
+        assert 'value: {"pen": 1}' in text and "before-deploy" in text, text
+        # live: no stream serves it, so the latest checkpoint answers
+        plain.get_by_label("state", exact=True).fill("total")
+        plain.get_by_label("user key (map)").fill("")
+        plain.get_by_label("checkpoint id or savepoint").fill("")
+        plain.get_by_label("live (the running stream's task)").check()
+        plain.get_by_role("button", name="Look up").click()
+        expect(plain).to_have_url(re.compile(r"&live=on"))
+        text = plain.locator("#lookup-result").inner_text()
+        assert "value: 4" in text and "live lookup fell back:" in text, text
+    page.goto(f"{airflow.base}/statecore/lookup?job=shop&state=nope&key=u1")
+    text = page.locator("#lookup-result").inner_text()
+    assert "error:" in text and "nope" in text, text
 
 
 def test_ui_page_links_the_dag_run_to_its_checkpoint_inside_airflow(
-    airflow: Airflow, browser: Chromium
+    airflow: Airflow, page: Page
 ) -> None:
-    browser.set_cookie(airflow.base + "/", "_token", airflow.token)
-    browser.goto(f"{airflow.base}/statecore/")
-    runs = browser.text("#runs-table")
+    page.goto(f"{airflow.base}/statecore/")
+    runs = page.locator("#runs-table").inner_text()
     assert "ui_page_pipeline" in runs and airflow.run_id in runs and "20260103" in runs
     # Airflow's UI: the navigation entry shows the page in a frame ...
-    browser.goto(f"{airflow.base}/plugin/statecore")
-    jobs = browser.wait_for(
-        "(() => { const f = document.querySelector('iframe');"
-        " const t = f && f.contentDocument && f.contentDocument.querySelector('#jobs-table');"
-        " return t && t.innerText; })()"
-    )
-    assert "shop" in jobs
-    # ... and the DAG run's tab names the checkpoint the run completed
+    page.goto(f"{airflow.base}/plugin/statecore")
+    expect(page.frame_locator("iframe").locator("#jobs-table")).to_contain_text("shop")
+    # ... and the DAG run's tab names the checkpoint the run completed, linked to its page
     run = quote(airflow.run_id, safe="")
-    browser.goto(f"{airflow.base}/dags/ui_page_pipeline/runs/{run}/plugin/statecore-run")
-    link = browser.wait_for(
-        "(() => { const f = document.querySelector('iframe');"
-        " const a = f && f.contentDocument && f.contentDocument.querySelector('a.checkpoint-link');"
-        " return a && [a.innerText, a.href]; })()"
-    )
-    assert link[0] == "checkpoint 20260103"
-    assert link[1].endswith("/statecore/jobs/shop/checkpoints/20260103")
+    page.goto(f"{airflow.base}/dags/ui_page_pipeline/runs/{run}/plugin/statecore-run")
+    link = page.frame_locator("iframe").locator("a.checkpoint-link")
+    expect(link).to_have_text("checkpoint 20260103")
+    assert link.evaluate("a => a.href").endswith("/statecore/jobs/shop/checkpoints/20260103")
+    link.click()
+    expect(page.frame_locator("iframe").locator("h1")).to_have_text("Checkpoint 20260103 of shop")
     # the task that published the Asset has a button leading there
     headers = {"Authorization": f"Bearer {airflow.token}"}
     status, _, body = _get(
@@ -254,8 +272,8 @@ def test_ui_page_links_the_dag_run_to_its_checkpoint_inside_airflow(
     assert status == 200, body
     url = json.loads(body)["extra_links"]["statecore checkpoint"]
     assert url == f"{airflow.base}/statecore/runs/ui_page_pipeline/{run}"
-    browser.goto(url)
-    assert browser.text("a.checkpoint-link") == "checkpoint 20260103"
+    page.goto(url)
+    expect(page.locator("a.checkpoint-link")).to_have_text("checkpoint 20260103")
 
 
 def test_ui_page_plugin_is_registered_once(airflow: Airflow) -> None:
