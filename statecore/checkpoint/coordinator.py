@@ -35,12 +35,10 @@ from statecore.checkpoint.lock import JobLease
 from statecore.checkpoint.participants import CommitParticipant
 from statecore.checkpoint.recover import check_catalog_not_behind
 from statecore.checkpoint.state_tables import StateTables, table_partition
-from statecore.compatibility import check_schema
 from statecore.config import StatecoreConfig, check_name
 from statecore.errors import (
     ConcurrentRunError,
     MaxParallelismMismatchError,
-    StateMigrationError,
 )
 from statecore.keygroups import check_parallelism
 from statecore.runtime.task import RestoredState, RestorePlan, StateSchema, StateSnapshotResult
@@ -201,9 +199,11 @@ class CheckpointCoordinator:
         return failed
 
     def _restore_plan(self, base: CheckpointRecord | None) -> RestorePlan:
+        states = self.catalog.list_states(self.job, self.operator)
+        registered = {s.name: (s.kind, s.schema) for s in states}
         if base is None:
-            return RestorePlan(self.job, self.operator)
-        schemas = {s.name: s.schema for s in self.catalog.list_states(self.job, self.operator)}
+            return RestorePlan(self.job, self.operator, registered=registered)
+        schemas = {s.name: s.schema for s in states}
         restored: dict[str, dict[str, RestoredState]] = defaultdict(dict)
         for t in base.tables:
             if t.operator != self.operator:
@@ -226,36 +226,20 @@ class CheckpointCoordinator:
             operator_states=restored["operator"],
             timers=restored[TIMERS].get(TIMERS),
             changes=restored[CHANGES],
+            registered=registered,
         )
 
     def check_compatible(
         self, planned: PlannedCheckpoint, registered: Sequence[StateSchema]
     ) -> PlannedCheckpoint:
-        """Fail before processing when a registered state cannot restore from its stored
-        schema; the plan, with the keyed states whose rows migrate marked for a full rewrite."""
-        stored = {s.name: s for s in self.catalog.list_states(self.job, self.operator)}
-        migrated = set()
-        for state in registered:
-            old = stored.get(state.name)
-            if old is None:
-                continue
-            where = f"job {self.job!r}, operator {self.operator!r}, state {state.name!r}"
-            if old.kind != state.kind:
-                raise StateMigrationError(
-                    f"{where}: the state kind changed from {old.kind} to {state.kind}; restore "
-                    "needs the same kind (or a new state name)"
-                )
-            check = check_schema(schema_from_text(old.schema), schema_from_text(state.schema))
-            if check.is_incompatible:
-                raise StateMigrationError(
-                    f"{where}: {check.reason}; the stored schema ({_fields(old.schema)}) cannot "
-                    f"be restored as the new one ({_fields(state.schema)})"
-                )
-            if check.needs_migration:
-                log.info("%s: migrating on restore (%s)", where, check.reason)
-                if state.table_kind == "keyed":
-                    migrated.add(state.name)
-        return replace(planned, restore=replace(planned.restore, migrated=frozenset(migrated)))
+        """The plan with the keyed states of ``registered`` whose rows migrate marked for a full
+        rewrite; a :class:`StateMigrationError` when one cannot restore from its stored schema.
+        The tasks check the same as their function registers each state (before any record is
+        processed); the driver checks again, at the commit, what they report."""
+        migrated = planned.restore.migrated_states(registered)
+        for name in sorted(migrated):
+            log.info("job %s, state %s: migrated on restore", self.job, name)
+        return replace(planned, restore=replace(planned.restore, migrated=migrated))
 
     def commit(
         self,
@@ -362,8 +346,3 @@ def _attach(exc: BaseException, note: str) -> None:
     """Log ``note`` and add it to ``exc``, the error that propagates."""
     log.error("%s (while failing on %s: %s)", note, type(exc).__name__, exc)
     exc.add_note(note)
-
-
-def _fields(schema_text: str) -> str:
-    schema = schema_from_text(schema_text)
-    return ", ".join(f"{f.name}: {f.type}" for f in schema)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,15 +20,15 @@ import pyarrow as pa
 from statecore.backends.base import RestoreSource, snapshot_schema
 from statecore.backends.operator import OperatorStateMode, repartition
 from statecore.backends.timers import timers_schema
-from statecore.compatibility import migrate_rows
+from statecore.compatibility import check_schema, migrate_rows
 from statecore.descriptors import StateDescriptor
-from statecore.errors import CorruptSnapshotError
+from statecore.errors import CorruptSnapshotError, StateMigrationError
 from statecore.keygroups import KeyGroupRange
 from statecore.snapshot import TIMERS, SnapshotTable, TableFile
 from statecore.snapshot.changelog import CHANGES, apply_changes, changes_schema
-from statecore.types import TypeInfo, schema_from_text
+from statecore.types import TypeInfo, schema_from_text, schema_to_text
 
-__all__ = ["RestoredState", "RestorePlan", "TaskFiles", "fingerprint"]
+__all__ = ["RestoredState", "RestorePlan", "StateSchema", "TaskFiles", "fingerprint"]
 
 TaskFiles = dict[tuple[str, str, str], dict[int, tuple[str, ...]]]
 """What one task's share of a checkpoint is made of: per table ``(table_kind, state, uri)``,
@@ -52,6 +52,20 @@ def fingerprint(files: Mapping[tuple[str, str, str], Mapping[int, Collection[str
     canonical = [c for c in canonical if c[1]]
     text = json.dumps(canonical, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StateSchema:
+    """A state a task registered: its table kind, catalog kind and snapshot schema (as text)."""
+
+    name: str
+    table_kind: str
+    kind: str
+    schema: str
+
+
+def _fields(schema_text: str) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema_from_text(schema_text))
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,10 @@ class RestorePlan:
     changes: dict[str, RestoredState] = field(default_factory=dict)
     """The changes table of each keyed state that has one (changelog checkpoints): its
     change files are applied over the state's files on restore."""
+    registered: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """What the catalog registered for the operator: state → (kind, schema as text). A task
+    checks each state its function registers against it (:meth:`check_state`), so the driver
+    never runs the function to learn its states."""
 
     @property
     def is_restored(self) -> bool:
@@ -92,15 +110,49 @@ class RestorePlan:
     def _label(self, state: str) -> str:
         return f"job {self.job!r}, operator {self.operator!r}, state {state!r}"
 
+    def check_state(self, state: StateSchema) -> bool:
+        """Whether ``state``, as a task's function registers it now, restores with its rows
+        migrated to its schema; a :class:`StateMigrationError` when it cannot restore from what
+        the catalog registered (another kind, an incompatible schema)."""
+        stored = self.registered.get(state.name)
+        if stored is None:
+            return False
+        kind, schema = stored
+        where = self._label(state.name)
+        if kind != state.kind:
+            raise StateMigrationError(
+                f"{where}: the state kind changed from {kind} to {state.kind}; restore "
+                "needs the same kind (or a new state name)"
+            )
+        check = check_schema(schema_from_text(schema), schema_from_text(state.schema))
+        if check.is_incompatible:
+            raise StateMigrationError(
+                f"{where}: {check.reason}; the stored schema ({_fields(schema)}) cannot "
+                f"be restored as the new one ({_fields(state.schema)})"
+            )
+        return check.needs_migration
+
+    def migrated_states(self, registered: Iterable[StateSchema]) -> frozenset[str]:
+        """The keyed states of ``registered`` whose rows migrate (rewritten in full by the next
+        snapshot), each state checked by :meth:`check_state`."""
+        return frozenset(
+            s.name for s in registered if self.check_state(s) and s.table_kind == "keyed"
+        )
+
     def source(self, key_groups: Collection[int], key_type: TypeInfo) -> RestoreSource:
         """A ``RestoreSource`` reading only ``key_groups`` (in key-group order), migrating older
-        rows."""
+        rows; a state that cannot restore fails as it is registered, before any row is read."""
 
         def read(descriptor: StateDescriptor) -> Iterator[tuple[int, pa.Table]]:
+            expected = snapshot_schema(key_type, descriptor)
+            self.check_state(
+                StateSchema(
+                    descriptor.name, "keyed", descriptor.kind.value, schema_to_text(expected)
+                )
+            )
             restored = self.states.get(descriptor.name)
             if restored is None:
                 return iter(())
-            expected = snapshot_schema(key_type, descriptor)
             label = self._label(descriptor.name)
             changes = self.changes.get(descriptor.name)
             if changes is not None and changes.files:

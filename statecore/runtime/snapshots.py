@@ -18,7 +18,7 @@ import pyarrow as pa
 from statecore.backends.base import KeyedStateBackend, snapshot_schema
 from statecore.backends.operator import OperatorStateStore
 from statecore.backends.timers import timers_schema
-from statecore.runtime.restore import RestorePlan
+from statecore.runtime.restore import RestorePlan, StateSchema
 from statecore.snapshot import TIMERS, SnapshotFile, write_key_group_files
 from statecore.snapshot.changelog import CHANGES, ChangelogConfig, change_rows, changes_schema
 from statecore.types import schema_to_text
@@ -67,16 +67,6 @@ class StateSnapshotResult:
             replace_all=data.get("replace_all", False),
             append=data.get("append", False),
         )
-
-
-@dataclass(frozen=True)
-class StateSchema:
-    """A state a task registered: its table kind, catalog kind and snapshot schema (as text)."""
-
-    name: str
-    table_kind: str
-    kind: str
-    schema: str
 
 
 def table_uri(table_uris: TableUris, table_kind: str, state: str) -> str:
@@ -185,6 +175,7 @@ class SnapshotWriter:
                     descriptor=descriptor.describe(),
                     changed_key_groups=tuple(sorted(changed)),
                     files=files,
+                    replace_all=name in self.restore.migrated,
                 )
             )
             applied = sorted(changed & self.restore.pending_changes(name).keys())

@@ -15,6 +15,7 @@ import functools
 from collections import namedtuple
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from itertools import repeat
 from typing import Any
 
@@ -161,6 +162,9 @@ class KeyedOperatorTask:
                 f"operator {restore.operator!r}: the state name {TIMERS!r} is "
                 "reserved for the operator's timers"
             )
+        migrated = restore.migrated | restore.migrated_states(self.registered_states())
+        if migrated != restore.migrated:  # the next snapshot rewrites them in their new schema
+            self.restore = replace(restore, migrated=migrated)
 
     def registered_states(self) -> list[StateSchema]:
         """Every state registered by ``open()``, and the timers (for schema checks)."""
@@ -428,7 +432,8 @@ def probe_states(
     max_parallelism: int,
 ) -> list[StateSchema]:
     """Initialize and open ``function`` (a copy: it keeps the handles) against empty state:
-    the states it registers, for the driver's schema check before any record is processed."""
+    the states it registers. For ``statecore preflight`` only: a run never calls the function
+    on the driver (its tasks check the states they register, see ``RestorePlan.check_state``)."""
     backend = HeapKeyedStateBackend(
         key_type=key_type, key_group_range=KeyGroupRange.empty(), max_parallelism=max_parallelism
     )

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark import StorageLevel, cloudpickle
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -38,12 +38,10 @@ from statecore.config import StatecoreConfig, check_name
 from statecore.errors import ConfigError
 from statecore.keygroups import compute_default_max_parallelism
 from statecore.ops.savepoint import register_savepoint_job, restore_savepoint
-from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.latency import LatencyTracking, latency_percentiles
 from statecore.runtime.lateness import LateData
-from statecore.runtime.task import StateSchema, StateSnapshotResult, probe_states
-from statecore.runtime.vectorized import KeyedBatchFunction
-from statecore.snapshot import state_table_uri
+from statecore.runtime.task import StateSchema, StateSnapshotResult
+from statecore.snapshot import TIMERS, state_table_uri
 from statecore.snapshot.output import OutputFile, OutputTable
 from statecore.spark.executor import META, TaskSpec, task_function
 from statecore.spark.identity import input_identity
@@ -74,25 +72,14 @@ def _key_info(df: DataFrame, key: str) -> TypeInfo:
     return TypeInfo.of(int)
 
 
-def _probe_states(
-    function: KeyedProcessFunction | KeyedBatchFunction,
-    key_type: TypeInfo,
-    planned: PlannedCheckpoint,
-    job: str,
-    operator: str,
-) -> list[StateSchema]:
-    """The states a copy of the function registers (the function itself ships untouched)."""
-    probe: KeyedProcessFunction | KeyedBatchFunction = cloudpickle.loads(
-        cloudpickle.dumps(function)  # type: ignore[no-untyped-call]
-    )
-    return probe_states(
-        probe,
-        key_type,
-        job=job,
-        operator=operator,
-        parallelism=planned.parallelism,
-        max_parallelism=planned.max_parallelism,
-    )
+def _registered(snapshots: Sequence[StateSnapshotResult]) -> list[StateSchema]:
+    """The states the tasks' function registered, as their snapshots report them."""
+    seen = {
+        (s.table_kind, s.state): StateSchema(s.state, s.table_kind, s.catalog_kind, s.schema)
+        for s in snapshots
+        if s.table_kind in ("keyed", "operator", TIMERS)
+    }
+    return list(seen.values())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,11 +233,11 @@ class KeyedRunner:
         return coordinator
 
     def plan(self, coordinator: CheckpointCoordinator, planned: PlannedCheckpoint) -> _Plan:
-        """The states' schemas, the watermark and the sink checked; the tasks' spec."""
+        """The watermark and the sinks checked; the tasks' spec. No user code runs here: each
+        task checks the states its function registers against the catalog's
+        (``RestorePlan.check_state``, before its first record), and the commit checks again
+        what the tasks report."""
         job = self.job
-        planned = coordinator.check_compatible(
-            planned, _probe_states(job.function, self.key_type, planned, job.job, job.operator)
-        )
         base = planned.base
         start = MIN_WATERMARK if base is None or base.watermark is None else base.watermark
         if start == MAX_WATERMARK and base is not None:
@@ -362,6 +349,7 @@ class KeyedRunner:
                     job.job, job.operator, _live_endpoints(job, plan.spec, metas)
                 )
             snapshots = [StateSnapshotResult.from_json_dict(s) for m in metas for s in m["states"]]
+            checkpoint = coordinator.check_compatible(plan.checkpoint, _registered(snapshots))
             restore = _sum_restore_metrics(metas)
             watermark = plan.spec.watermark
             if job.stream:
@@ -375,7 +363,7 @@ class KeyedRunner:
             coordinator.fail(checkpoint_id, exc)
             raise
         record = coordinator.commit(
-            plan.checkpoint,
+            checkpoint,
             snapshots,
             metrics=_metrics(metas, restore),
             watermark=None if watermark == MIN_WATERMARK else watermark,
@@ -392,7 +380,11 @@ class KeyedRunner:
                 checkpoint_id,
                 late_rows,
                 plan.spec.start_watermark,
-                "went to the late-data table" if self.late_sink is not None else "were dropped",
+                {
+                    LateData.PROCESS: "reached the function",
+                    LateData.DROP: "were dropped",
+                    LateData.TABLE: "went to the late-data table",
+                }[self.late_data],
             )
         log.info(
             "job %s: checkpoint %s complete (%d records, %d rows of state)",

@@ -1,8 +1,10 @@
 """Flink semantics through the real Spark runtime: timers and TTL across a rescale, operator
-state at parallelism 1 → 3 → 2, and schema changes checked on the driver."""
+state at parallelism 1 → 3 → 2, schema changes checked before any record is processed, and
+the function's ``open`` run only in the tasks (none on the driver)."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -246,7 +248,7 @@ class Totals(KeyedProcessFunction):
         yield ctx.current_key, total
 
 
-def test_schema_changes_are_checked_on_the_driver(
+def test_schema_changes_are_checked_before_processing(
     spark: Any, statecore_home: StatecoreConfig
 ) -> None:
     import pyarrow as pa
@@ -291,6 +293,62 @@ def test_schema_changes_are_checked_on_the_driver(
             job="totals",
         ).to_pylist()
     assert rows == [{"t": "BIGINT", "n": 6}]  # every key group rewritten in the new schema
+
+
+class Witness(CheckpointedFunction, KeyedProcessFunction):
+    """Writes a line per ``initialize_state`` and ``open`` call: the process and what it was
+    told, so a test sees where user code ran and how often."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+        self.restored: bool | None = None
+
+    def _note(self, what: str) -> None:
+        with open(self.log, "a") as out:
+            out.write(f"{what} {os.getpid()} {self.restored}\n")
+
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        self.restored = context.is_restored
+        self._note("initialize_state")
+
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        pass
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.total = ctx.get_state(ValueStateDescriptor("total", int))
+        self._note("open")
+
+    def process_element(self, value: Any, ctx: Context) -> Iterator[tuple[Any, ...]]:
+        total = (self.total.value() or 0) + 1
+        self.total.update(total)
+        yield ctx.current_key, total
+
+
+def test_no_user_code_on_the_driver_open_runs_once_per_task_told_is_restored(
+    spark: Any, statecore_home: StatecoreConfig, tmp_path: Any
+) -> None:
+    """Flink calls ``initialize_state`` and ``open`` once per task, with ``is_restored`` true
+    when the task restores: the driver never runs them (no probe for the states' schemas)."""
+    df = spark.createDataFrame([(f"u{i}",) for i in range(8)], "user_id string")
+    for checkpoint_id in (1, 2):
+        log = tmp_path / f"run{checkpoint_id}.log"
+        run = keyed_process(
+            df,
+            key="user_id",
+            function=Witness(str(log)),
+            output_schema=TOTALS_OUT,
+            job="witness",
+            checkpoint_id=checkpoint_id,
+            parallelism=2,
+        )
+        assert sorted(collect(run)) == [(f"u{i}", checkpoint_id) for i in range(8)]
+        calls = [line.split() for line in log.read_text().splitlines()]
+        assert calls, "the tasks ran the function"
+        assert str(os.getpid()) not in {pid for _, pid, _ in calls}, "user code ran on the driver"
+        opened = [c for c in calls if c[0] == "open"]
+        initialized = [c for c in calls if c[0] == "initialize_state"]
+        assert 1 <= len(opened) == len(initialized) <= 2  # once per task, none more
+        assert {restored for _, _, restored in calls} == {str(checkpoint_id == 2)}
 
 
 def test_clickstream_keeps_offsets_and_rules_across_a_rescale(
