@@ -15,6 +15,7 @@ their fixtures down; SIGTERM is passed on to them as SIGINT for the same reason.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import subprocess
@@ -64,6 +65,7 @@ def start(name: str, logs: Path, extra: list[str]) -> Group:
         cwd=REPO,
         stdout=out,
         stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},  # the log shows progress as it is made
     )
     return Group(name, log, process, out)
 
