@@ -1,15 +1,19 @@
 """The statecore page in Airflow's UI, used in a real headless Chromium driven by Playwright.
 
-A real Airflow: the metadata database migrated and a DAG run made with ``dag.test()``
+A real Airflow: the metadata database migrated and two DAG runs made with ``dag.test()``
 (``ui_page_dags/ui_page_pipeline.py``: it checkpoints a day of the ``shop`` job in-process and
-publishes ``statecore://shop``), then ``airflow api-server`` with the project's plugins folder.
-The catalog holds a checkpoint made before, a savepoint and the run's checkpoint, with restore
-timings and latency percentiles. The browser signs in on Airflow's login page and does what a
-user does: clicks from the job list to the checkpoint table and the key-group charts, fills in
-and submits the lookup form (with and without the page's script), reads the savepoints, follows
-the link from the DAG run to its checkpoint, and opens the page inside Airflow's own UI (the
-*statecore* entry of the navigation and the run's *statecore checkpoint* tab). Without a login
-the API answers 401 and the page sends the browser to Airflow's login, which brings it back.
+publishes ``statecore://shop``; the second run of the same day finds its checkpoint complete, a
+no-op), then ``airflow api-server`` with the project's plugins folder. The catalog holds a
+checkpoint made before, a savepoint and the run's checkpoint, with restore timings and latency
+percentiles. The browser signs in on Airflow's login page and does what a user does: clicks
+from the job list to the checkpoint table and the key-group charts, picks the job and the state
+of a lookup from the lists the catalog fills and submits the form (with and without the page's
+script), reads the savepoints, follows the link from the DAG run to its checkpoint, and opens
+the page inside Airflow's own UI (the *statecore* entry of the navigation and the run's
+*statecore checkpoint* tab). What it reads: a state has one name on every part of the page,
+numbers of 1,000 and more have thousands separators, and the no-op run is marked as one.
+Without a login the API answers 401 and the page sends the browser to Airflow's login, which
+brings it back.
 """
 
 from __future__ import annotations
@@ -51,9 +55,12 @@ initdb()
 print("MIGRATED", flush=True)
 bag = DagBag(dag_folder=sys.argv[1])
 assert not bag.import_errors, bag.import_errors
-run = bag.get_dag("ui_page_pipeline").test(run_conf={"date": "2026-01-03"})
-print("RUN " + json.dumps({"run_id": run.run_id, "state": str(run.state)}), flush=True)
+for _ in range(2):  # the second run finds checkpoint 20260103 complete: a no-op
+    run = bag.get_dag("ui_page_pipeline").test(run_conf={"date": "2026-01-03"})
+    print("RUN " + json.dumps({"run_id": run.run_id, "state": str(run.state)}), flush=True)
 """
+STATES = ["counts", "items", "last", "total"]  # the shop job's keyed states, by name
+GROUPED = re.compile(r"\d{1,3}(,\d{3})+")  # a number of 1,000 or more, as the page shows it
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,8 @@ class Airflow:
     base: str
     password: str  # admin's
     token: str  # admin's, for the REST API
-    run_id: str
+    run_id: str  # the run that completed checkpoint 20260103
+    no_op_run_id: str  # a later run of the same day
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -103,8 +111,10 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
     driver, lines, server, log = started.driver, started.lines, started.server, started.log
     try:
         out, _ = driver.communicate(timeout=START_TIMEOUT)
-        [run] = [json.loads(x[4:]) for x in [*lines, *out.splitlines()] if x.startswith("RUN ")]
-        assert run["state"] == "success", (tmp / "dag-test.log").read_text()[-4000:]
+        runs = [json.loads(x[4:]) for x in [*lines, *out.splitlines()] if x.startswith("RUN ")]
+        assert [r["state"] for r in runs] == ["success", "success"], (
+            tmp / "dag-test.log"
+        ).read_text()[-4000:]
         api = Api(port)
         api.wait(
             "the API server",
@@ -115,7 +125,9 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
         passwords = Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
         password = json.loads(passwords.read_text())["admin"]
         token = api.call("POST", "/auth/token", {"username": "admin", "password": password})
-        yield Airflow(api.base, password, token["access_token"], run["run_id"])
+        yield Airflow(
+            api.base, password, token["access_token"], runs[0]["run_id"], runs[1]["run_id"]
+        )
     finally:
         driver.kill()
         driver.wait(timeout=30)
@@ -177,16 +189,23 @@ def test_ui_page_shows_jobs_checkpoints_charts_and_savepoints(airflow: Airflow, 
     page.goto(f"{airflow.base}/statecore/")
     jobs = page.locator("#jobs-table").inner_text()
     assert "shop" in jobs and "20260103" in jobs and "128" in jobs
-    savepoints = page.locator("#savepoints-table").inner_text()
-    assert "before-deploy" in savepoints and "20260101" in savepoints
+    [savepoint] = _cells(page.locator("#savepoints-table"))
+    assert savepoint["savepoint"] == "before-deploy" and savepoint["from checkpoint"] == "20260101"
+    assert GROUPED.fullmatch(savepoint["rows"]) and GROUPED.fullmatch(savepoint["bytes"])
 
     page.locator("#jobs-table").get_by_role("link", name="shop", exact=True).click()
     expect(page).to_have_url(re.compile(r"/statecore/jobs/shop$"))
     table = _cells(page.locator("#checkpoints-table"))
-    assert [r["id"] for r in table] == ["20260103", "20260101"]
+    assert [r["id"] for r in table] == ["20260103", "20260101"]  # ids are not grouped
     assert all(r["status"] == "COMPLETED" and r["kind"] == "CHECKPOINT" for r in table)
     assert int(table[0]["rows"].replace(",", "")) > 0 and table[0]["restored subtasks"] == "2"
     assert float(table[0]["worst p99 (µs)"]) > 0  # latency tracking was on
+    for row in table:  # 1,201 and 1,501 rows, some 465,000 bytes: with thousands separators
+        assert GROUPED.fullmatch(row["rows"]) and GROUPED.fullmatch(row["bytes"]), row
+        assert re.fullmatch(r"\d+(\.\d{1,3})?", row["duration (s)"]), row
+    # the job page's lookup form offers the job's states
+    expect(page.get_by_label("job", exact=True)).to_have_value("shop")
+    assert _offered(page) == STATES
 
     page.locator("#checkpoints-table").get_by_role("link", name="20260103").click()
     expect(page).to_have_url(re.compile(r"/statecore/jobs/shop/checkpoints/20260103$"))
@@ -200,17 +219,34 @@ def test_ui_page_shows_jobs_checkpoints_charts_and_savepoints(airflow: Airflow, 
     assert by_state["total"][0] == len(key_groups) and by_state["total"][1] > 50
     caption = page.locator("figcaption").first.inner_text()
     assert "key groups" in caption and "bytes" in caption
-    expect(page.locator("#restore-table tbody tr")).to_have_count(2)
+    assert re.search(r"[\d,]+ rows, \d{1,3}(,\d{3})+ bytes", caption), caption
+    restores = _cells(page.locator("#restore-table"))
+    assert len(restores) == 2
+    assert all(GROUPED.fullmatch(r["bytes read"]) for r in restores), restores
     latency = page.locator("#latency-table").inner_text()
     assert "counts" in latency and "put" in latency
+    # a state has one name everywhere: the charts, their captions, the latency table and the
+    # lookup form's list
+    captions = page.locator("figcaption .state-name").all_inner_texts()
+    latencies = sorted({r["state"] for r in _cells(page.locator("#latency-table"))})
+    assert sorted(by_state) == sorted(captions) == latencies == STATES
+
+
+def _offered(page: Page) -> list[str]:
+    """The states the lookup form's list offers for the job picked (those the user sees)."""
+    return page.locator("#lookup-state optgroup:not([disabled]) option").all_inner_texts()
 
 
 def test_ui_page_key_lookup(
     airflow: Airflow, browser: Browser, admin: StorageState, page: Page
 ) -> None:
     page.goto(f"{airflow.base}/statecore/")
-    page.get_by_label("job", exact=True).fill("shop")
-    page.get_by_label("state", exact=True).fill("total")
+    # job and state are picked from the lists the catalog fills
+    job, state = page.get_by_label("job", exact=True), page.get_by_label("state", exact=True)
+    assert job.locator("option").all_inner_texts() == ["shop"]
+    job.select_option("shop")
+    assert _offered(page) == STATES
+    state.select_option("total")
     page.get_by_label("key", exact=True).fill("u1")
     page.get_by_role("button", name="Look up").click()
     result = page.locator("#lookup-result")
@@ -220,11 +256,12 @@ def test_ui_page_key_lookup(
     assert "value: 4" in text, text  # 2 purchases on day 1, 2 on day 3
     assert f"key group: {assign_to_key_group('u1', MAX_P)}" in text
     assert "checkpoint 20260103" in text and "bytes read:" in text
+    assert re.search(r"bytes read: [\d,]+ of \d{1,3}(,\d{3})+ \(", text), text  # grouped
     # without the page's script: the form's own GET, to the lookup page
     with new_page(browser, storage_state=admin, java_script_enabled=False) as plain:
         plain.goto(f"{airflow.base}/statecore/")
-        plain.get_by_label("job", exact=True).fill("shop")
-        plain.get_by_label("state", exact=True).fill("counts")
+        plain.get_by_label("job", exact=True).select_option("shop")
+        plain.get_by_label("state", exact=True).select_option("counts")
         plain.get_by_label("key", exact=True).fill("u1")
         plain.get_by_label("user key (map)").fill("pen")
         plain.get_by_label("checkpoint id or savepoint").fill("before-deploy")
@@ -232,8 +269,11 @@ def test_ui_page_key_lookup(
         expect(plain).to_have_url(re.compile(r"/statecore/lookup\?job=shop&state=counts&"))
         text = plain.locator("#lookup-result").inner_text()
         assert 'value: {"pen": 1}' in text and "before-deploy" in text, text
-        # live: no stream serves it, so the latest checkpoint answers
-        plain.get_by_label("state", exact=True).fill("total")
+        assert re.search(r"bytes read: [\d,]+ of \d{1,3}(,\d{3})+ \(", text), text
+        # the lookup page keeps what was picked; live: no stream serves it, so the latest
+        # checkpoint answers
+        expect(plain.get_by_label("state", exact=True)).to_have_value("counts")
+        plain.get_by_label("state", exact=True).select_option("total")
         plain.get_by_label("user key (map)").fill("")
         plain.get_by_label("checkpoint id or savepoint").fill("")
         plain.get_by_label("live (the running stream's task)").check()
@@ -241,6 +281,7 @@ def test_ui_page_key_lookup(
         expect(plain).to_have_url(re.compile(r"&live=on"))
         text = plain.locator("#lookup-result").inner_text()
         assert "value: 4" in text and "live lookup fell back:" in text, text
+    # a state the list does not offer, asked for by its address
     page.goto(f"{airflow.base}/statecore/lookup?job=shop&state=nope&key=u1")
     text = page.locator("#lookup-result").inner_text()
     assert "error:" in text and "nope" in text, text
@@ -250,19 +291,33 @@ def test_ui_page_links_the_dag_run_to_its_checkpoint_inside_airflow(
     airflow: Airflow, page: Page
 ) -> None:
     page.goto(f"{airflow.base}/statecore/")
-    runs = page.locator("#runs-table").inner_text()
-    assert "ui_page_pipeline" in runs and airflow.run_id in runs and "20260103" in runs
+    runs = {r["run"]: r for r in _cells(page.locator("#runs-table"))}
+    assert set(runs) == {airflow.run_id, airflow.no_op_run_id}
+    assert all(
+        r["DAG"] == "ui_page_pipeline" and r["checkpoint"] == "20260103" for r in runs.values()
+    )
+    # the run that completed the checkpoint, and the later one of the same day, marked a no-op
+    assert runs[airflow.run_id]["outcome"] == "completed"
+    assert runs[airflow.no_op_run_id]["outcome"] == "no-op"
+    expect(page.locator("#no-op-note")).to_contain_text("complete before the run started")
     # Airflow's UI: the navigation entry shows the page in a frame ...
     page.goto(f"{airflow.base}/plugin/statecore")
     expect(page.frame_locator("iframe").locator("#jobs-table")).to_contain_text("shop")
     # ... and the DAG run's tab names the checkpoint the run completed, linked to its page
     run = quote(airflow.run_id, safe="")
     page.goto(f"{airflow.base}/dags/ui_page_pipeline/runs/{run}/plugin/statecore-run")
-    link = page.frame_locator("iframe").locator("a.checkpoint-link")
+    tab = page.frame_locator("iframe")
+    link = tab.locator("a.checkpoint-link")
     expect(link).to_have_text("checkpoint 20260103")
+    expect(tab.locator("#run-checkpoint")).not_to_contain_text("no-op")
     assert link.evaluate("a => a.href").endswith("/statecore/jobs/shop/checkpoints/20260103")
     link.click()
-    expect(page.frame_locator("iframe").locator("h1")).to_have_text("Checkpoint 20260103 of shop")
+    expect(tab.locator("h1")).to_have_text("Checkpoint 20260103 of shop")
+    # the no-op run's tab says it was one
+    no_op = quote(airflow.no_op_run_id, safe="")
+    page.goto(f"{airflow.base}/dags/ui_page_pipeline/runs/{no_op}/plugin/statecore-run")
+    expect(tab.locator("a.checkpoint-link")).to_have_text("checkpoint 20260103")
+    expect(tab.locator("#run-checkpoint .no-op")).to_have_text("no-op")
     # the task that published the Asset has a button leading there
     headers = {"Authorization": f"Bearer {airflow.token}"}
     status, _, body = _get(

@@ -36,7 +36,8 @@ from statecore_airflow.ui.access import JobAccess, job_access
 from statecore_airflow.ui.runs import published_runs
 
 if TYPE_CHECKING:
-    from statecore.catalog import Catalog
+    from statecore.catalog import Catalog, CheckpointRecord
+    from statecore.ops.overview import DagRunRef
 
 __all__ = ["create_app"]
 
@@ -70,8 +71,8 @@ def _linked_runs(
     access: JobAccess, job: str | None = None, **where: str
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Runs of DAGs the user may read that published a checkpoint Asset, tied to their
-    checkpoints; a failure to read Airflow's database is shown on the page instead of failing
-    it."""
+    checkpoints, each with its ``outcome`` (:func:`_outcome`); a failure to read Airflow's
+    database is shown on the page instead of failing it."""
     try:
         refs = [r for r in published_runs(job=job, **where) if access.may_read_dag(r.dag_id)]
     except Exception as exc:
@@ -79,7 +80,34 @@ def _linked_runs(
     jobs = {ref.job for ref in refs}
     with _catalog() as catalog:
         checkpoints = {j: catalog.list_checkpoints(j) for j in jobs if catalog.has_job(j)}
-    return overview.link_runs(refs, checkpoints), None
+    rows = overview.link_runs(refs, checkpoints)
+    for ref, row in zip(refs, rows):
+        records = {c.checkpoint_id: c for c in checkpoints.get(ref.job, ())}
+        row["outcome"] = _outcome(ref, records.get(row["checkpoint"]))
+    return rows, None
+
+
+def _outcome(run: DagRunRef, checkpoint: CheckpointRecord | None) -> str | None:
+    """What ``run`` did to the checkpoint it is tied to: ``"no-op"`` when the checkpoint was
+    complete before the run started (its id replayed, nothing changed), ``"completed"`` when it
+    completed while the run ran, else ``None`` (no checkpoint, or no times to tell)."""
+    done = None if checkpoint is None else checkpoint.completed_at
+    if done is None or run.started_at is None:
+        return None
+    if done < run.started_at:
+        return "no-op"
+    return "completed" if run.ended_at is None or done <= run.ended_at else None
+
+
+def _states(catalog: Catalog, jobs: list[str]) -> dict[str, list[str]]:
+    """Each of ``jobs`` with the keyed states of its latest restorable checkpoint, by name: the
+    lookup form's lists (a job without one has none)."""
+    states: dict[str, list[str]] = {}
+    for job in jobs:
+        latest = catalog.latest_restorable(job)
+        tables = () if latest is None else latest.tables
+        states[job] = sorted({t.state for t in tables if t.table_kind == "keyed"})
+    return states
 
 
 def _lookup_values(request: Request) -> dict[str, str]:
@@ -179,10 +207,16 @@ def create_app() -> FastAPI:
             savepoints = [
                 s for s in overview.savepoints_overview(catalog) if access.may_read(s["job"])
             ]
+            states = _states(catalog, [str(j["job"]) for j in jobs])
         runs, error = _linked_runs(access)
         return HTMLResponse(
             pages.index_page(
-                _base(request), jobs=jobs, savepoints=savepoints, runs=runs, runs_error=error
+                _base(request),
+                jobs=jobs,
+                savepoints=savepoints,
+                runs=runs,
+                states=states,
+                runs_error=error,
             )
         )
 
@@ -193,10 +227,16 @@ def create_app() -> FastAPI:
             row = overview.job_overview(catalog, job)  # JobNotFoundError, naming the job
             checkpoints = overview.checkpoints_overview(catalog, job)
             savepoints = overview.savepoints_overview(catalog, job)
+            states = _states(catalog, [job])[job]
         runs, _ = _linked_runs(access, job)
         return HTMLResponse(
             pages.job_page(
-                _base(request), row, checkpoints=checkpoints, savepoints=savepoints, runs=runs
+                _base(request),
+                row,
+                checkpoints=checkpoints,
+                savepoints=savepoints,
+                runs=runs,
+                states=states,
             )
         )
 
@@ -213,14 +253,15 @@ def create_app() -> FastAPI:
     def lookup_page(request: Request, access: Access) -> HTMLResponse:
         values = _lookup_values(request)
         with _catalog() as catalog:
-            jobs = [j.name for j in catalog.list_jobs() if access.may_read(j.name)]
+            jobs = sorted(j.name for j in catalog.list_jobs() if access.may_read(j.name))
+            states = _states(catalog, jobs)
         result, error, status = None, None, 200
         try:
             result = _lookup(access, values)
         except errors.StateError as exc:
             error, status = str(exc), _status(exc)
         return HTMLResponse(
-            pages.lookup_page(_base(request), jobs, values, result, error), status_code=status
+            pages.lookup_page(_base(request), states, values, result, error), status_code=status
         )
 
     @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)

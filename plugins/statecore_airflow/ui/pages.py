@@ -4,13 +4,13 @@ No template engine, no build step, no script or style from elsewhere: each funct
 string of escaped HTML. Every link is relative to the page's ``<base href>`` (the mount point of
 the plugin's app), so the page works under any Airflow base URL. The only script is the lookup
 form's: it fetches ``api/lookup`` and shows the result without leaving the page (the form works
-without it too).
+without it too), and it shows each job's states only once the job is picked.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -34,12 +34,28 @@ th,td{border:1px solid #cbd5e0;padding:.2rem .5rem;text-align:left;vertical-alig
 th{background:#edf2f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
 nav a{margin-right:1rem}.muted{color:#718096}.error{color:#c53030}
 .kg-chart rect{fill:#3182ce}.kg-chart rect:hover{fill:#2c5282}
-form label{margin-right:.6rem}input{width:9rem}
+form label,form select{margin-right:.6rem}input,select{width:9rem}
+label[for]{margin-right:.3rem}input[type=checkbox]{width:auto}
 #lookup-result:empty{display:none}
 #lookup-result{white-space:pre-wrap;font-family:monospace;background:#f7fafc;padding:.4rem}
 """
 
 _LOOKUP_SCRIPT = """
+const lookupJob = document.getElementById("lookup-job");
+const lookupState = document.getElementById("lookup-state");
+const showStates = () => {
+  for (const group of lookupState.querySelectorAll("optgroup")) {
+    group.hidden = group.disabled = group.dataset.job !== lookupJob.value;
+  }
+  const picked = lookupState.selectedOptions[0];
+  if (!picked || picked.parentElement.disabled) {
+    const first = lookupState.querySelector("optgroup:not([disabled]) option");
+    if (first) first.selected = true; else lookupState.selectedIndex = -1;
+  }
+};
+lookupJob.addEventListener("change", showStates);
+showStates();
+const grouped = (n) => Number(n).toLocaleString("en-US");
 document.getElementById("lookup-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const out = document.getElementById("lookup-result");
@@ -52,7 +68,7 @@ document.getElementById("lookup-form").addEventListener("submit", async (event) 
     out.textContent = response.ok
       ? ("value: " + JSON.stringify(body.value) + "\\nfound: " + body.found +
          "\\nkey group: " + body.key_group + "\\nat: " + body.point +
-         "\\nbytes read: " + body.bytes_read + " of " + body.state_bytes +
+         "\\nbytes read: " + grouped(body.bytes_read) + " of " + grouped(body.state_bytes) +
          " (" + body.files_read + " file(s))" +
          (body.expired ? "\\nexpired: " + body.expired : "") +
          (body.live ? "\\nlive: after checkpoint " + body.live_checkpoint +
@@ -80,7 +96,7 @@ def _page(base: str, title: str, body: str, *, script: str = "") -> str:
     )
 
 
-_GROUPED = frozenset({"rows", "bytes", "bytes_read", "state_bytes"})
+_GROUPED = frozenset({"rows", "bytes", "bytes_read", "state_bytes", "samples"})
 """Columns whose numbers are shown with thousands separators (not ids, nor parallelisms)."""
 _TIMES = frozenset(
     {
@@ -184,7 +200,12 @@ _RUN_COLUMNS = (
     ("job", "job"),
     ("checkpoint", "checkpoint"),
     ("matched_by", "matched by"),
+    ("outcome", "outcome"),
     ("ended_at", "ended"),
+)
+_NO_OP_NOTE = (
+    "<p class='muted' id='no-op-note'>no-op: the checkpoint was complete before the run "
+    "started, so the run changed nothing (a completed checkpoint id replays as a no-op).</p>"
 )
 _CHECKPOINT_COLUMNS = (
     ("checkpoint", "id"),
@@ -218,18 +239,42 @@ def _run_links() -> dict[str, Any]:
     }
 
 
-def _lookup_form(jobs: Iterable[str], values: Mapping[str, str] | None = None) -> str:
+def _option(value: str, selected: bool) -> str:
+    chosen = " selected" if selected else ""
+    return f"<option value='{escape(value)}'{chosen}>{escape(value)}</option>"
+
+
+def _lookup_form(
+    states: Mapping[str, Sequence[str]], values: Mapping[str, str] | None = None
+) -> str:
+    """The lookup form; the job and the state are picked from lists of what the catalog holds
+    (``states``: each job the user may read, with the states of its latest checkpoint), the
+    other fields filled in from ``values``."""
     values = values or {}
-    options = "".join(f"<option value='{escape(j)}'>" for j in jobs)
+    job = values.get("job") or ""
+    job = job if job in states else next(iter(states), "")
+    names = states.get(job, ())
+    state = values.get("state") or ""
+    state = state if state in names else next(iter(names), "")
+    jobs = "".join(_option(j, j == job) for j in states)
+    groups = "".join(
+        f"<optgroup label='{escape(j)}' data-job='{escape(j)}'>"
+        + "".join(_option(s, j == job and s == state) for s in group)
+        + "</optgroup>"
+        for j, group in states.items()
+    )
+    picks = (  # labels beside, not around, the lists: a list's name is then its label alone
+        f"<label for='lookup-job'>job</label><select name='job' id='lookup-job' required>{jobs}"
+        "</select><label for='lookup-state'>state</label><select name='state' "
+        f"id='lookup-state' required>{groups}</select>"
+    )
     fields = [
-        ("job", "job", "list='job-names' required"),
-        ("state", "state", "required"),
         ("key", "key", "required"),
         ("user_key", "user key (map)", ""),
         ("namespace", "namespace", ""),
         ("point", "checkpoint id or savepoint", ""),
     ]
-    inputs = "".join(
+    inputs = picks + "".join(
         f"<label>{escape(label)} <input name='{name}' id='lookup-{name}' "
         f"value='{escape(values.get(name) or '')}' {extra}></label>"
         for name, label, extra in fields
@@ -245,7 +290,6 @@ def _lookup_form(jobs: Iterable[str], values: Mapping[str, str] | None = None) -
         "only the key's key group is read. Live: the running stream's task that holds the key "
         "answers, with updates no checkpoint holds yet.</p>"
         f"<form id='lookup-form' action='lookup' method='get'>{inputs}"
-        f"<datalist id='job-names'>{options}</datalist>"
         "<button type='submit'>Look up</button></form>"
     )
 
@@ -260,7 +304,7 @@ def _lookup_result(result: Mapping[str, Any] | None, error: str | None) -> str:
         f"found: {'true' if result['found'] else 'false'}",
         f"key group: {result['key_group']}",
         f"at: {result['point']}",
-        f"bytes read: {result['bytes_read']} of {result['state_bytes']} "
+        f"bytes read: {_number(result['bytes_read'])} of {_number(result['state_bytes'])} "
         f"({result['files_read']} file(s))",
     ]
     if result.get("expired"):
@@ -281,9 +325,11 @@ def index_page(
     jobs: Sequence[Mapping[str, Any]],
     savepoints: Sequence[Mapping[str, Any]],
     runs: Sequence[Mapping[str, Any]],
+    states: Mapping[str, Sequence[str]],
     runs_error: str | None = None,
 ) -> str:
-    """Jobs, savepoints, the lookup form and the DAG runs that published checkpoints."""
+    """Jobs, savepoints, the lookup form (``states``: its lists, see :func:`lookup_page`) and
+    the DAG runs that published checkpoints."""
     body = (
         "<h2 id='jobs'>Jobs</h2>"
         + _table(
@@ -310,7 +356,7 @@ def index_page(
             },
             empty="no savepoint",
         )
-        + _lookup_form([str(j["job"]) for j in jobs])
+        + _lookup_form(states)
         + _lookup_result(None, None)
         + "<h2 id='runs'>DAG runs and their checkpoints</h2>"
         + (f"<p class='error'>{escape(runs_error)}</p>" if runs_error else "")
@@ -321,6 +367,7 @@ def index_page(
             links=_run_links(),
             empty="no DAG run has published a statecore checkpoint Asset yet",
         )
+        + (_NO_OP_NOTE if any(r.get("outcome") == "no-op" for r in runs) else "")
     )
     return _page(base, "statecore", body, script=_LOOKUP_SCRIPT)
 
@@ -348,8 +395,10 @@ def job_page(
     checkpoints: Sequence[Mapping[str, Any]],
     savepoints: Sequence[Mapping[str, Any]],
     runs: Sequence[Mapping[str, Any]],
+    states: Sequence[str],
 ) -> str:
-    """A job: its settings, checkpoints (newest first), savepoints and DAG runs."""
+    """A job: its settings, checkpoints (newest first), savepoints, DAG runs and the lookup
+    form for its ``states``."""
     name = str(job["job"])
     body = (
         _table([job], _JOB_COLUMNS, table_id="job-table")
@@ -365,7 +414,8 @@ def job_page(
         + _table(savepoints, _SAVEPOINT_COLUMNS, table_id="savepoints-table", empty="none")
         + "<h2 id='runs'>DAG runs</h2>"
         + _table(runs, _RUN_COLUMNS, table_id="runs-table", links=_run_links(), empty="none")
-        + _lookup_form([name], {"job": name})
+        + (_NO_OP_NOTE if any(r.get("outcome") == "no-op" for r in runs) else "")
+        + _lookup_form({name: states}, {"job": name})
         + _lookup_result(None, None)
     )
     return _page(base, f"Job {name}", body, script=_LOOKUP_SCRIPT)
@@ -374,7 +424,8 @@ def job_page(
 def key_group_chart(table: Mapping[str, Any], max_parallelism: int) -> str:
     """Bytes per key group of one state table as an inline SVG bar chart: one ``rect`` per key
     group the table holds (its ``<title>`` gives key group, rows and bytes), the x axis every
-    key group from 0 to ``max_parallelism - 1``."""
+    key group from 0 to ``max_parallelism - 1``. The caption names the state as the lookup
+    form and the latency table do, its operator beside it."""
     groups = table["key_groups"]
     width, height, bar = 640, 120, 640 / max(1, max_parallelism)
     top = max((g["bytes"] for g in groups), default=0) or 1
@@ -382,20 +433,21 @@ def key_group_chart(table: Mapping[str, Any], max_parallelism: int) -> str:
         f"<rect x='{g['key_group'] * bar:.2f}' y='{height - g['bytes'] / top * height:.2f}' "
         f"width='{max(bar - 0.5, 0.5):.2f}' height='{g['bytes'] / top * height:.2f}' "
         f"data-key-group='{g['key_group']}'><title>key group {g['key_group']}: "
-        f"{g['rows']} rows, {g['bytes']} bytes</title></rect>"
+        f"{g['rows']:,} rows, {g['bytes']:,} bytes</title></rect>"
         for g in groups
     )
-    label = f"{table['operator']}/{table['state']}"
+    state, operator = escape(str(table["state"])), escape(str(table["operator"]))
     return (
-        f"<figure><svg class='kg-chart' data-state='{escape(str(table['state']))}' "
-        f"role='img' aria-label='bytes per key group of {escape(label)}' "
+        f"<figure><svg class='kg-chart' data-state='{state}' role='img' "
+        f"aria-label='bytes per key group of state {state} (operator {operator})' "
         f"width='{width}' height='{height + 14}' viewBox='0 0 {width} {height + 14}'>"
         f"<line x1='0' y1='{height}' x2='{width}' y2='{height}' stroke='#a0aec0'/>{bars}"
         f"<text x='0' y='{height + 12}' font-size='10'>0</text>"
         f"<text x='{width}' y='{height + 12}' font-size='10' text-anchor='end'>"
         f"{max_parallelism - 1}</text></svg>"
-        f"<figcaption>{escape(label)} ({escape(str(table['table_kind']))}, Delta version "
-        f"{table['version']}): {len(groups)} key groups, {table['rows']:,} rows, "
+        f"<figcaption><b class='state-name'>{state}</b> (operator {operator}, "
+        f"{escape(str(table['table_kind']))}, Delta version {table['version']}): "
+        f"{len(groups):,} key groups, {table['rows']:,} rows, "
         f"{table['bytes']:,} bytes, largest key group {top if groups else 0:,} bytes"
         "</figcaption></figure>"
     )
@@ -451,18 +503,21 @@ def checkpoint_page(base: str, detail: Mapping[str, Any]) -> str:
 
 def lookup_page(
     base: str,
-    jobs: Iterable[str],
+    states: Mapping[str, Sequence[str]],
     values: Mapping[str, str],
     result: Mapping[str, Any] | None,
     error: str | None,
 ) -> str:
-    """The lookup form (filled in) and its result: what the form shows without script."""
-    body = _lookup_form(jobs, values) + _lookup_result(result, error)
+    """The lookup form (filled in) and its result: what the form shows without script.
+    ``states`` maps each job the user may read to the states its latest checkpoint holds: the
+    form's lists to pick the job and the state from."""
+    body = _lookup_form(states, values) + _lookup_result(result, error)
     return _page(base, "Key lookup", body, script=_LOOKUP_SCRIPT)
 
 
 def run_page(base: str, dag_id: str, run_id: str, links: Sequence[Mapping[str, Any]]) -> str:
-    """The tab of a DAG run: the checkpoint(s) it published, linked to their pages."""
+    """The tab of a DAG run: the checkpoint(s) it published, linked to their pages, a no-op
+    run's marked as such."""
     title = f"DAG run {run_id} of {dag_id}"
     if not links:
         body = (
@@ -476,7 +531,14 @@ def run_page(base: str, dag_id: str, run_id: str, links: Sequence[Mapping[str, A
                 f"<li>job <a href='jobs/{_q(link['job'])}'>{escape(str(link['job']))}</a>: "
                 f"<a class='checkpoint-link' href='{escape(_checkpoint_href(link))}'>checkpoint "
                 f"{link['checkpoint']}</a> <span class='muted'>(matched by "
-                f"{escape(str(link['matched_by']))})</span></li>"
+                f"{escape(str(link['matched_by']))})</span>"
+                + (
+                    " <strong class='no-op'>no-op</strong>: the checkpoint was complete before "
+                    "this run started"
+                    if link.get("outcome") == "no-op"
+                    else ""
+                )
+                + "</li>"
             )
             if link["checkpoint"] is not None
             else f"<li>job {escape(str(link['job']))}: no completed checkpoint found</li>"
