@@ -7,7 +7,9 @@ parser: ``streaming_pipeline`` triggered with its defaults once failed with
 ``argument --max-files-per-trigger: invalid int value: ''``.
 
 The DAGs run end to end with their defaults in ``test_stateful_pipeline.py`` and
-``test_streaming.py``; this test covers every param edge, which no run could afford."""
+``test_streaming.py``, and ``streaming_kafka``'s defaults (no broker configured: the run is
+skipped before Spark) in ``tests/kafka/test_kafka_dag.py``; this test covers every param edge,
+which no run could afford."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from jobs import clickstream, clickstream_stream
+from jobs import clickstream, clickstream_kafka, clickstream_stream
 from statecore.cli.demo import airflow_environment
 from tests.airflow.dagrun import REPO
 
@@ -44,6 +46,8 @@ class DagRun:  # what a template may read of the run
 
 class TaskInstance:  # an upstream task's XCom, as the task returned it
     def xcom_pull(self, task_ids=None, key="return_value", **kwargs):
+        if task_ids == "check":  # streaming_kafka's: the bootstrap servers it resolved
+            return "broker-1:9092"
         return {"path": "/savepoints/upstream", "checkpoint_id": 1}
 
 
@@ -101,6 +105,7 @@ print("RESULT " + json.dumps(results, default=str))
 PARSERS = {
     "clickstream.py": clickstream.parse_args,
     "clickstream_stream.py": clickstream_stream.parse_args,
+    "clickstream_kafka.py": clickstream_kafka.parse_args,
 }
 
 
@@ -134,7 +139,11 @@ def test_default_params_every_templated_field_renders(rendered: list[dict[str, A
 
 def test_default_params_spark_job_arguments_parse(rendered: list[dict[str, Any]]) -> None:
     submits = [r for r in rendered if r["operator"] == "SparkSubmitOperator"]
-    assert {r["dag"] for r in submits} >= {"stateful_pipeline", "streaming_pipeline"}
+    assert {r["dag"] for r in submits} >= {
+        "stateful_pipeline",
+        "streaming_pipeline",
+        "streaming_kafka",
+    }
     for r in submits:
         parse = PARSERS[Path(r["application"]).name]
         args = r["rendered"]["application_args"]
@@ -151,8 +160,10 @@ def test_default_params_spark_job_arguments_parse(rendered: list[dict[str, Any]]
 def test_default_params_defaults_render_the_documented_values(
     rendered: list[dict[str, Any]],
 ) -> None:
-    """With the defaults, a manual run of the daily pipeline processes the run's own date and
-    the stream takes every new file per trigger (no limit)."""
+    """With the defaults, a manual run of the daily pipeline processes the run's own date, the
+    stream takes every new file per trigger (no limit), and the Kafka stream reads the topic
+    ``clicks`` from the servers the ``check`` task resolved, every new record per trigger, with
+    the Kafka source's JARs of ``make jars``."""
     by = {(r["dag"], r["case"], r["trigger"], r["task"]): r["rendered"] for r in rendered}
     daily = parse_for(by[("stateful_pipeline", "defaults", "manual", "clickstream")])
     assert daily.date.isoformat() == "2026-02-01"
@@ -161,6 +172,12 @@ def test_default_params_defaults_render_the_documented_values(
         by[("streaming_pipeline", "defaults", "manual", "increment")]["application_args"]
     )
     assert stream.max_files_per_trigger is None and stream.parallelism is None
+    kafka = by[("streaming_kafka", "defaults", "manual", "increment")]
+    parsed = clickstream_kafka.parse_args([str(a) for a in kafka["application_args"]])
+    assert parsed.topic == "clicks" and parsed.starting_offsets == "earliest"
+    assert parsed.bootstrap_servers == "broker-1:9092"  # the check task's XCom
+    assert parsed.max_offsets_per_trigger is None and parsed.parallelism is None
+    assert "spark-sql-kafka-0-10_2.13-" in kafka["jars"]
 
 
 def parse_for(rendered: dict[str, Any]) -> Any:

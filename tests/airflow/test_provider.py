@@ -137,6 +137,7 @@ def test_each_dag_file_parses_in_well_under_a_second(tmp_path: Path) -> None:
         "savepoint.py": ["savepoint"],
         "state_maintenance.py": ["state_maintenance"],
         "stateful_pipeline.py": ["stateful_pipeline"],
+        "streaming_kafka.py": ["streaming_kafka"],
         "streaming_pipeline.py": ["streaming_pipeline"],
         "streaming_query.py": ["streaming_query", "streaming_query_stop"],
     }

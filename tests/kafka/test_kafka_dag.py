@@ -1,0 +1,135 @@
+"""The ``streaming_kafka`` DAG on a real Airflow (SQLite, ``dag.test()``), a real Spark query
+(spark-submit) and the session's broker: triggered with its defaults and no broker configured
+it skips; with ``bootstrap_servers`` and ``topic`` it takes every record of the topic once; run
+again through the ``kafka_default`` connection after more records arrived, it takes only
+those. Output and state are checked against what was produced."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from kafka import KafkaProducer
+
+from statecore.catalog import Catalog
+from statecore.config import StatecoreConfig
+from statecore.query import run_sql
+from tests.airflow.dagrun import run_dags
+from tests.kafka.broker import KafkaBroker
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+JOB = "clickstream_kafka"
+Click = tuple[str, str, float, int]  # user, event type, amount, Kafka timestamp (ms)
+
+
+def send(broker: KafkaBroker, topic: str, n: int, *, seed: int) -> list[Click]:
+    """``n`` clicks of 8 users, one ms apart from now, as the job reads them."""
+    rng = random.Random(seed)
+    since = time.time_ns() // 1_000_000
+    clicks = [
+        (
+            f"user-{rng.randrange(8)}",
+            rng.choice(["view", "add_to_cart", "purchase"]),
+            float(rng.randrange(1, 200)),
+            since + i,
+        )
+        for i in range(n)
+    ]
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all")
+    sent = [
+        producer.send(
+            topic,
+            key=user.encode(),
+            value=json.dumps({"event_type": event_type, "amount": amount}).encode(),
+            timestamp_ms=ts,
+        )
+        for user, event_type, amount, ts in clicks
+    ]
+    producer.flush()
+    producer.close()
+    for future in sent:
+        future.get(timeout=0)  # raises what the broker refused
+    return clicks
+
+
+def output(home: Path) -> list[Click]:
+    table = DeltaTable(str(home / "output" / JOB)).to_pyarrow_table()
+    ts = table.column("ts").cast(pa.timestamp("us")).cast(pa.int64()).to_pylist()
+    rows = zip(
+        table.column("user_id").to_pylist(),
+        table.column("event_type").to_pylist(),
+        table.column("amount").to_pylist(),
+        (t // 1000 for t in ts),
+        strict=True,
+    )
+    return sorted(rows)
+
+
+def totals(home: Path) -> dict[str, float]:
+    """``user -> total_amount`` in the job's latest checkpoint, through the SQL views."""
+    config = StatecoreConfig.resolve(home=str(home), env={})
+    with Catalog.connect(config.catalog_url) as catalog:
+        rows = run_sql(catalog, f"SELECT key, value FROM {JOB}.total_amount", job=JOB)
+    return {r["key"]: r["value"] for r in rows.to_pylist()}
+
+
+def expected_totals(clicks: list[Click]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for user, _, amount, _ in clicks:
+        out[user] = out.get(user, 0.0) + amount
+    return out
+
+
+def test_kafka_dag_takes_each_record_once_and_then_only_the_new_ones(
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[[int], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = tmp_path / "home"
+    topic = new_topic(3)
+    first = send(kafka_broker, topic, 60, seed=1)
+    conf = {
+        "bootstrap_servers": kafka_broker.bootstrap_servers,
+        "topic": topic,
+        "parallelism": 2,
+        "max_offsets_per_trigger": 40,
+    }
+    monkeypatch.delenv("AIRFLOW_CONN_KAFKA_DEFAULT", raising=False)
+    skipped, ran = run_dags(home, [("streaming_kafka", {}), ("streaming_kafka", conf)])
+
+    # the defaults, no broker configured: skipped before Spark, the reason in the task's log
+    assert skipped["state"] == "success"
+    assert set(skipped["tasks"].values()) == {"skipped"}, skipped
+    assert "no Kafka broker configured" in (home / "dag-runs.log").read_text()
+
+    assert ran["tasks"] == {"check": "success", "increment": "success", "checkpoints": "success"}
+    progress = ran["xcom"]["checkpoints"]
+    assert progress["state"] == "FINISHED"
+    assert progress["completed"] == [0, 1], "60 records at most 40 a micro-batch"
+    assert sum(progress["offsets"][topic].values()) == 60
+    assert output(home) == sorted(first), "each record once"
+    assert totals(home) == pytest.approx(expected_totals(first))
+
+    # more records; the broker now from the connection (the official provider's format)
+    second = send(kafka_broker, topic, 30, seed=2)
+    connection = {
+        "conn_type": "kafka",
+        "extra": {"bootstrap.servers": kafka_broker.bootstrap_servers},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(connection))
+    [again] = run_dags(home, [("streaming_kafka", {"topic": topic})], first_minute=2)
+
+    assert again["xcom"]["check"] == kafka_broker.bootstrap_servers
+    progress = again["xcom"]["checkpoints"]
+    assert progress["completed"] == [2], "only the new records: one micro-batch"
+    assert sum(progress["offsets"][topic].values()) == 90
+    assert output(home) == sorted(first + second), "the new records once, the old ones not again"
+    assert totals(home) == pytest.approx(expected_totals(first + second))
