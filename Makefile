@@ -20,7 +20,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
 export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
-.PHONY: setup demo up down lint test test-parallel test-quick fuzz bench bench-quick typecheck helm chromium postgres jars clean
+.PHONY: setup demo up down lint test test-serial test-parallel test-quick fuzz bench bench-quick typecheck helm chromium postgres jars clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
@@ -57,16 +57,18 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
+# The suite as two pytest processes side by side (scripts/pytest_groups.py, tests/conftest.py's
+# --group): jvm (the one local Spark session, standalone cluster, S3 server and Kafka broker of
+# the run) and rest (all other tests), each logged to build/tests/<group>.log and printed whole
+# once both ended; fails when either fails. 56 minutes instead of 73 in one process on a 2-core
+# machine (docs/contributing.md). `make test-serial` runs the same tests in one process.
 test: setup lint chromium postgres jars
+	$(PY) scripts/pytest_groups.py
+
+test-serial: setup lint chromium postgres jars
 	$(PY) -m pytest -q
 
-# The same tests as two pytest processes side by side (scripts/pytest_groups.py, tests/conftest.py's
-# --group): jvm (the one local Spark session, standalone cluster and S3 server of the run) and
-# rest (all other tests), each logged to build/tests/<group>.log and printed whole once both
-# ended; fails when either fails. Not make test's way yet: measured on a busy machine it was no
-# faster and its waits ran out (docs/contributing.md).
-test-parallel: setup lint chromium postgres jars
-	$(PY) scripts/pytest_groups.py
+test-parallel: test
 
 # The JVM side (Delta Lake for Spark 4.2, the Kafka source), pinned in jars/pom.xml and resolved
 # by Maven into $(VENV)/jars, where statecore's Spark session builder finds them; the Dockerfile

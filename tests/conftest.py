@@ -1,6 +1,6 @@
 """Shared fixtures: one local Spark session per test run, and an isolated statecore home.
 
-``--group`` splits a run in two that ``make test-parallel`` runs side by side: ``jvm``, the
+``--group`` splits a run in two that ``make test`` runs side by side: ``jvm``, the
 tests whose fixtures reach the in-process Spark session or another JVM or server the run starts once
 (``tests/groups.py``), and ``rest``, all the others (Airflow and Spark in subprocesses of their
 own, the CLI, the backends, Helm...). Only one of the two owns the Spark session, the cluster
@@ -30,7 +30,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=GROUPS,
         default=None,
         help="only the tests of one group: jvm (their fixtures reach spark, cluster or "
-        "s3_server) or rest (all the others); make test-parallel runs both at once",
+        "s3_server) or rest (all the others); make test runs both at once",
     )
 
 

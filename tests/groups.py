@@ -1,4 +1,4 @@
-"""The two groups ``make test-parallel`` runs side by side (``pytest --group``, see
+"""The two groups ``make test`` runs side by side (``pytest --group``, see
 ``tests/conftest.py``): ``jvm``, the tests whose fixtures reach what a test run starts once
 (the local Spark session, the standalone cluster, the S3 server), and ``rest``, all the
 others."""
