@@ -190,9 +190,21 @@ def _source_log_files(fs: pafs.FileSystem, root: str) -> set[str]:
         with fs.open_input_stream(entries[n]) as f:
             lines = f.read().decode().splitlines()
         for line in lines[1:]:  # the first line is the log's version ("v1")
-            if line.strip():
-                files.add(_normalize(json.loads(line)["path"]))
+            entry = _entry(line)
+            if entry is not None:
+                files.add(_normalize(entry))
     return files
+
+
+def _entry(line: str) -> str | None:
+    """The input file a line of a source log names; ``None`` for a line of another source's
+    log (Kafka's holds the query's starting offsets, ``{"topic": {"0": 0}}``)."""
+    try:
+        entry = json.loads(line) if line.strip() else None
+    except ValueError:
+        return None
+    path = entry.get("path") if isinstance(entry, dict) else None
+    return path if isinstance(path, str) else None
 
 
 def _normalize(uri: str) -> str:

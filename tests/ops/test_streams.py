@@ -1,6 +1,7 @@
 """Watching a streaming query from outside (statecore.ops.streams), without Spark: the driver's
 status file and stop marker, a silent driver detected as STALE, a FAILED one reported with its
-error, and the lag read from a file source log in Spark's format (compacted every 10 batches).
+error, and the lag read from a file source log in Spark's format (compacted every 10 batches);
+a Kafka query's source log (its starting offsets) names no file.
 The end-to-end version, against a real query, is tests/airflow/test_streaming.py."""
 
 from __future__ import annotations
@@ -83,3 +84,20 @@ def test_status_stop_marker_and_lag(statecore_home: StatecoreConfig, tmp_path: P
     assert stop_requested(str(location))
     clear_stop(str(location))
     assert not stop_requested(str(location))
+
+
+def test_progress_of_a_kafka_query_counts_no_files(
+    statecore_home: StatecoreConfig, tmp_path: Path
+) -> None:
+    """Spark's Kafka source logs its starting offsets in ``sources/0/0`` (a NUL byte, ``v1``,
+    then the offsets as JSON), not input files: the progress reads its batches and no files."""
+    location = tmp_path / "checkpoint"
+    (location / "sources" / "0").mkdir(parents=True)
+    (location / "sources" / "0" / "0").write_bytes(b'\x00v1\n{"clicks":{"0":0,"1":0,"2":0}}')
+    for log in ("offsets", "commits"):
+        (location / log).mkdir()
+        (location / log / "0").write_text("v1")
+    with Catalog.connect(statecore_home.catalog_url) as catalog:
+        progress = stream_progress(catalog, job="k", checkpoint_location=str(location))
+    assert (progress.planned_batch, progress.committed_batch) == (0, 0)
+    assert progress.processed_files == 0 and progress.pending_files == ()
