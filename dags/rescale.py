@@ -8,7 +8,10 @@ next run of the job restores the key-group ranges of the new parallelism. With
 `max_parallelism` the state is rewritten into a new savepoint with key groups recomputed from the
 stored keys, which becomes the job's latest checkpoint. `verify` fails the run unless every
 state's key count, row count and checksum are the same before (the savepoint) and after
-(`statecore.ops.rescale.verify_rescale`).
+(`statecore.ops.rescale.verify_rescale`). A run that would change nothing (the job is already at
+`parallelism` and the max parallelism) is skipped by `validate`, the reason ("no-op: ...") in
+its log, before a savepoint is taken: the Trigger form's defaults (`parallelism` 2) on a job at
+parallelism 2 do that.
 
 **Params**
 - `job`: the statecore job (default `clickstream`).
@@ -44,12 +47,21 @@ JOB = "{{ params.job }}"
 def rescale() -> None:
     @task
     def validate(params: dict[str, Any]) -> dict[str, Any]:
-        """Refuse a bad rescale before anything is written."""
+        """Refuse a bad rescale before anything is written; skip one that changes nothing."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
         from statecore.ops.rescale import check_rescale
 
         with StatecoreHook().catalog() as catalog:
             job = catalog.get_job(params["job"])
+            latest = catalog.latest_checkpoint(job.name)
         target = check_rescale(job, params["parallelism"], params["max_parallelism"])
+        current_max = latest.max_parallelism if latest else job.max_parallelism
+        if (params["parallelism"], target) == (job.parallelism, current_max):
+            raise AirflowSkipException(
+                f"no-op: job {job.name!r} is already at parallelism {job.parallelism} and max "
+                f"parallelism {current_max}; nothing to rescale"
+            )
         return {"job": job.name, "parallelism": params["parallelism"], "max_parallelism": target}
 
     @task

@@ -2,7 +2,9 @@
 ### streaming_pipeline
 
 Runs the clickstream job **as a stream** (`jobs/clickstream_stream.py`) in scheduled
-`availableNow` increments, the usual way to orchestrate Structured Streaming with Airflow: each
+`availableNow` increments, the usual way to orchestrate Structured Streaming with Airflow. The
+`check` task skips a run, with the reason in its log, while the input folder
+`$STATECORE_HOME/data/clickstream` is not there ("no input at ..."); otherwise each
 run submits the query with the Spark provider's `SparkSubmitOperator`; it takes every input file
 that arrived since the last run (Spark's checkpoint under `$STATECORE_HOME/streaming/` remembers
 which), as micro-batches of at most `max_files_per_trigger` files, then exits. Each micro-batch is
@@ -58,6 +60,20 @@ CHECKPOINTS = checkpoint_asset(JOB)
     },
 )
 def streaming_pipeline() -> None:
+    @task
+    def check() -> str:
+        """Skip the run before Spark starts while the input folder is not there (Spark's file
+        source fails on a missing folder): unpausing the DAG on a fresh home fails nothing."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from statecore.ops.runs import input_exists
+        from statecore_airflow import StatecoreHook
+
+        root = f"{StatecoreHook().get_config().home}/data/clickstream"
+        if not input_exists(root):
+            raise AirflowSkipException(f"no input at {root} (yet): nothing to stream")
+        return root
+
     increment = SparkSubmitOperator(
         task_id="increment",
         conn_id="spark_default",
@@ -103,7 +119,7 @@ def streaming_pipeline() -> None:
         }
         return progress
 
-    increment >> checkpoints()
+    check() >> increment >> checkpoints()
 
 
 streaming_pipeline()

@@ -18,11 +18,15 @@ went silent. Stop it with the DAG `streaming_query_stop`.
 Stops the query gracefully: `caught_up` waits until it took every input file and completed their
 micro-batches (skip it with `drain: false`), then `stop` (`StreamStopOperator`) drops the stop
 marker the driver polls between micro-batches and waits until the driver reports it stopped.
+With no query running (its defaults on a home where none was started), `drain` skips
+`caught_up` and `stop` succeeds at once, its log and XCom giving the query's state
+(`NOT_STARTED`, `STOPPED` or `FINISHED`; a failed or silent query fails it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -94,8 +98,26 @@ def streaming_query() -> None:
 )
 def streaming_query_stop() -> None:
     @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def drain(**context: object) -> bool:
-        return bool(context["params"]["drain"])  # type: ignore[index]
+    def drain(**context: Any) -> bool:
+        """Wait for the query to catch up only when asked to and it runs: a query that is not
+        running would never catch up (``stop`` then reports its state)."""
+        import logging
+
+        from statecore.ops.streams import RUNNING, default_checkpoint_location, stream_progress
+        from statecore_airflow import StatecoreHook
+
+        params = context["params"]
+        if not params["drain"]:
+            return False
+        hook = StatecoreHook()
+        location = params["checkpoint_location"] or default_checkpoint_location(
+            hook.get_config(), JOB
+        )
+        with hook.catalog() as catalog:
+            state = stream_progress(catalog, job=JOB, checkpoint_location=location).state
+        if state != RUNNING:
+            logging.getLogger(__name__).info("stream %s is %s: nothing to drain", JOB, state)
+        return state == RUNNING
 
     caught_up = StreamSensor(
         task_id="caught_up",

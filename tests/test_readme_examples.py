@@ -116,11 +116,10 @@ def statecore_commands(block: Block) -> list[list[str]] | None:
     return commands or None
 
 
-@pytest.fixture(scope="module")
-def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_demo_home(root: Path) -> Path:
     """The demo's job as ``make demo`` leaves it, made in process: three daily checkpoints of
-    ``clickstream`` at parallelism 2, then the savepoint ``before-deploy``."""
-    root = tmp_path_factory.mktemp("readme")
+    ``clickstream`` at parallelism 2, then the savepoint ``before-deploy``; the home is
+    ``root/home`` (the days' input is under ``root/in``)."""
     config = StatecoreConfig.resolve(home=str(root / "home"), env={})
     days = generate_clickstream(root / "in", days=3, users=200, events_per_day=600)
     for i, day in enumerate(days):
@@ -135,6 +134,11 @@ def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     assert cli(root / "home", "savepoint", clickstream.JOB, "--name", "before-deploy")[0] == 0
     return root / "home"
+
+
+@pytest.fixture(scope="module")
+def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_demo_home(tmp_path_factory.mktemp("readme"))
 
 
 def cli(home: Path, *args: str) -> tuple[int, str]:

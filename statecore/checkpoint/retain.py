@@ -12,19 +12,40 @@ entry) is refused loudly with :class:`~statecore.errors.CheckpointOrderError`, s
 latest completed id, instead of being a silent no-op; Structured Streaming only ever replays its
 last micro-batch, which is retained.
 
-No file is deleted: VACUUM stays an explicit operation (``statecore retention`` or the
+Then the Delta logs are cut (:func:`clean_logs`, :func:`statecore.snapshot.log.cleanup_log`): in
+every table a retained checkpoint names (keyed, operator, timers and changes tables) and in the
+job's output and late-data tables, the log entries below the newest log checkpoint at or below
+the oldest version a retained checkpoint needs are deleted, once older than
+:data:`~statecore.snapshot.log.LOG_GRACE`. So each ``_delta_log`` holds the commits of the
+retained checkpoints, of the last grace period and of one log checkpoint interval, whatever the
+number of micro-batches. A state table's needed version is the one the catalog names; an output
+table's is the version its commit of the oldest retained checkpoint made
+(:func:`~statecore.snapshot.output.output_version_at`). Savepoints have tables of their own,
+which this never touches. A table no retained checkpoint names (one a checkpoint in progress
+created, or of a dropped state) is left alone.
+
+No data file is deleted: VACUUM stays an explicit operation (``statecore retention`` or the
 ``state_maintenance`` DAG), since only it knows a grace period for files other readers may use.
-The caller holds the job's lease (a run) or its maintenance lock.
+The caller holds the job's lease (a run) or its maintenance lock, so no commit or log checkpoint
+of the job's own runs races the cleanup.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
 from statecore.errors import ConfigError
+from statecore.snapshot.log import LOG_GRACE, LogCleanup, cleanup_log
+from statecore.snapshot.output import output_version_at
 
-__all__ = ["RetainResult", "retain_checkpoints"]
+__all__ = ["RetainResult", "clean_logs", "retain_checkpoints"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +54,12 @@ class RetainResult:
 
     expired: tuple[int, ...] = ()
     deleted: tuple[int, ...] = ()
+    logs: tuple[LogCleanup, ...] = ()
+    """The log entries deleted, per table that lost some."""
+
+    @property
+    def log_files_deleted(self) -> int:
+        return sum(len(c.files) for c in self.logs)
 
 
 def _by_completion(checkpoints: list[CheckpointRecord]) -> list[CheckpointRecord]:
@@ -41,11 +68,23 @@ def _by_completion(checkpoints: list[CheckpointRecord]) -> list[CheckpointRecord
     )
 
 
-def retain_checkpoints(catalog: Catalog, job: str, *, retain: int) -> RetainResult:
+def retain_checkpoints(
+    catalog: Catalog,
+    job: str,
+    *,
+    retain: int,
+    outputs: Sequence[str] = (),
+    log_grace: timedelta | None = LOG_GRACE,
+) -> RetainResult:
     """Keep ``job``'s last ``retain`` completed checkpoints and at most ``retain`` EXPIRED rows;
-    expire and delete the rest (see the module docstring)."""
+    expire and delete the rest, then cut the Delta logs of the job's tables and of the
+    ``outputs`` tables (the job's output and late-data tables) to what the retained checkpoints
+    need, keeping entries younger than ``log_grace`` (``None``: no log cleanup); see the module
+    docstring."""
     if retain < 1:
         raise ConfigError(f"job {job!r}: retain {retain} checkpoints? Keep at least 1")
+    if log_grace is not None and log_grace < timedelta(0):
+        raise ConfigError(f"job {job!r}: log_grace {log_grace} is negative")
     every = catalog.list_checkpoints(job, with_tables=False)
     completed = _by_completion([c for c in every if c.status == CheckpointStatus.COMPLETED])
     expire = completed[: max(0, len(completed) - retain)]
@@ -64,6 +103,49 @@ def retain_checkpoints(catalog: Catalog, job: str, *, retain: int) -> RetainResu
     ]
     for checkpoint_id in delete:
         catalog.delete_checkpoint(job, checkpoint_id)
-    return RetainResult(
-        expired=tuple(c.checkpoint_id for c in expire), deleted=tuple(sorted(delete))
+    logs = (
+        () if log_grace is None else clean_logs(catalog, job, outputs=outputs, older_than=log_grace)
     )
+    return RetainResult(
+        expired=tuple(c.checkpoint_id for c in expire),
+        deleted=tuple(sorted(delete)),
+        logs=logs,
+    )
+
+
+def clean_logs(
+    catalog: Catalog,
+    job: str,
+    *,
+    outputs: Sequence[str] = (),
+    older_than: timedelta = LOG_GRACE,
+    retained: Sequence[CheckpointRecord] | None = None,
+    dry_run: bool = False,
+) -> tuple[LogCleanup, ...]:
+    """Cut the Delta log of every table ``job``'s completed checkpoints (or ``retained``, with
+    their tables) name, and of each of ``outputs``, to what those checkpoints need (see the
+    module docstring); the tables that lost entries. A table whose log cannot be read or cut is
+    logged and skipped: the next retention tries again."""
+    if retained is None:
+        retained = catalog.list_checkpoints(job, status=CheckpointStatus.COMPLETED)
+    if not retained:
+        return ()
+    needed: dict[str, int] = {}
+    for checkpoint in retained:
+        for table in checkpoint.tables:
+            uri = table.path.rstrip("/")
+            needed[uri] = min(needed.get(uri, table.version), table.version)
+    oldest = min(c.checkpoint_id for c in retained)
+    bounds: dict[str, int | Callable[[], int | None]] = dict(needed)
+    for uri in outputs:
+        bounds[uri.rstrip("/")] = functools.partial(output_version_at, uri, oldest)
+    cleaned = []
+    for uri, bound in sorted(bounds.items()):
+        try:
+            result = cleanup_log(uri, bound, older_than=older_than, dry_run=dry_run)
+        except (OSError, ValueError) as exc:
+            log.warning("job %s: the Delta log of %s was not cleaned up: %s", job, uri, exc)
+            continue
+        if result.files:
+            cleaned.append(result)
+    return tuple(cleaned)

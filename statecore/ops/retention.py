@@ -9,11 +9,18 @@ began (less :data:`MAX_CLOCK_SKEW`, as the catalog's clock, the writer's and the
 disagree), and every file of a table version committed after the latest completed checkpoint (a
 run commits its tables before the catalog completes it). Savepoints live in folders of their own
 and are never touched.
+
+Last, the Delta logs of the tables are cut to what the retained checkpoints need
+(:func:`statecore.checkpoint.retain.clean_logs`: entries below the newest log checkpoint at or
+below the oldest version a retained checkpoint names, once older than ``log_grace``), as a run's
+own retention does; ``outputs`` names the job's output and late-data tables, which the catalog
+does not know.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -21,10 +28,12 @@ from typing import Any
 from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint.lock import maintenance_lock
 from statecore.checkpoint.recover import check_catalog_not_behind
+from statecore.checkpoint.retain import clean_logs
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
 from statecore.progress import Progress, silent
 from statecore.snapshot.commits import job_table_uris
+from statecore.snapshot.log import LOG_GRACE, LogCleanup
 from statecore.snapshot.rewrite import VacuumResult, vacuum, versions_since
 
 __all__ = [
@@ -54,10 +63,15 @@ class RetentionReport:
     expired: tuple[int, ...]
     deleted_failed: tuple[int, ...]
     vacuumed: tuple[VacuumResult, ...] = field(default=())
+    logs: tuple[LogCleanup, ...] = field(default=())
 
     @property
     def files_deleted(self) -> int:
         return sum(len(v.files) for v in self.vacuumed)
+
+    @property
+    def log_files_deleted(self) -> int:
+        return sum(len(c.files) for c in self.logs)
 
     @property
     def bytes_reclaimed(self) -> int:
@@ -71,6 +85,7 @@ class RetentionReport:
             "expired": list(self.expired),
             "deleted_failed": list(self.deleted_failed),
             "files_deleted": self.files_deleted,
+            "log_files_deleted": self.log_files_deleted,
             "bytes_reclaimed": self.bytes_reclaimed,
             "tables": [
                 {"path": v.uri, "files": len(v.files), "bytes": v.bytes}
@@ -167,14 +182,20 @@ def apply_retention(
     *,
     retain: int,
     vacuum_after: timedelta | None = DEFAULT_VACUUM_GRACE,
+    log_grace: timedelta | None = LOG_GRACE,
+    outputs: Sequence[str] = (),
     dry_run: bool = False,
     progress: Progress = silent,
 ) -> RetentionReport:
     """Keep the last ``retain`` completed checkpoints of ``job``, expire the others, delete the
     FAILED checkpoints older than the oldest retained one, then VACUUM files older than
-    ``vacuum_after`` (no VACUUM when ``None``)."""
+    ``vacuum_after`` (no VACUUM when ``None``) and cut the Delta logs of the job's tables and
+    of ``outputs`` (its output and late-data tables), keeping entries younger than
+    ``log_grace`` (no log cleanup when ``None``)."""
     if retain < 1:
         raise ConfigError(f"job {job!r}: retain {retain} checkpoints? Keep at least 1")
+    if log_grace is not None and log_grace < timedelta(0):
+        raise ConfigError(f"job {job!r}: log_grace {log_grace} is negative")
     catalog.get_job(job)
     with maintenance_lock(catalog, job, "retention"):
         completed = _completed(catalog, job)
@@ -206,6 +227,22 @@ def apply_retention(
                 dry_run=dry_run,
                 progress=progress,
             )
+        logs: tuple[LogCleanup, ...] = ()
+        if log_grace is not None:  # a dry run, too, as if the expired ones were gone
+            logs = clean_logs(
+                catalog,
+                job,
+                outputs=outputs,
+                older_than=log_grace,
+                retained=kept,
+                dry_run=dry_run,
+            )
+            for cleaned in logs:
+                progress(
+                    f"log cleanup {job}: {'would delete' if dry_run else 'deleted'} "
+                    f"{len(cleaned.files)} log entries of {cleaned.uri} (kept from log "
+                    f"checkpoint {cleaned.start})"
+                )
         return RetentionReport(
             job=job,
             dry_run=dry_run,
@@ -213,4 +250,5 @@ def apply_retention(
             expired=tuple(c.checkpoint_id for c in expired),
             deleted_failed=tuple(c.checkpoint_id for c in failed),
             vacuumed=tuple(vacuumed),
+            logs=logs,
         )

@@ -11,22 +11,49 @@ It follows the commits, not version numbers modulo the interval, because a state
 be preceded by a RESTORE and skip a multiple.
 
 A log checkpoint is an optimization for readers: one that fails is logged and the commit stands.
-Old log files are never deleted here (see :mod:`statecore.snapshot.rewrite` for VACUUM, which
-only deletes data files), so time travel to every version a catalog checkpoint names keeps working.
+
+The log checkpoints are also where the log is cut. :func:`cleanup_log` keeps a table's log
+bounded: given the oldest version anything still needs, it finds the newest log checkpoint ``C``
+at or below it and deletes the log entries below ``C`` (commit files, older log checkpoints,
+their ``.crc`` files), oldest first, never ``C`` nor anything after it. A Delta reader opens any
+version ``v >= C`` from the newest log checkpoint at or below ``v`` plus the commits after it,
+so every such version still opens, and a cleanup killed midway leaves a shorter prefix to
+delete, never a gap at or above ``C``. Entries younger than a grace period (:data:`LOG_GRACE`)
+are kept whatever the versions, for readers in progress. delta-rs's
+``DeltaTable.cleanup_metadata()`` cannot do this: it deletes by age alone
+(``delta.logRetentionDuration``), not below a version the checkpoint catalog still names.
+Which versions are still needed is the retention's business
+(:mod:`statecore.checkpoint.retain`); VACUUM (:mod:`statecore.snapshot.rewrite`) deletes data
+files only.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from statecore.errors import ConfigError
 from statecore.snapshot.commits import head_version
 from statecore.snapshot.files import table_filesystem
 
-__all__ = ["LOG_CHECKPOINT_INTERVAL", "checkpoint_log", "last_log_checkpoint", "log_replay_length"]
+__all__ = [
+    "LOG_CHECKPOINT_INTERVAL",
+    "LOG_GRACE",
+    "LogCleanup",
+    "checkpoint_log",
+    "cleanup_log",
+    "last_log_checkpoint",
+    "log_entries",
+    "log_replay_length",
+]
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +102,94 @@ def checkpoint_log(
         log.warning("log checkpoint of %s at version %s failed: %s", uri, version, exc)
         return None
     return version
+
+
+LOG_GRACE = timedelta(hours=1)
+"""Log entries younger than this are never deleted, whatever the versions still needed: a
+reader that looked a checkpoint up just before retention expired it (a SQL query, a lookup, a
+downstream reader of the output table) opens its version well within it. Above the clocks'
+possible disagreement (:data:`statecore.ops.retention.MAX_CLOCK_SKEW`, 10 minutes). The log
+then holds at most the commits of the retained checkpoints, of the last hour and of one log
+checkpoint interval: bounded, however long the stream."""
+
+
+@dataclass(frozen=True)
+class LogCleanup:
+    """What :func:`cleanup_log` deleted (or would, in a dry run) from one table's log: the
+    entries (relative to the table), and the log checkpoint the log now starts at (``None``
+    when nothing was cut)."""
+
+    uri: str
+    start: int | None
+    files: tuple[str, ...]
+
+
+def _version(name: str) -> int | None:
+    """The (last) version a log entry belongs to: ``<v>.json``, ``<v>.crc``,
+    ``<v>.checkpoint[...].parquet``, ``<v>.<w>.compacted.json`` (``w``); ``None`` for anything
+    else (``_last_checkpoint``, a commit being written)."""
+    parts = name.split(".")
+    if len(parts[0]) != 20 or not parts[0].isdigit() or len(parts) < 2:
+        return None
+    if len(parts) == 2 and parts[1] in ("json", "crc"):
+        return int(parts[0])
+    if parts[1] == "checkpoint" and parts[-1] == "parquet":
+        return int(parts[0])
+    if len(parts) == 4 and parts[1].isdigit() and parts[2:] == ["compacted", "json"]:
+        return int(parts[1])
+    return None
+
+
+def _old(info: pafs.FileInfo, cutoff: float) -> bool:
+    return info.mtime is not None and info.mtime.timestamp() <= cutoff
+
+
+def log_entries(uri: str) -> dict[str, int]:
+    """``{name: version}`` of the versioned entries of the table's ``_delta_log``."""
+    fs, root = table_filesystem(uri)
+    infos = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True))
+    found = {i.base_name: _version(i.base_name) for i in infos if i.type == pafs.FileType.File}
+    return {name: v for name, v in found.items() if v is not None}
+
+
+def cleanup_log(
+    uri: str,
+    oldest_needed: int | Callable[[], int | None],
+    *,
+    older_than: timedelta = LOG_GRACE,
+    dry_run: bool = False,
+) -> LogCleanup:
+    """Delete the log entries of the table at ``uri`` below its newest log checkpoint at or
+    below ``oldest_needed`` (a version, or a function giving it, called only when a cut is
+    possible; ``None``: keep everything), oldest first, stopping at the first entry modified
+    less than ``older_than`` ago (see the module docstring). Idempotent."""
+    if older_than < timedelta(0):
+        raise ConfigError(f"log cleanup of {uri}: older_than {older_than} is negative")
+    fs, root = table_filesystem(uri)
+    folder = f"{root}/_delta_log"
+    infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    entries = [
+        (v, i)
+        for i in infos
+        if i.type == pafs.FileType.File and (v := _version(i.base_name)) is not None
+    ]
+    cuts = sorted(v for v, i in entries if i.base_name == f"{v:020d}.checkpoint.parquet" and v > 0)
+    entries.sort(key=lambda e: (e[0], e[1].base_name))
+    cutoff = time.time() - older_than.total_seconds()
+    if not entries or not any(c > entries[0][0] for c in cuts) or not _old(entries[0][1], cutoff):
+        return LogCleanup(uri, None, ())  # nothing below a log checkpoint, or all too young
+    needed = oldest_needed() if callable(oldest_needed) else oldest_needed
+    start = max((c for c in cuts if needed is not None and c <= needed), default=None)
+    if start is None or start <= entries[0][0]:
+        return LogCleanup(uri, None, ())
+    deleted: list[str] = []
+    for version, info in entries:
+        if version >= start or not _old(info, cutoff):
+            break  # too young (or of unknown age): it and everything after it stay
+        if not dry_run:
+            try:
+                fs.delete_file(info.path)
+            except FileNotFoundError:  # a cleanup before this one got it
+                pass
+        deleted.append(f"_delta_log/{info.base_name}")
+    return LogCleanup(uri, start if deleted else None, tuple(deleted))

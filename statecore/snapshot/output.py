@@ -17,6 +17,7 @@ rows never stay in the table. Like the state tables, it gets a Delta log checkpo
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -25,12 +26,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
 from statecore.errors import CheckpointCommitError, ConfigError
+from statecore.snapshot.commits import head_version
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
 from statecore.snapshot.log import checkpoint_log
@@ -42,7 +45,7 @@ from statecore.snapshot.table import (
     fenced_failure,
 )
 
-__all__ = ["OutputFile", "OutputWriter", "OutputTable"]
+__all__ = ["OutputFile", "OutputWriter", "OutputTable", "output_version_at"]
 
 log = logging.getLogger(__name__)
 
@@ -255,3 +258,34 @@ class OutputTable:
             return []
         pattern = re.compile(rf"(^|/){re.escape(_prefix(checkpoint_id))}")
         return [uri for uri in table.file_uris() if pattern.search(uri)]
+
+
+def _commit_checkpoint(fs: pafs.FileSystem, path: str) -> tuple[bool, int | None]:
+    """Whether the commit file at ``path`` exists, and the checkpoint its ``commitInfo`` names
+    (``None``: a RESTORE, the creation, a commit of another writer)."""
+    try:
+        with fs.open_input_stream(path) as f:
+            lines = f.read().decode().splitlines()
+    except FileNotFoundError:
+        return False, None
+    for line in lines:
+        info = json.loads(line).get("commitInfo") if line.strip() else None
+        if isinstance(info, dict) and info.get(CHECKPOINT_METADATA) is not None:
+            return True, int(info[CHECKPOINT_METADATA])
+    return True, None
+
+
+def output_version_at(uri: str, checkpoint_id: int) -> int | None:
+    """The version of the output (or late-data) table at ``uri`` as checkpoint
+    ``checkpoint_id`` left it: the newest version committed by a checkpoint at or below it.
+    The commit files are read from the latest version down, so only the commits of later
+    checkpoints are read; ``None`` when the log holds no such commit any more (or no table)."""
+    head = head_version(uri)
+    fs, root = table_filesystem(uri)
+    for version in range(-1 if head is None else head, -1, -1):
+        exists, committed = _commit_checkpoint(fs, f"{root}/_delta_log/{version:020d}.json")
+        if not exists:
+            return None
+        if committed is not None and committed <= checkpoint_id:
+            return version
+    return None

@@ -370,7 +370,8 @@ class KeyedRunner:
             participants=participants,
         )
         if job.retain_checkpoints is not None:
-            _retain(coordinator.catalog, job.job, job.retain_checkpoints)
+            outputs = [t.uri for t in (self.sink, self.late_sink) if t is not None]
+            _retain(coordinator.catalog, job.job, job.retain_checkpoints, outputs)
         records = sum(m["records"] for m in metas)
         late_rows = sum(m.get("late_rows", 0) for m in metas)
         if late_rows:
@@ -438,20 +439,23 @@ def _committed_output(
     return spark.read.schema(output_schema).parquet(*uris)
 
 
-def _retain(catalog: Catalog, job: str, retain: int) -> None:
-    """The run's retention, under its lease; a failure leaves the checkpoint complete (the
-    next run retries it)."""
+def _retain(catalog: Catalog, job: str, retain: int, outputs: Sequence[str]) -> None:
+    """The run's retention, under its lease, with the Delta log cleanup of the job's tables and
+    its ``outputs`` (output and late-data tables); a failure leaves the checkpoint complete
+    (the next run retries it)."""
     try:
-        retained = retain_checkpoints(catalog, job, retain=retain)
+        retained = retain_checkpoints(catalog, job, retain=retain, outputs=outputs)
     except errors.StateError as exc:
         log.warning("job %s: retention of the last %d checkpoints failed: %s", job, retain, exc)
         return
-    if retained.expired or retained.deleted:
+    if retained.expired or retained.deleted or retained.logs:
         log.info(
-            "job %s: expired checkpoints %s, deleted the rows of %s (retaining %d)",
+            "job %s: expired checkpoints %s, deleted the rows of %s and %d Delta log entries "
+            "(retaining %d)",
             job,
             list(retained.expired),
             list(retained.deleted),
+            retained.log_files_deleted,
             retain,
         )
 

@@ -6,10 +6,11 @@ Every field must render, and every Spark job's rendered arguments must parse wit
 parser: ``streaming_pipeline`` triggered with its defaults once failed with
 ``argument --max-files-per-trigger: invalid int value: ''``.
 
-The DAGs run end to end with their defaults in ``test_stateful_pipeline.py`` and
-``test_streaming.py``, and ``streaming_kafka``'s defaults (no broker configured: the run is
-skipped before Spark) in ``tests/kafka/test_kafka_dag.py``; this test covers every param edge,
-which no run could afford."""
+The DAGs run end to end with their defaults in ``test_default_params_runs.py`` (every
+operations and streaming DAG on the demo's job), ``test_schedule.py`` (``stateful_pipeline``)
+and, for ``streaming_kafka`` (no broker configured: the run is skipped before Spark),
+``tests/kafka/test_kafka_dag.py``; this test covers every param edge, which no run could
+afford."""
 
 from __future__ import annotations
 

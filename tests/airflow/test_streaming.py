@@ -49,7 +49,7 @@ def test_streaming_pipeline_runs_available_now_increments(tmp_path: Path) -> Non
     _data(home, days=2)
     conf = {"parallelism": 2, "max_files_per_trigger": 1}
     [first] = run_dags(home, [("streaming_pipeline", conf)])
-    assert first["tasks"] == {"increment": "success", "checkpoints": "success"}
+    assert first["tasks"] == {"check": "success", "increment": "success", "checkpoints": "success"}
     assert first["xcom"]["checkpoints"]["completed"] == [0, 1]  # one micro-batch per file
     assert first["xcom"]["checkpoints"]["state"] == "FINISHED"
     assert _output_rows(home) == 2 * EVENTS
