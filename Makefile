@@ -57,15 +57,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-# The suite as two pytest processes side by side (scripts/pytest_groups.py, tests/conftest.py's
-# --group): jvm (the one local Spark session, standalone cluster, S3 server and Kafka broker of
-# the run) and rest (all other tests), each logged to build/tests/<group>.log and printed whole
-# once both ended; fails when either fails. 56 minutes instead of 73 in one process on a 2-core
-# machine (docs/contributing.md). `make test-serial` runs the same tests in one process.
+# The suite as three pytest processes side by side (scripts/pytest_groups.py, tests/groups.py):
+# jvm (the one local Spark session, standalone cluster, S3 server and Kafka broker of the run),
+# airflow (the other Airflow tests) and rest (all other tests), each logged to
+# build/tests/<group>.log and printed whole once all ended; fails when any fails. Beside them,
+# scripts/spark_cds.py writes the class-data archive the tests' Spark drivers start from
+# (docs/contributing.md has the times). `make test-serial` runs the same tests in one process.
 test: setup lint chromium postgres jars
 	$(PY) scripts/pytest_groups.py
 
 test-serial: setup lint chromium postgres jars
+	$(PY) scripts/spark_cds.py
 	$(PY) -m pytest -q
 
 test-parallel: test

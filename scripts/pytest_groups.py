@@ -1,12 +1,17 @@
-"""``make test``'s pytest: the suite as two pytest processes side by side, one per group of
-``tests/conftest.py`` (``--group``): ``jvm`` (the tests of the run's one local Spark session,
-standalone cluster and S3 server) and ``rest`` (everything else). On two cores the JVM tests
-and the Airflow and subprocess tests overlap instead of following each other.
+"""``make test``'s pytest: the suite as three pytest processes side by side, one per group of
+``tests/groups.py`` (``--group``): ``jvm`` (the tests of the run's one local Spark session,
+standalone cluster, S3 server and Kafka broker), ``airflow`` (the other Airflow tests) and
+``rest`` (everything else). On two cores the JVM tests, the Airflow tests (which mostly wait on
+their Spark jobs) and the others overlap instead of following each other.
+
+Beside them ``scripts/spark_cds.py`` writes the class-data archive of Spark's driver (about a
+minute, once per checkout; its log is ``build/tests/cds.log``): the drivers the tests start once
+it is there start faster (``tests/conftest.py``). A failure to write it only costs that speed.
 
 Each group writes to its own log (``--logs``, default ``build/tests/<group>.log``); a line every
-few minutes tells how far each got. Once both ended, both logs are printed whole (each with its
+few minutes tells how far each got. Once all ended, the logs are printed whole (each with its
 summary and ``--durations``), then each group's exit code and wall time. The exit code is 0 only
-when both groups passed. Ctrl-C reaches both pytest processes (one process group), which tear
+when every group passed. Ctrl-C reaches every pytest process (one process group), which tear
 their fixtures down; SIGTERM is passed on to them as SIGINT for the same reason.
 
     .venv/bin/python scripts/pytest_groups.py [--logs DIR] [-- extra pytest arguments]
@@ -28,7 +33,7 @@ from typing import IO
 
 __all__ = ["GROUPS", "main"]
 
-GROUPS = ("jvm", "rest")
+GROUPS = ("jvm", "airflow", "rest")
 REPO = Path(__file__).resolve().parents[1]
 PROGRESS = re.compile(rb"\[\s*(\d+)%\]")
 OUTCOMES = re.compile(rb"[.sxXFE]")
@@ -110,7 +115,7 @@ def stop(groups: list[Group], *, forward: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--logs", type=Path, default=REPO / "build" / "tests")
-    parser.add_argument("pytest_args", nargs="*", help="passed on to both pytest processes")
+    parser.add_argument("pytest_args", nargs="*", help="passed on to every pytest process")
     args = parser.parse_args(argv)
     args.logs.mkdir(parents=True, exist_ok=True)
 
@@ -124,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
     began = time.monotonic()
     print(f"pytest: groups {' and '.join(GROUPS)} side by side, logs in {args.logs}/", flush=True)
+    with (args.logs / "cds.log").open("wb") as cds_log:
+        cds = subprocess.Popen(
+            [sys.executable, str(REPO / "scripts" / "spark_cds.py")],
+            cwd=REPO,
+            stdout=cds_log,
+            stderr=subprocess.STDOUT,
+        )
     groups = [start(name, args.logs, args.pytest_args) for name in GROUPS]
     interrupted = False
     try:
@@ -132,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         interrupted = True
         stop(groups, forward=terminated)
     total = time.monotonic() - began
+    if cds.poll() is None:
+        cds.kill()
+    cds_lines = (args.logs / "cds.log").read_text(errors="replace").strip().splitlines()
+    print(f"class-data archive (exit {cds.wait()}): {cds_lines[-1] if cds_lines else ''}")
     for group in groups:
         if not group.out.closed:
             group.out.close()
@@ -142,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     for group in groups:
         seconds = group.seconds if group.seconds is not None else total
         print(f"{group.name}: exit {group.process.returncode}, {seconds / 60:.1f} min")
-    print(f"both: {total / 60:.1f} min" + (" (interrupted)" if interrupted else ""))
+    print(f"all: {total / 60:.1f} min" + (" (interrupted)" if interrupted else ""))
     if interrupted:
         return 130
     return 0 if all(g.process.returncode == 0 for g in groups) else 1

@@ -1,7 +1,9 @@
-"""The two groups ``make test`` runs side by side (``pytest --group``, see
+"""The three groups ``make test`` runs side by side (``pytest --group``, see
 ``tests/conftest.py``): ``jvm``, the tests whose fixtures reach what a test run starts once
-(the local Spark session, the standalone cluster, the S3 server), and ``rest``, all the
-others."""
+(the local Spark session, the standalone cluster, the S3 server, the Kafka broker);
+``airflow``, the other tests marked ``airflow`` (each runs DAGs in an Airflow of its own, mostly
+waiting on its Spark jobs); and ``rest``, all the others. Only the jvm group has a Spark
+session of the run: the others start Spark, where they do, in the subprocesses they test."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 
 __all__ = ["GROUPS", "JVM_FIXTURES", "group_of", "jvm_group_only"]
 
-GROUPS = ("jvm", "rest")
+GROUPS = ("jvm", "airflow", "rest")
 JVM_FIXTURES = frozenset({"spark", "cluster", "s3_server", "kafka_broker"})
 """The session fixtures owning what a test run starts once: the local Spark session
 (``spark``), the standalone cluster (``tests/cluster``), the S3 server (``tests/object_store``),
@@ -17,15 +19,20 @@ the Kafka broker (``tests/kafka``)."""
 
 
 def group_of(item: pytest.Item) -> str:
-    """``jvm`` when the item's fixture closure holds one of :data:`JVM_FIXTURES`, else ``rest``."""
-    return "jvm" if JVM_FIXTURES & set(getattr(item, "fixturenames", ())) else "rest"
+    """``jvm`` when the item's fixture closure holds one of :data:`JVM_FIXTURES`, else
+    ``airflow`` for a test marked ``airflow``, else ``rest``."""
+    if JVM_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "jvm"
+    return "airflow" if item.get_closest_marker("airflow") else "rest"
 
 
 def jvm_group_only(request: pytest.FixtureRequest) -> None:
-    """Fail a ``--group=rest`` run that reached a fixture of :data:`JVM_FIXTURES` anyway (by
+    """Fail a run of another group that reached a fixture of :data:`JVM_FIXTURES` anyway (by
     ``request.getfixturevalue``): the jvm group running beside it has its own."""
-    if request.config.getoption("--group", None) == "rest":
+    group = request.config.getoption("--group", None)
+    if group not in (None, "jvm"):
         pytest.fail(
-            f"{request.fixturename} belongs to the jvm group (pytest --group=jvm): take it as "
-            "an argument of the test or fixture, not by request.getfixturevalue"
+            f"{request.fixturename} belongs to the jvm group (pytest --group=jvm), not to "
+            f"--group={group}: take it as an argument of the test or fixture, not by "
+            "request.getfixturevalue"
         )
