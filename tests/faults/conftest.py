@@ -21,6 +21,34 @@ from .scenario import CHECKPOINTS, Outcome, expected_outcome, read_outcome, run_
 _schemas = itertools.count()
 
 
+class Homes:
+    """Fresh homes under a folder, each with its catalog: SQLite, or a new Postgres schema
+    (dropped by :meth:`drop`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.schemas: list[tuple[sa.URL, str]] = []
+
+    def make(self, catalog: str, name: str = "home") -> StatecoreConfig:
+        home = self.root / name
+        if catalog == "sqlite":
+            return StatecoreConfig.resolve(home=str(home), env=LEASE_ENV)
+        if not os.environ.get(POSTGRES_ENV):
+            pytest.skip(f"no PostgreSQL here: set {POSTGRES_ENV} (CI does) for these cases")
+        base = sa.make_url(os.environ[POSTGRES_ENV])
+        schema = f"statecore_faults_{os.getpid()}_{next(_schemas)}"
+        run_admin(base, f"CREATE SCHEMA {schema}")
+        self.schemas.append((base, schema))
+        url = base.update_query_dict({"options": f"-csearch_path={schema}"})
+        return StatecoreConfig.resolve(
+            home=str(home), catalog_url=url.render_as_string(hide_password=False), env=LEASE_ENV
+        )
+
+    def drop(self) -> None:
+        for base, schema in self.schemas:
+            run_admin(base, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
 @pytest.fixture
 def fault_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -29,26 +57,9 @@ def fault_home(
     (dropped after the test). A recovery run here waits out a dead run's lease like the
     subprocesses do."""
     monkeypatch.setenv("STATECORE_LEASE_TIMEOUT", LEASE_TIMEOUT)
-    schemas: list[tuple[sa.URL, str]] = []
-
-    def make(catalog: str) -> StatecoreConfig:
-        home = tmp_path / "home"
-        if catalog == "sqlite":
-            return StatecoreConfig.resolve(home=str(home), env=LEASE_ENV)
-        if not os.environ.get(POSTGRES_ENV):
-            pytest.skip(f"no PostgreSQL here: set {POSTGRES_ENV} (CI does) for these cases")
-        base = sa.make_url(os.environ[POSTGRES_ENV])
-        schema = f"statecore_faults_{os.getpid()}_{next(_schemas)}"
-        run_admin(base, f"CREATE SCHEMA {schema}")
-        schemas.append((base, schema))
-        url = base.update_query_dict({"options": f"-csearch_path={schema}"})
-        return StatecoreConfig.resolve(
-            home=str(home), catalog_url=url.render_as_string(hide_password=False), env=LEASE_ENV
-        )
-
-    yield make
-    for base, schema in schemas:
-        run_admin(base, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    homes = Homes(tmp_path)
+    yield homes.make
+    homes.drop()
 
 
 @pytest.fixture(scope="session")

@@ -85,6 +85,58 @@ def run_job(
 ) -> Killed:
     """The job in a subprocess (its own process group), armed with ``point``; waits for it to
     end or die, then kills what is left of its group (the JVM and the Python workers)."""
+    return start_job(
+        config,
+        api=api,
+        backend=backend,
+        checkpoints=checkpoints,
+        point=point,
+        kill=kill,
+        marker=marker,
+        retry_for=retry_for,
+    ).finish()
+
+
+@dataclass
+class Started:
+    """An armed job's subprocess on its way (:func:`start_job`)."""
+
+    process: subprocess.Popen[bytes]
+    marker: Path
+    log: Path
+    began: float
+
+    def finish(self) -> Killed:
+        """Wait for the job to end or die, then kill what is left of its group."""
+        try:
+            returncode = self.process.wait(timeout=SUBPROCESS_TIMEOUT)
+        finally:
+            _kill_group(self.process.pid)
+        return Killed(
+            returncode=returncode,
+            fired=self.marker.read_text() if self.marker.exists() else "",
+            log=self.log.read_text(errors="replace"),
+            seconds=time.monotonic() - self.began,
+        )
+
+    def finish_killed(self) -> None:
+        """Kill the job's whole group now (a case never checked)."""
+        _kill_group(self.process.pid)
+        self.process.wait()
+
+
+def start_job(
+    config: StatecoreConfig,
+    *,
+    api: str,
+    backend: str,
+    checkpoints: tuple[int, ...],
+    point: str | None,
+    kill: str,
+    marker: Path,
+    retry_for: float = 0.0,
+) -> Started:
+    """Start the job of :func:`run_job` without waiting for it."""
     armed = {FAULT_POINT_ENV: point, FAULT_MARKER_ENV: str(marker)} if point else {}
     command = [
         sys.executable,
@@ -104,7 +156,7 @@ def run_job(
     if kill == "worker":
         command += ["--task-retries", "1"]
     log = marker.with_suffix(".log")
-    start = time.monotonic()
+    began = time.monotonic()
     with log.open("w") as out:
         process = subprocess.Popen(
             command,
@@ -114,16 +166,7 @@ def run_job(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        try:
-            returncode = process.wait(timeout=SUBPROCESS_TIMEOUT)
-        finally:
-            _kill_group(process.pid)
-    return Killed(
-        returncode=returncode,
-        fired=marker.read_text() if marker.exists() else "",
-        log=log.read_text(errors="replace"),
-        seconds=time.monotonic() - start,
-    )
+    return Started(process, marker, log, began)
 
 
 def _kill_group(pgid: int) -> None:
@@ -144,11 +187,19 @@ def _kill_group(pgid: int) -> None:
 def run_case(spark: Any, config: StatecoreConfig, case: Case, marker: Path) -> Killed:
     """The checkpoints before ``case.faulted`` here, the faulted one in a subprocess armed with
     the case's point, then the faulted one again (the retry) and the rest here."""
+    killed = start_case(spark, config, case, marker).finish()
+    recover(spark, config, case)
+    return killed
+
+
+def start_case(spark: Any, config: StatecoreConfig, case: Case, marker: Path) -> Started:
+    """The checkpoints before ``case.faulted`` here, then the faulted one's armed subprocess,
+    started: :meth:`Started.finish` waits for it, :func:`recover` retries as a retry would."""
     for checkpoint_id in CHECKPOINTS[: CHECKPOINTS.index(case.faulted)]:
         run_checkpoint(
             spark, config, api=case.api, backend=case.backend, checkpoint_id=checkpoint_id
         )
-    killed = run_job(
+    return start_job(
         config,
         api=case.api,
         backend=case.backend,
@@ -157,6 +208,10 @@ def run_case(spark: Any, config: StatecoreConfig, case: Case, marker: Path) -> K
         kill=case.kill,
         marker=marker,
     )
+
+
+def recover(spark: Any, config: StatecoreConfig, case: Case) -> None:
+    """The faulted checkpoint again (the retry, waiting out the dead run's lease) and the rest."""
     for checkpoint_id in CHECKPOINTS[CHECKPOINTS.index(case.faulted) :]:
         run_checkpoint(
             spark,
@@ -166,4 +221,3 @@ def run_case(spark: Any, config: StatecoreConfig, case: Case, marker: Path) -> K
             checkpoint_id=checkpoint_id,
             retry_for=RECOVERY_RETRY_SECONDS,
         )
-    return killed
