@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {k: v for k, v in os.environ.items() if k != "STATECORE_SPARK_CDS"}
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     # a process of its own: the archive is written when its driver JVM exits
     subprocess.run(
         [sys.executable, __file__, "--workload", str(partial)], env=env, cwd=REPO, check=True
