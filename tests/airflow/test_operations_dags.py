@@ -4,7 +4,13 @@ One Airflow interpreter runs, in order: the pipeline (day 1, parallelism 2), ``r
 the pipeline (day 2, at the job's parallelism), ``rescale`` to 1, the pipeline (day 3),
 ``rescale`` to 2 with max parallelism 128 → 256, ``savepoint``, then ``state_maintenance`` for the
 clickstream job and for a job with TTL state (written on Spark 3 hours apart). The effects are
-checked against a reference run of the same days at parallelism 2 that never rescaled.
+checked against a reference run of the same days at parallelism 2 that never rescaled, and the
+savepoint restores with a fresh catalog.
+
+The Spark runs outside the DAGs (the reference, the TTL job, the restore) go to two subprocesses
+with a local Spark of their own (:mod:`tests.airflow.ops_jobs`), before and after the DAGs: the
+test takes no Spark session of the test run, so it stays out of the ``jvm`` group
+(``tests/groups.py``), the long pole of ``make test``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from jobs import clickstream
 from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus
 from statecore.checkpoint.points import (
     RestorePoint,
@@ -29,9 +34,8 @@ from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group
 from statecore.query import connect, delta_scan
 from statecore.query.diff import checksums
-from statecore.ttl import ManualTimeProvider
 from tests.airflow.dagrun import run_dags
-from tests.spark import ttl_job
+from tests.airflow.ops_jobs import checkpoint_of, clickstream_day, run_steps, sessions_visits
 
 # A chain of Airflow runs and a reference run: 30 minutes, as the demo and schedule tests get.
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -63,32 +67,10 @@ def state_of(point: RestorePoint) -> dict[str, Any]:
     return out
 
 
-def run_day(spark: Any, config: StatecoreConfig, data: Path, day: date, **options: Any) -> None:
-    events = spark.read.parquet(str(data / f"date={day.isoformat()}"))
-    result = clickstream.run(
-        spark, events, checkpoint_id=int(day.strftime("%Y%m%d")), config=config, **options
-    )
-    result.unpersist()
-
-
-@pytest.fixture(scope="module")
-def reference(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The clickstream state after days 3 and 4, run at parallelism 2 without any rescale."""
-    root = tmp_path_factory.mktemp("reference")
-    data = root / "data"
+def test_rescale_savepoint_and_maintenance_dags(tmp_path: Path) -> None:
+    # the reference: the same days at parallelism 2, without any rescale
+    data, reference_home = tmp_path / "reference" / "data", tmp_path / "reference" / "home"
     generate_clickstream(data, days=len(DAYS), users=30, events_per_day=120)
-    config = StatecoreConfig.resolve(home=str(root / "home"), env={})
-    out: dict[str, Any] = {"data": data}
-    for day in DAYS:
-        run_day(spark, config, data, day, parallelism=2)
-        with Catalog.connect(config.catalog_url) as catalog:
-            out[day] = state_of(checkpoint_point(catalog, "clickstream"))
-    return out
-
-
-def test_rescale_savepoint_and_maintenance_dags(
-    spark: Any, reference: dict[str, Any], tmp_path: Path
-) -> None:
     home = tmp_path / "home"
     generate_clickstream(
         home / "data" / "clickstream", days=len(DAYS), users=30, events_per_day=120
@@ -97,20 +79,21 @@ def test_rescale_savepoint_and_maintenance_dags(
     # a job with TTL state (2 hours): the early users were last seen 3 hours ago
     now = int(time.time() * 1000)
     early, late = [f"u{i}" for i in range(10)], [f"u{i}" for i in range(5, 15)]
-    ttl_job.run(
-        spark,
-        ttl_job.visits(spark, early, "home"),
-        checkpoint_id=1,
-        config=config,
-        clock=ManualTimeProvider(now - 3 * HOUR_MS),
+    run_steps(
+        [
+            *(clickstream_day(reference_home, data, day, parallelism=2) for day in DAYS),
+            sessions_visits(home, early, "home", checkpoint_id=1, now=now - 3 * HOUR_MS),
+            sessions_visits(home, late, "cart", checkpoint_id=2, now=now),
+        ],
+        tmp_path / "spark-before.log",
     )
-    ttl_job.run(
-        spark,
-        ttl_job.visits(spark, late, "cart"),
-        checkpoint_id=2,
-        config=config,
-        clock=ManualTimeProvider(now),
-    )
+    # the reference's state after days 3 and 4, each read at its checkpoint
+    reference_config = StatecoreConfig.resolve(home=str(reference_home), env={})
+    with Catalog.connect(reference_config.catalog_url) as catalog:
+        reference = {
+            day: state_of(checkpoint_point(catalog, "clickstream", checkpoint_of(day)))
+            for day in DAYS[2:]
+        }
 
     steps = run_dags(
         home,
@@ -178,8 +161,11 @@ def test_rescale_savepoint_and_maintenance_dags(
     # the savepoint restores with a fresh catalog, and the job goes on from it
     saved = steps[6]["xcom"]["savepoint"]
     assert load_savepoint(saved["path"]).max_parallelism == 256
+    run_steps(
+        [clickstream_day(tmp_path / "fresh", data, DAYS[3], restore_from=saved["path"])],
+        tmp_path / "spark-after.log",
+    )
     fresh = StatecoreConfig.resolve(home=str(tmp_path / "fresh"), env={})
-    run_day(spark, fresh, reference["data"], DAYS[3], restore_from=saved["path"])
     with Catalog.connect(fresh.catalog_url) as catalog:
         kinds = [c.kind for c in catalog.list_checkpoints("clickstream")]
         assert kinds == [CheckpointKind.CHECKPOINT, CheckpointKind.MAINTENANCE]
