@@ -4,9 +4,9 @@ standalone cluster, S3 server and Kafka broker), ``airflow`` (the other Airflow 
 ``rest`` (everything else). On two cores the JVM tests, the Airflow tests (which mostly wait on
 their Spark jobs) and the others overlap instead of following each other.
 
-Beside them ``scripts/spark_cds.py`` writes the class-data archive of Spark's driver (about a
-minute, once per checkout; its log is ``build/tests/cds.log``): the drivers the tests start once
-it is there start faster (``tests/conftest.py``). A failure to write it only costs that speed.
+First ``scripts/spark_cds.py`` writes the class-data archive of Spark's driver (about a minute,
+once per checkout; its log is ``build/tests/cds.log``), from which the tests' drivers start
+faster (``tests/conftest.py``). A failure to write it only costs that speed.
 
 Each group writes to its own log (``--logs``, default ``build/tests/<group>.log``); a line every
 few minutes tells how far each got. Once all ended, the logs are printed whole (each with its
@@ -130,12 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     print(f"pytest: groups {' and '.join(GROUPS)} side by side, logs in {args.logs}/", flush=True)
     with (args.logs / "cds.log").open("wb") as cds_log:
-        cds = subprocess.Popen(
+        cds = subprocess.run(
             [sys.executable, str(REPO / "scripts" / "spark_cds.py")],
             cwd=REPO,
             stdout=cds_log,
             stderr=subprocess.STDOUT,
         )
+    cds_lines = (args.logs / "cds.log").read_text(errors="replace").strip().splitlines()
+    print(f"class-data archive (exit {cds.returncode}): {cds_lines[-1] if cds_lines else ''}")
     groups = [start(name, args.logs, args.pytest_args) for name in GROUPS]
     interrupted = False
     try:
@@ -144,10 +146,6 @@ def main(argv: list[str] | None = None) -> int:
         interrupted = True
         stop(groups, forward=terminated)
     total = time.monotonic() - began
-    if cds.poll() is None:
-        cds.kill()
-    cds_lines = (args.logs / "cds.log").read_text(errors="replace").strip().splitlines()
-    print(f"class-data archive (exit {cds.wait()}): {cds_lines[-1] if cds_lines else ''}")
     for group in groups:
         if not group.out.closed:
             group.out.close()

@@ -55,6 +55,7 @@ def workload(archive: Path) -> None:
         app_name="statecore-cds",
         config={
             "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "2",
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.driver.extraJavaOptions": (

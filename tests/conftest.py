@@ -7,10 +7,13 @@ subprocesses of their own, the CLI, the backends, Helm...). Only the jvm group o
 session, the cluster, the S3 server and the Kafka broker, so each is still started once per run.
 Without ``--group`` a run takes every test.
 
-Spark drivers started after the class-data archive of ``scripts/spark_cds.py`` exists (``make
-test`` writes it while the groups start) map Spark's classes from it (``SPARK_SUBMIT_OPTS``,
-which every ``spark-submit`` of the run reads, the drivers of PySpark sessions included): each of
-the suite's dozens of driver JVMs starts about 6 seconds sooner.
+The Spark drivers of the run (every ``spark-submit``, the drivers of PySpark sessions included,
+through ``SPARK_SUBMIT_OPTS``) start the way short-lived JVMs on a small machine start best:
+compiled by C1 only, one garbage-collector thread, and Spark's classes mapped from the
+class-data archive ``scripts/spark_cds.py`` writes before the groups start. The machine's two
+cores are busy throughout ``make test``, and most of that is Spark drivers: the fault suite's
+job over three checkpoints took 48.6 CPU-seconds with the JVM's defaults, 36.6 with C1 and the
+serial collector, 26.5 with the archive too (docs/contributing.md).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from tests.groups import GROUPS, group_of, jvm_group_only
 REPO = Path(__file__).resolve().parents[1]
 CDS_ARCHIVE = Path(os.environ.get("STATECORE_SPARK_CDS") or REPO / "build" / "spark-cds.jsa")
 """The class-data archive of Spark's driver (``scripts/spark_cds.py``)."""
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""The JIT and collector of the run's Spark drivers (see the module)."""
 _CDS_OPTIONS = (
     f"-XX:SharedArchiveFile={CDS_ARCHIVE} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 )
@@ -55,12 +60,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Once the class-data archive is there, the drivers started from here on map it (see the
-    module; a JVM the archive does not fit starts without it, ``-Xshare:auto``)."""
+def _driver_options() -> None:
+    """The run's driver options in ``SPARK_SUBMIT_OPTS``, the archive's once it is there (a JVM
+    the archive does not fit starts without it, ``-Xshare:auto``)."""
     opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if DRIVER_JAVA_OPTIONS not in opts:
+        opts = f"{opts} {DRIVER_JAVA_OPTIONS}"
     if _CDS_OPTIONS not in opts and CDS_ARCHIVE.is_file():
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} {_CDS_OPTIONS}".strip()
+        opts = f"{opts} {_CDS_OPTIONS}"
+    os.environ["SPARK_SUBMIT_OPTS"] = opts.strip()
+
+
+_driver_options()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _driver_options()  # the archive, when written after this process started
 
 
 @pytest.fixture
