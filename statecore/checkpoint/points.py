@@ -4,7 +4,8 @@ Every operation that reads a job's state (savepoint, rescale, diff, check, SQL, 
 :class:`RestorePoint`, so it works the same on a checkpoint in the catalog and on a savepoint
 folder. A savepoint is described by its metadata file ``_savepoint.json``, whose table paths are
 relative to the savepoint's folder: the folder can be moved or copied anywhere, and restores with
-an empty catalog.
+an empty catalog. It also keeps what its source checkpoint processed (``source_input``: for a
+stream's micro-batch, the source offsets a new query starts from).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class RestorePoint:
     reason: str | None = None
     watermark: int | None = None
     """The event-time watermark (epoch ms) of the state; ``None``: none known."""
+    input_identity: str | None = None
+    """What the source checkpoint processed (``CheckpointRecord.input_identity``: a stream's
+    micro-batch id and source offsets, where a new query continues from); ``None``: unknown."""
 
     @property
     def label(self) -> str:
@@ -117,6 +121,7 @@ class RestorePoint:
             "parallelism": self.parallelism,
             "max_parallelism": self.max_parallelism,
             "watermark": self.watermark,
+            "source_input": self.input_identity,
             "operators": self.operators,
             "states": [
                 {
@@ -168,6 +173,7 @@ class RestorePoint:
             reason=data.get("reason"),
             created_at=datetime.fromisoformat(created) if created else None,
             watermark=None if data.get("watermark") is None else int(data["watermark"]),
+            input_identity=data.get("source_input"),
             states=tuple(
                 StateRecord(
                     job=job,
@@ -254,6 +260,7 @@ def checkpoint_point(catalog: Catalog, job: str, checkpoint_id: int | None = Non
         created_at=record.completed_at,
         reason=record.kind.name.lower(),
         watermark=record.watermark,
+        input_identity=record.input_identity,
     )
 
 

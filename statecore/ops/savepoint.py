@@ -3,8 +3,9 @@
 A savepoint is a folder (by default ``<warehouse>/_savepoints/<job>/<name>``) holding its own
 Delta tables, laid out as in the warehouse (``<operator>/keyed/<state>``, ``<operator>/operator/
 <state>``, ``<operator>/timers``), and ``_savepoint.json``: job, operators, state descriptors and
-schemas, parallelism, max parallelism, the checkpoint it was taken from and its event-time
-watermark (a stream restored from it starts there). The metadata file is
+schemas, parallelism, max parallelism, the checkpoint it was taken from, its event-time
+watermark (a stream restored from it starts there) and what that checkpoint processed (a
+stream's source offsets: :func:`statecore.spark.offsets.savepoint_offsets`). The metadata file is
 written last, so a folder without one is not a savepoint. Files are copied, never shared, so
 checkpoint retention and VACUUM cannot touch a savepoint.
 
@@ -60,6 +61,7 @@ from statecore.snapshot.rewrite import (
 __all__ = [
     "Rewrite",
     "TableRewriter",
+    "check_restore",
     "discarded_checkpoints",
     "import_point",
     "register_savepoint_job",
@@ -265,6 +267,33 @@ def discarded_checkpoints(catalog: Catalog, point: RestorePoint) -> list[Checkpo
     return sorted(after, key=lambda c: (c.completed_at is None, c.completed_at, c.checkpoint_id))
 
 
+def check_restore(
+    config: StatecoreConfig, catalog: Catalog, point: RestorePoint, *, force: bool = False
+) -> list[CheckpointRecord]:
+    """The checks of restoring ``point`` into ``point.job``, before anything changes: the
+    checkpoints the restore would discard (:func:`discarded_checkpoints`; none for a job the
+    catalog does not know), :class:`RestoreWouldDiscardError` if there are any and
+    :class:`~statecore.errors.CatalogBehindWarehouseError` if the job's tables hold checkpoints
+    the catalog does not know, unless ``force``."""
+    job = point.job
+    if not force:
+        check_catalog_not_behind(config, catalog, job)
+    discarded = discarded_checkpoints(catalog, point) if catalog.has_job(job) else []
+    if discarded and not force:
+        ids = ", ".join(str(c.checkpoint_id) for c in discarded)
+        source = (
+            "an unknown checkpoint"
+            if point.checkpoint_id is None
+            else (f"checkpoint {point.checkpoint_id}")
+        )
+        raise RestoreWouldDiscardError(
+            f"job {job!r}: restoring {point.label} (taken from {source}) would discard "
+            f"checkpoint(s) {ids}, completed since; restore with force=True (`--force`) to "
+            "discard them"
+        )
+    return discarded
+
+
 def import_point(
     config: StatecoreConfig,
     catalog: Catalog,
@@ -289,21 +318,7 @@ def import_point(
     wanted = parallelism or (known.parallelism if known else point.parallelism)
     if known is None:
         catalog.ensure_job(job, parallelism=wanted, max_parallelism=point.max_parallelism)
-    if not force:
-        check_catalog_not_behind(config, catalog, job)
-    discarded = discarded_checkpoints(catalog, point)
-    if discarded and not force:
-        ids = ", ".join(str(c.checkpoint_id) for c in discarded)
-        source = (
-            "an unknown checkpoint"
-            if point.checkpoint_id is None
-            else (f"checkpoint {point.checkpoint_id}")
-        )
-        raise RestoreWouldDiscardError(
-            f"job {job!r}: restoring {point.label} (taken from {source}) would discard "
-            f"checkpoint(s) {ids}, completed since; restore with force=True (`--force`) to "
-            "discard them"
-        )
+    discarded = check_restore(config, catalog, point, force=force)
     if discarded:
         progress(f"restore {job}: discarding checkpoint(s) {[c.checkpoint_id for c in discarded]}")
     base = catalog.latest_checkpoint(job)

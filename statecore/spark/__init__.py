@@ -1,9 +1,9 @@
 """The PySpark runtime (``pyspark`` is used only here and in ``jobs/``).
 
 The driver API (``keyed_process``, ``keyed_process_batches``, ``keyed_stream``,
-``keyed_stream_batches``; ``build_session``, statecore's one Spark session builder;
-``state_views``, Spark SQL over a checkpoint's state) loads on first use, so a Spark
-task's Python worker, which imports only :mod:`statecore.spark.executor`, never loads the
+``keyed_stream_batches``, ``savepoint_offsets``; ``build_session``, statecore's one Spark
+session builder; ``state_views``, Spark SQL over a checkpoint's state) loads on first use, so a
+Spark task's Python worker, which imports only :mod:`statecore.spark.executor`, never loads the
 driver's catalog and planning code.
 """
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from statecore.spark.keyed import KeyedRun, keyed_process, keyed_process_batches
     from statecore.spark.session import build_session
     from statecore.spark.sql import state_views
-    from statecore.spark.stream import keyed_stream, keyed_stream_batches
+    from statecore.spark.stream import keyed_stream, keyed_stream_batches, savepoint_offsets
 
 __all__ = [
     "KeyedRun",
@@ -21,6 +21,7 @@ __all__ = [
     "keyed_process_batches",
     "keyed_stream",
     "keyed_stream_batches",
+    "savepoint_offsets",
     "build_session",
     "state_views",
 ]
@@ -35,7 +36,7 @@ def __getattr__(name: str) -> Any:
         from statecore.spark import sql
 
         return sql.state_views
-    if name in ("keyed_stream", "keyed_stream_batches"):
+    if name in ("keyed_stream", "keyed_stream_batches", "savepoint_offsets"):
         from statecore.spark import stream
 
         return getattr(stream, name)

@@ -14,6 +14,15 @@ other offsets (a checkpoint location rebuilt under the same job) is refused
 the state of a batch job starts above that job's latest checkpoint id. It is fixed when the query
 first starts and kept in ``<checkpoint_location>/statecore.json``, beside Spark's offsets.
 
+A new query may start from a savepoint instead of the job's latest checkpoint (``restore_from``,
+Flink's stop-with-savepoint and start from it): the savepoint is fixed with the base when the
+query first starts (a checkpoint location of a query started otherwise is refused), and each
+micro-batch before the query's first completed checkpoint restores it (a replay of micro-batch 0
+after a crash restores it again); later micro-batches continue from the one before. A savepoint
+keeps the source offsets of the micro-batch it was taken after, and :func:`savepoint_offsets`
+gives them as the Kafka source's ``startingOffsets``, so the new query reads on where the
+savepoint's state ends.
+
 Event time follows Spark's rule: micro-batch *n* starts at the watermark its restored checkpoint
 completed with (inside it each task's watermark advances between records, see
 :mod:`statecore.spark.keyed`), and completes with the smallest of its tasks' largest event
@@ -44,17 +53,26 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from statecore.backends.registry import BackendParameters
 from statecore.catalog import Catalog
+from statecore.checkpoint.points import RestorePoint, load_savepoint
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
+from statecore.ops.savepoint import check_restore
 from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.files import table_filesystem
 from statecore.spark.executor import per_batch, per_record
 from statecore.spark.keyed import KeyedJob, KeyedRun, _KeyedRunner
+from statecore.spark.offsets import batch_offsets, data_moved, savepoint_offsets
 from statecore.ttl.time import TtlTimeProvider
 
-__all__ = ["STREAM_METADATA", "batch_offsets", "keyed_stream", "keyed_stream_batches"]
+__all__ = [
+    "STREAM_METADATA",
+    "batch_offsets",
+    "keyed_stream",
+    "keyed_stream_batches",
+    "savepoint_offsets",
+]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +119,8 @@ def keyed_stream(
     retain_checkpoints: int | None = DEFAULT_RETAINED,
     live_lookups: bool = False,
     late_data: str | None = None,
+    restore_from: str | None = None,
+    force_restore: bool = False,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``function`` keyed by ``key`` over ``stream_df``.
 
@@ -117,8 +137,12 @@ def keyed_stream(
     ``retain_checkpoints`` completed checkpoints (default :data:`DEFAULT_RETAINED`; ``None``:
     all), so its catalog rows stay bounded (see ``keyed_process``). With ``live_lookups`` the
     tasks serve reads of their current state (``statecore.query.lookup(..., live=True)``, see
-    :mod:`statecore.runtime.live`). Arguments are checked
-    (:class:`~statecore.errors.ConfigError`) before the query starts.
+    :mod:`statecore.runtime.live`). ``restore_from`` is a savepoint folder a new query starts
+    from instead of the job's latest checkpoint (see the module; read its Kafka source from
+    :func:`savepoint_offsets`); as for ``keyed_process``, a savepoint older than the job's
+    latest checkpoint is refused unless ``force_restore``. Arguments are checked
+    (:class:`~statecore.errors.ConfigError`), and the savepoint against the job, before the
+    query starts.
     """
     if not isinstance(function, KeyedProcessFunction):
         raise ConfigError(
@@ -148,6 +172,8 @@ def keyed_stream(
         changelog=ChangelogConfig.of(changelog),
         retain_checkpoints=retain_checkpoints,
         live_lookups=live_lookups,
+        restore_from=restore_from,
+        force_restore=force_restore,
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=True)
 
@@ -175,6 +201,8 @@ def keyed_stream_batches(
     changelog: bool | ChangelogConfig = True,
     retain_checkpoints: int | None = DEFAULT_RETAINED,
     live_lookups: bool = False,
+    restore_from: str | None = None,
+    force_restore: bool = False,
 ) -> StreamingQuery:
     """Like :func:`keyed_stream`, with a vectorized ``function`` (as
     :func:`~statecore.spark.keyed.keyed_process_batches`: no timers, no event time)."""
@@ -204,6 +232,8 @@ def keyed_stream_batches(
         changelog=ChangelogConfig.of(changelog),
         retain_checkpoints=retain_checkpoints,
         live_lookups=live_lookups,
+        restore_from=restore_from,
+        force_restore=force_restore,
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=False)
 
@@ -254,15 +284,21 @@ def _start(
         raise ConfigError(f"job {template.job!r}: the column name {_TICK!r} is reserved")
     _KeyedRunner(stream_df, template)  # the checks of a run: names, key, order_by, event time
     config = template.config or StatecoreConfig.resolve()
-    template = dataclasses.replace(template, config=config)
-    base = _checkpoint_id_base(config, template.job, checkpoint_location)
+    base, restore_from = _query_start(config, template, checkpoint_location)
+    template = dataclasses.replace(template, config=config, restore_from=None, force_restore=False)
     source = stream_df
     ticking = ticks and trigger is not None and "processingTime" in trigger
     if ticking:
         source = _with_ticks(stream_df)
     writer = (
         source.writeStream.foreachBatch(
-            _MicroBatch(template, base, tick=ticking, checkpoint_location=checkpoint_location)
+            _MicroBatch(
+                template,
+                base,
+                tick=ticking,
+                checkpoint_location=checkpoint_location,
+                restore_from=restore_from,
+            )
         )
         .option("checkpointLocation", checkpoint_location)
         .queryName(query_name or f"statecore:{template.job}/{template.operator}")
@@ -270,10 +306,11 @@ def _start(
     if trigger is not None:
         writer = writer.trigger(**trigger)
     log.info(
-        "job %s: starting a stream (checkpoint ids %d + batch id, offsets in %s)",
+        "job %s: starting a stream (checkpoint ids %d + batch id, offsets in %s%s)",
         template.job,
         base,
         checkpoint_location,
+        "" if restore_from is None else f", state from savepoint {restore_from}",
     )
     return writer.start()
 
@@ -289,9 +326,15 @@ def _with_ticks(stream_df: DataFrame) -> DataFrame:
     return stream_df.withColumn(_TICK, F.lit(None).cast("boolean")).unionByName(ticks)
 
 
-def _checkpoint_id_base(config: StatecoreConfig, job: str, checkpoint_location: str) -> int:
-    """The base of the query's checkpoint ids: read from the checkpoint location, or fixed now
-    (0 for a new job, else above its latest checkpoint) and written there."""
+def _query_start(
+    config: StatecoreConfig, template: KeyedJob, checkpoint_location: str
+) -> tuple[int, str | None]:
+    """The query's checkpoint id base and the savepoint it starts from (``None``: the job's
+    latest checkpoint), read from the checkpoint location, or fixed now and written there: the
+    base is 0 for a new job, else above its latest checkpoint; a savepoint is checked against
+    the job first (as a restore checks it, see :func:`~statecore.ops.savepoint.check_restore`)."""
+    job, restore_from = template.job, template.restore_from
+    restore_from = None if restore_from is None else restore_from.rstrip("/")
     fs, root = table_filesystem(checkpoint_location.rstrip("/"))
     path = f"{root}/{STREAM_METADATA}"
     try:
@@ -305,27 +348,60 @@ def _checkpoint_id_base(config: StatecoreConfig, job: str, checkpoint_location: 
                 f"checkpoint location {checkpoint_location} belongs to the stream of job "
                 f"{data.get('job')!r}, not {job!r}: give each query its own location"
             )
-        return int(data["checkpoint_id_base"])
+        started_from = data.get("restore_from")
+        if restore_from is not None and restore_from != started_from:
+            raise ConfigError(
+                f"job {job!r}: checkpoint location {checkpoint_location} belongs to a query "
+                "that started from "
+                + ("the job's latest checkpoint" if started_from is None else started_from)
+                + f", and Spark continues it from its offsets; to start from {restore_from}, "
+                "give the new query a new checkpoint location"
+            )
+        return int(data["checkpoint_id_base"]), started_from
     with Catalog.connect(config.catalog_url) as catalog:
         latest = catalog.highest_completed_id(job) if catalog.has_job(job) else None
+        if restore_from is not None:
+            check_restore(
+                config, catalog, _savepoint_of(restore_from, job), force=template.force_restore
+            )
     base = 0 if latest is None else latest + 1
+    data = {"job": job, "checkpoint_id_base": base}
+    if restore_from is not None:
+        data["restore_from"] = restore_from
     fs.create_dir(root, recursive=True)
     with fs.open_output_stream(f"{path}.tmp") as out:
-        out.write(json.dumps({"job": job, "checkpoint_id_base": base}).encode())
+        out.write(json.dumps(data).encode())
     fs.move(f"{path}.tmp", path)
-    return base
+    return base, restore_from
+
+
+def _savepoint_of(path: str, job: str) -> RestorePoint:
+    """The savepoint at ``path`` as a restore point of ``job`` (from an unknown checkpoint when
+    it is another job's), as a restore takes it."""
+    point = load_savepoint(path)
+    if point.job == job:
+        return point
+    return dataclasses.replace(point.for_job(job), checkpoint_id=None)
 
 
 class _MicroBatch:
     """The ``foreachBatch`` function: one keyed run per micro-batch (see the module)."""
 
     def __init__(
-        self, template: KeyedJob, base: int, *, tick: bool, checkpoint_location: str = ""
+        self,
+        template: KeyedJob,
+        base: int,
+        *,
+        tick: bool,
+        checkpoint_location: str = "",
+        restore_from: str | None = None,
     ) -> None:
         self.template = template
         self.base = base
         self.tick = tick
         self.checkpoint_location = checkpoint_location
+        self.restore_from = restore_from
+        """The savepoint the query starts from, until it completed a checkpoint."""
         self.next_timer: int | None = None
         """The earliest pending processing-time timer after the last run (``None``: unknown
         or none; after a restart it is unknown, so the first micro-batch runs)."""
@@ -347,11 +423,24 @@ class _MicroBatch:
         job = dataclasses.replace(
             template, checkpoint_id=self.base + batch_id, input_fingerprint=fingerprint
         )
+        if self.restore_from is not None and not self._checkpointed():
+            # checked when the query first started; what it discards since are the restores of
+            # the attempts before (a replay of micro-batch 0 restores the savepoint again)
+            job = dataclasses.replace(job, restore_from=self.restore_from, force_restore=True)
         run = _KeyedRunner(df, job).run()
         run.unpersist()
+        self.restore_from = None
         self.known = not run.replayed
         self.next_timer = run.next_processing_timer
         self.last_run = run
+
+    def _checkpointed(self) -> bool:
+        """Whether the query completed a checkpoint (its ids are ``base`` and above)."""
+        config = self.template.config or StatecoreConfig.resolve()
+        with Catalog.connect(config.catalog_url) as catalog:
+            job = self.template.job
+            latest = catalog.highest_completed_id(job) if catalog.has_job(job) else None
+        return latest is not None and latest >= self.base
 
     def _idle(self, df: DataFrame, batch_id: int) -> bool:
         """No records and no processing-time timer due (known from the last run). Whether the
@@ -364,65 +453,10 @@ class _MicroBatch:
             now = _now_ms() if provider is None else provider.current_timestamp()
             if self.next_timer <= now:
                 return False
-        moved = _data_moved(self.checkpoint_location, batch_id)
+        moved = data_moved(self.checkpoint_location, batch_id)
         if moved is not None:
             return not moved
         return df.where(F.col(_TICK).isNull()).isEmpty()
-
-
-def _data_moved(checkpoint_location: str, batch_id: int) -> bool | None:
-    """Whether the data sources' end offsets of micro-batch ``batch_id`` differ from those of
-    the micro-batch before (the ``rate`` ticks are the last source), from Spark's offset log;
-    ``None`` when the log cannot tell."""
-    before = _source_offsets(checkpoint_location, batch_id - 1)
-    now = _source_offsets(checkpoint_location, batch_id)
-    if before is None or now is None or len(before) != len(now) or len(now) < 2:
-        return None
-    return before[:-1] != now[:-1]
-
-
-def batch_offsets(
-    checkpoint_location: str, batch_id: int, *, ticks: bool = False
-) -> dict[str, list[Any] | None] | None:
-    """The data sources' offsets of micro-batch ``batch_id`` from Spark's offset log under
-    ``checkpoint_location``: ``{"start": [...], "end": [...]}``, one offset per source in the
-    plan's order (parsed JSON, ``None`` for a source without one), ``start`` being the end of
-    the micro-batch before (``None`` for the first); without the ``rate`` ticks, the last source,
-    when ``ticks``. ``None`` when the log has no entry for the micro-batch."""
-    end = _source_offsets(checkpoint_location, batch_id)
-    if end is None:
-        return None
-    start = _source_offsets(checkpoint_location, batch_id - 1) if batch_id > 0 else None
-    if ticks:
-        end = end[:-1]
-        start = None if start is None else start[:-1]
-    return {"start": start, "end": end}
-
-
-def _source_offsets(checkpoint_location: str, batch_id: int) -> list[Any] | None:
-    """The sources' offsets in ``offsets/<batch_id>`` (a version line, the batch's metadata,
-    then one offset per source in the plan's order, ``-`` for none); ``None`` when there is no
-    such entry or it is not in that form."""
-    if batch_id < 0:
-        return None
-    fs, root = table_filesystem(checkpoint_location.rstrip("/"))
-    try:
-        with fs.open_input_stream(f"{root}/offsets/{batch_id}") as stream:
-            lines = stream.read().decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if len(lines) < 3 or not lines[0].startswith("v"):
-        return None
-    return [_offset(line) for line in lines[2:]]
-
-
-def _offset(text: str) -> Any:
-    if text == "-":
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _run_every_task(df: DataFrame) -> None:
