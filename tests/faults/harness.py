@@ -72,29 +72,11 @@ def subprocess_env(config: StatecoreConfig, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_job(
-    config: StatecoreConfig,
-    *,
-    api: str,
-    backend: str,
-    checkpoints: tuple[int, ...],
-    point: str | None,
-    kill: str,
-    marker: Path,
-    retry_for: float = 0.0,
-) -> Killed:
-    """The job in a subprocess (its own process group), armed with ``point``; waits for it to
-    end or die, then kills what is left of its group (the JVM and the Python workers)."""
-    return start_job(
-        config,
-        api=api,
-        backend=backend,
-        checkpoints=checkpoints,
-        point=point,
-        kill=kill,
-        marker=marker,
-        retry_for=retry_for,
-    ).finish()
+def run_job(config: StatecoreConfig, **job: Any) -> Killed:
+    """The job of :func:`start_job` in a subprocess (its own process group), armed with its
+    ``point``; waits for it to end or die, then kills what is left of its group (the JVM and
+    the Python workers)."""
+    return start_job(config, **job).finish()
 
 
 @dataclass
@@ -136,7 +118,8 @@ def start_job(
     marker: Path,
     retry_for: float = 0.0,
 ) -> Started:
-    """Start the job of :func:`run_job` without waiting for it."""
+    """Start the job (``checkpoints`` of the fault scenario with ``api`` and ``backend``) in a
+    subprocess armed with ``point``, killing ``kill``, without waiting for it."""
     armed = {FAULT_POINT_ENV: point, FAULT_MARKER_ENV: str(marker)} if point else {}
     command = [
         sys.executable,
