@@ -15,6 +15,11 @@ export AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT ?= 180
 export AIRFLOW_CONN_SPARK_DEFAULT := {"conn_type": "spark", "host": "local[*]"}
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Python keeps each module's bytecode in __pycache__ even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE=1, as in some containers): else every process of a run (each
+# spark-submit, Spark's Python workers, each Airflow task) compiles Airflow, PySpark and pandas
+# from source again, about 4 CPU-seconds a process (docs/contributing.md).
+unexport PYTHONDONTWRITEBYTECODE
 # Every Spark this project starts binds to loopback (driver, block manager, cluster daemons).
 export SPARK_LOCAL_IP ?= 127.0.0.1
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).

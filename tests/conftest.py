@@ -73,6 +73,13 @@ def _driver_options() -> None:
 
 _driver_options()
 
+# Every process of the run reads and writes compiled bytecode in __pycache__, even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE=1): else each subprocess, Spark Python worker
+# and Airflow task compiles Airflow, PySpark and pandas from source again (the Makefile unexports
+# it too).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _driver_options()  # the archive, when written after this process started
