@@ -11,13 +11,19 @@ job of its own to maintain on schedule needs a copy of this DAG with its `SCHEDU
 - `ttl_cleanup`: removes the expired entries of every state with a TTL as a new maintenance
   checkpoint, merges small files per key group, and VACUUMs files no retained checkpoint needs.
   Its XCom (and log) reports rows and bytes reclaimed per state and key group.
-- `retention`: keeps the last `retain` completed checkpoints, expires the others, VACUUMs.
+- `retention`: keeps the last `retain` completed checkpoints, expires the others, VACUUMs, and
+  cuts the `_delta_log` of every table to what the retained checkpoints need.
 
 **Params**
 - `job`: the statecore job (default: the scheduled one, `clickstream`).
 - `retain`: completed checkpoints to keep (default 7).
 - `vacuum_retention_hours`: only files older than this are vacuumed (default 168, as Delta;
   empty: no VACUUM).
+- `log_grace_seconds`: `_delta_log` entries younger than this stay, for readers in progress
+  (default 3600, statecore's `LOG_GRACE`).
+- `outputs`: the job's output and late-data Delta tables (one path a line), whose
+  `_delta_log` is cut too (default: none; the catalog does not know them). A path that is not a
+  Delta table fails the task before anything changes.
 - `dry_run`: report what would be done, change nothing.
 """
 
@@ -34,6 +40,8 @@ its ``job`` param: one name, so the schedule and what a scheduled run maintains 
 JOB = "{{ params.job }}"
 VACUUM_HOURS = "{{ params.vacuum_retention_hours }}"
 DRY_RUN = "{{ params.dry_run }}"
+LOG_GRACE_SECONDS = 3600
+"""statecore's ``LOG_GRACE`` (the DAG file does not import the library)."""
 
 
 @dag(
@@ -55,6 +63,13 @@ DRY_RUN = "{{ params.dry_run }}"
         ),
         "retain": Param(7, type="integer", minimum=1),
         "vacuum_retention_hours": Param(168, type=["null", "number"], minimum=0),
+        "log_grace_seconds": Param(LOG_GRACE_SECONDS, type="number", minimum=0),
+        "outputs": Param(
+            [],
+            type="array",
+            items={"type": "string", "minLength": 1},
+            description="The job's output and late-data Delta tables, one path a line.",
+        ),
         "dry_run": Param(False, type="boolean"),
     },
 )
@@ -67,6 +82,8 @@ def state_maintenance() -> None:
         job=JOB,
         retain="{{ params.retain }}",
         vacuum_retention_hours=VACUUM_HOURS,
+        log_grace_seconds="{{ params.log_grace_seconds }}",
+        outputs="{{ params.outputs | tojson }}",
         dry_run=DRY_RUN,
     )
     cleanup >> retention

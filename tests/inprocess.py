@@ -47,6 +47,7 @@ def run_checkpoint(
     latency: LatencyTracking | None = None,
     retain_checkpoints: int | None = None,
     catalog: Catalog | None = None,
+    input_identity: str | None = None,
 ) -> tuple[list[Any], CheckpointRecord]:
     """Process ``(key, record)`` pairs as one checkpoint; the outputs and the checkpoint (with
     each subtask's restore timing and, with ``latency``, the latency percentiles, as the Spark
@@ -55,7 +56,8 @@ def run_checkpoint(
     ``changelog`` makes the tasks write changelog checkpoints; ``backend_class`` is the keyed
     state backend of the tasks. With ``retain_checkpoints``, the run's retention follows, as in
     ``keyed_process``; ``catalog`` is an open catalog to use (default: one connected for this
-    checkpoint)."""
+    checkpoint); ``input_identity`` is what the checkpoint records it processed (a stream's
+    micro-batch and offsets)."""
     key_type = key_type or TypeInfo.of(str)
     opened = contextlib.nullcontext(catalog) if catalog else Catalog.connect(config.catalog_url)
     with opened as catalog:
@@ -65,6 +67,7 @@ def run_checkpoint(
             parallelism=parallelism,
             max_parallelism=MAX_P,
             default_parallelism=parallelism,
+            input_identity=input_identity,
         )
         if planned.replayed:
             return [], catalog.get_checkpoint(job, checkpoint_id)

@@ -8,6 +8,7 @@ The library (never its command line) is imported in ``execute()``, so a DAG file
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -28,6 +29,19 @@ def _optional_int(value: Any) -> int | None:
 def _optional_str(value: Any) -> str | None:
     text = "" if value is None else str(value).strip()
     return None if text in ("", "None", "null") else text
+
+
+def _paths(value: Any) -> list[str]:
+    """Table paths as given: a list, or rendered from one (the JSON of ``| tojson``), or one
+    path; none for an empty or unset value."""
+    if isinstance(value, (list, tuple)):
+        return [str(p) for p in value if str(p).strip()]
+    text = _optional_str(value)
+    if text is None:
+        return []
+    if text.startswith("["):
+        return [str(p) for p in json.loads(text) if str(p).strip()]
+    return [text]
 
 
 def _flag(value: Any) -> bool:
@@ -188,13 +202,23 @@ class TtlCleanupOperator(_StatecoreOperator):
 
 
 class RetentionOperator(_StatecoreOperator):
-    """Keep the last ``retain`` checkpoints of ``job``, expire the rest, VACUUM
-    (``statecore retention``); no VACUUM when ``vacuum_retention_hours`` is empty (``None``).
+    """Keep the last ``retain`` checkpoints of ``job``, expire the rest, VACUUM and cut the
+    Delta logs (``statecore retention``); no VACUUM when ``vacuum_retention_hours`` is empty
+    (``None``). ``log_grace_seconds``: log entries younger than this stay (empty: the library's
+    ``LOG_GRACE``); ``outputs``: the job's output and late-data tables, whose logs are cut too
+    (a list, its JSON, or one path).
 
-    XCom: ``{"retained", "expired", "files_deleted", "bytes_reclaimed", ...}``.
+    XCom: ``{"retained", "expired", "files_deleted", "log_files_deleted", ...}``.
     """
 
-    template_fields: Sequence[str] = ("job", "retain", "vacuum_retention_hours", "dry_run")
+    template_fields: Sequence[str] = (
+        "job",
+        "retain",
+        "vacuum_retention_hours",
+        "log_grace_seconds",
+        "outputs",
+        "dry_run",
+    )
 
     def __init__(
         self,
@@ -202,20 +226,26 @@ class RetentionOperator(_StatecoreOperator):
         job: str,
         retain: int | str,
         vacuum_retention_hours: float | str | None = 168,
+        log_grace_seconds: float | str | None = None,
+        outputs: Sequence[str] | str | None = None,
         dry_run: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(job=job, **kwargs)
         self.retain = retain
         self.vacuum_retention_hours = vacuum_retention_hours
+        self.log_grace_seconds = log_grace_seconds
+        self.outputs = outputs
         self.dry_run = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
         from statecore.ops.retention import apply_retention
+        from statecore.snapshot.log import LOG_GRACE
 
         hook = self._hook()
         config = hook.get_config()
         hours = _optional_str(self.vacuum_retention_hours)
+        grace = _optional_str(self.log_grace_seconds)
         with hook.catalog() as catalog:
             report = apply_retention(
                 config,
@@ -224,6 +254,8 @@ class RetentionOperator(_StatecoreOperator):
                 retain=int(self.retain),
                 dry_run=_flag(self.dry_run),
                 vacuum_after=None if hours is None else timedelta(hours=float(hours)),
+                log_grace=LOG_GRACE if grace is None else timedelta(seconds=float(grace)),
+                outputs=_paths(self.outputs),
                 progress=self.log.info,
             )
         return report.to_dict()

@@ -146,7 +146,9 @@ class CheckpointRecord:
     error: str | None = None
     input_identity: str | None = None
     """What the checkpoint processed (micro-batch id and offsets, a fingerprint of the input
-    files, or one the caller gave); a replay with another identity is refused."""
+    files, or one the caller gave); a replay with another identity is refused. A MAINTENANCE
+    checkpoint processes nothing: it has the identity of the state it holds (its base's, or the
+    restored savepoint's)."""
     metrics: dict[str, Any] = field(default_factory=dict)
     """What the run measured: ``latency`` (per state and access: samples, p50/p95/p99 in µs,
     when tracking was on), ``restore`` (per subtask: bytes read, seconds to restore), ``tasks``

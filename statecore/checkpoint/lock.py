@@ -180,10 +180,16 @@ def commit_maintenance_checkpoint(
     max_parallelism: int,
     commit: Callable[[int], Sequence[TableVersion]],
     watermark: int | None = None,
+    input_identity: str | None = None,
 ) -> CheckpointRecord:
     """Begin a MAINTENANCE checkpoint on ``base``, run ``commit(checkpoint_id)`` (the Delta
     commits; it returns every table of the new checkpoint) and complete it with the event-time
     ``watermark`` of the state it holds (the base's, or the restored point's).
+
+    ``input_identity`` is the input the state it holds reflects, carried over from the base (or
+    the restored point): a maintenance checkpoint processes no input of its own, and a savepoint
+    taken from it must still know where a stream's source stood
+    (:func:`statecore.spark.savepoint_offsets`).
 
     The checkpoint records ``parallelism``: the parallelism its operator state was written with.
     It fails, and nothing builds on it, if ``commit`` fails or another checkpoint completed since
@@ -197,6 +203,7 @@ def commit_maintenance_checkpoint(
         parallelism=parallelism,
         max_parallelism=max_parallelism,
         restored_from=None if base is None else base.checkpoint_id,
+        input_identity=input_identity,
     )
     try:
         tables = commit(checkpoint_id)

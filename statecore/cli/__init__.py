@@ -6,7 +6,8 @@
     statecore savepoints list [--job J] | show REF [--job J] [--key-groups]
                        | restore FOLDER [--job J] [--parallelism P] [--force]
     statecore rescale JOB --parallelism P [--max-parallelism M] [--savepoint FOLDER]
-    statecore retention JOB --retain N [--vacuum-retention-hours H | --no-vacuum] [--dry-run]
+    statecore retention JOB --retain N [--vacuum-retention-hours H | --no-vacuum]
+                       [--log-grace SECONDS] [--output PATH ...] [--dry-run]
     statecore ttl-cleanup JOB [--dry-run] [--no-compact] [--vacuum-retention-hours H | --no-vacuum]
     statecore materialize JOB
     statecore state get JOB STATE KEY [--namespace N] [--user-key K] [--checkpoint ID|--savepoint S]
@@ -34,7 +35,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 from statecore.cli import commands
@@ -42,10 +43,12 @@ from statecore.cli.output import FORMATS, format_table
 from statecore.config import StatecoreConfig, check_name, homes_tried
 from statecore.errors import ConfigError, StateError
 from statecore.ops.retention import DEFAULT_VACUUM_GRACE
+from statecore.snapshot.log import LOG_GRACE
 
 __all__ = ["format_table", "main"]
 
 _GRACE_HOURS = DEFAULT_VACUUM_GRACE.total_seconds() / 3600
+_LOG_GRACE_SECONDS = LOG_GRACE.total_seconds()
 
 
 def _formatted(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -182,6 +185,23 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     retention.add_argument("job")
     retention.add_argument("--retain", type=int, required=True)
     _vacuum_options(retention)
+    retention.add_argument(
+        "--log-grace",
+        type=_seconds,
+        default=_LOG_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="keep _delta_log entries younger than this, for readers in progress "
+        f"(default {_LOG_GRACE_SECONDS:g})",
+    )
+    retention.add_argument(
+        "--output",
+        dest="outputs",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an output or late-data Delta table of the job, whose _delta_log is cut to the "
+        "retained checkpoints too (repeatable; default: none)",
+    )
     retention.set_defaults(run=commands.retention)
 
     cleanup = _formatted(sub.add_parser("ttl-cleanup", help="remove expired TTL state"))
@@ -251,6 +271,18 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="only write one more day of sample input (then trigger stateful_pipeline for it)",
     )
     demo.set_defaults(run=commands.demo)
+
+
+def _seconds(text: str) -> float:
+    """A grace period in seconds: a number, not negative."""
+    try:
+        seconds = float(text)
+        timedelta(seconds=seconds)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text} seconds: a grace period cannot be negative")
+    return seconds
 
 
 def _iso_date(text: str) -> date:

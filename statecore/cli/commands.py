@@ -60,6 +60,11 @@ def _vacuum_after(args: argparse.Namespace) -> timedelta | None:
     return timedelta(hours=args.vacuum_retention_hours)
 
 
+def _table_path(path: str) -> str:
+    """A table's URI as given, a local path made absolute (as the job names its tables)."""
+    return path if "://" in path else str(Path(path).resolve())
+
+
 def checkpoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
     with Catalog.connect(config.catalog_url) as catalog:
         if args.action == "show":
@@ -152,6 +157,8 @@ def retention(args: argparse.Namespace, config: StatecoreConfig) -> str:
             args.job,
             retain=args.retain,
             vacuum_after=_vacuum_after(args),
+            log_grace=timedelta(seconds=args.log_grace),
+            outputs=[_table_path(path) for path in args.outputs],
             dry_run=args.dry_run,
             progress=to_stderr,
         )

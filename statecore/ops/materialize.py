@@ -153,4 +153,6 @@ def materialize_changes(
         parallelism=base.parallelism,
         max_parallelism=base.max_parallelism,
         commit=commit,
+        watermark=base.watermark,
+        input_identity=base.input_identity,
     )

@@ -14,7 +14,9 @@ Last, the Delta logs of the tables are cut to what the retained checkpoints need
 (:func:`statecore.checkpoint.retain.clean_logs`: entries below the newest log checkpoint at or
 below the oldest version a retained checkpoint names, once older than ``log_grace``), as a run's
 own retention does; ``outputs`` names the job's output and late-data tables, which the catalog
-does not know.
+does not know (the job's configuration does: ``keyed_process(output_table=...)``). Each must be
+a Delta table and none of the job's state tables, or retention refuses before it changes
+anything: a mistyped path would otherwise leave an output log uncut without a word.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from statecore.checkpoint.retain import clean_logs
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
 from statecore.progress import Progress, silent
-from statecore.snapshot.commits import job_table_uris
+from statecore.snapshot.commits import head_version, job_table_uris
 from statecore.snapshot.log import LOG_GRACE, LogCleanup
 from statecore.snapshot.rewrite import VacuumResult, vacuum, versions_since
 
@@ -51,6 +53,9 @@ DEFAULT_VACUUM_GRACE = timedelta(days=7)
 MAX_CLOCK_SKEW = timedelta(minutes=10)
 """How far the clocks of the catalog's writers, the storage and this host may disagree: files
 modified up to this long before a checkpoint in progress began are kept too."""
+
+_WHERE = "its output_table= and late_output_table="
+"""Where a job names its output tables, for messages."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +176,24 @@ def _vacuum(
     return results
 
 
+def _check_outputs(config: StatecoreConfig, job: str, outputs: Sequence[str]) -> None:
+    """Refuse an output table that is not a Delta table, or that is one of ``job``'s state
+    tables (whose log the catalog's versions bound, not the output's commits)."""
+    state_tables = {uri.rstrip("/") for uri in job_tables(config, job)}
+    for uri in outputs:
+        if uri.rstrip("/") in state_tables:
+            raise ConfigError(
+                f"job {job!r}: output table {uri} is one of the job's state tables; give the "
+                f"output and late-data tables the job writes ({_WHERE}); nothing was changed"
+            )
+        if head_version(uri.rstrip("/")) is None:
+            raise ConfigError(
+                f"job {job!r}: output table {uri} is not a Delta table (no commit in its "
+                f"_delta_log); give the output and late-data tables the job writes ({_WHERE}); "
+                "nothing was changed"
+            )
+
+
 def _expirable(completed: list[CheckpointRecord], retain: int) -> list[CheckpointRecord]:
     return completed[: max(0, len(completed) - retain)]
 
@@ -197,6 +220,7 @@ def apply_retention(
     if log_grace is not None and log_grace < timedelta(0):
         raise ConfigError(f"job {job!r}: log_grace {log_grace} is negative")
     catalog.get_job(job)
+    _check_outputs(config, job, outputs)
     with maintenance_lock(catalog, job, "retention"):
         completed = _completed(catalog, job)
         expired = _expirable(completed, retain)

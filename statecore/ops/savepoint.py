@@ -367,6 +367,7 @@ def import_point(
         max_parallelism=point.max_parallelism,
         commit=commit,
         watermark=point.watermark,
+        input_identity=point.input_identity,
     )
     catalog.set_job_parallelism(
         job, parallelism=min(wanted, point.max_parallelism), max_parallelism=point.max_parallelism

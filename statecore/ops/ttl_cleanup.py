@@ -328,6 +328,7 @@ def ttl_cleanup(
                 max_parallelism=base.max_parallelism,
                 commit=commit,
                 watermark=base.watermark,
+                input_identity=base.input_identity,
             )
             checkpoint_id = record.checkpoint_id
         vacuumed: list[VacuumResult] = []

@@ -21,7 +21,11 @@ so every such version still opens, and a cleanup killed midway leaves a shorter 
 delete, never a gap at or above ``C``. Entries younger than a grace period (:data:`LOG_GRACE`)
 are kept whatever the versions, for readers in progress. delta-rs's
 ``DeltaTable.cleanup_metadata()`` cannot do this: it deletes by age alone
-(``delta.logRetentionDuration``), not below a version the checkpoint catalog still names.
+(``delta.logRetentionDuration``), not below a version the checkpoint catalog still names. Its
+post-commit hook would do the same after every commit (entries older than 30 days, below the
+newest log checkpoint), so every table statecore creates has ``delta.enableExpiredLogCleanup``
+``false`` and every statecore commit turns the hook's cleanup off
+(:data:`statecore.snapshot.storage.TABLE_PROPERTIES`): this is the only cleanup of the logs.
 Which versions are still needed is the retention's business
 (:mod:`statecore.checkpoint.retain`); VACUUM (:mod:`statecore.snapshot.rewrite`) deletes data
 files only.

@@ -37,7 +37,7 @@ from statecore.snapshot.commits import head_version
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
 from statecore.snapshot.log import checkpoint_log
-from statecore.snapshot.storage import create_table, open_table
+from statecore.snapshot.storage import POST_COMMIT, create_table, open_table
 from statecore.snapshot.table import (
     CHECKPOINT_METADATA,
     Fence,
@@ -196,6 +196,7 @@ class OutputTable:
                 "append",
                 self.schema,
                 commit_properties=properties,
+                post_commithook_properties=POST_COMMIT,
             )
         except DeltaError as exc:
             fenced = fenced_failure(exc, self.uri, fence, where)
@@ -240,7 +241,11 @@ class OutputTable:
             transactions = [Transaction(self.app_id, -1 if completed is None else completed)]
             if fence is not None:
                 transactions.append(fence.transaction())
-            table.restore(target, commit_properties=CommitProperties(app_transactions=transactions))
+            table.restore(
+                target,
+                commit_properties=CommitProperties(app_transactions=transactions),
+                post_commithook_properties=POST_COMMIT,
+            )
         except DeltaError as exc:
             raise CheckpointCommitError(f"{where} failed: {exc}") from exc
         return target

@@ -32,7 +32,7 @@ from statecore.errors import CheckpointCommitError, CorruptSnapshotError, Snapsh
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
 from statecore.snapshot.log import checkpoint_log
-from statecore.snapshot.storage import create_table, open_table
+from statecore.snapshot.storage import POST_COMMIT, create_table, open_table
 from statecore.snapshot.table import TableFile, read_table_files
 
 __all__ = [
@@ -283,7 +283,7 @@ def commit_files(
             create_table(uri, layout.schema, partition_by=[partition], mode="ignore")
         table = open_table(uri)
         if base_version is not None and table.version() != base_version:
-            table.restore(base_version)
+            table.restore(base_version, post_commithook_properties=POST_COMMIT)
             table = open_table(uri)
         if replaced is None:
             table.create_write_transaction(
@@ -292,6 +292,7 @@ def commit_files(
                 layout.schema,
                 partition_by=[partition],
                 commit_properties=properties,
+                post_commithook_properties=POST_COMMIT,
             )
             return _committed(uri)
         changed = set(replaced) | {f.key_group for f in files}
@@ -309,6 +310,7 @@ def commit_files(
                 layout.schema,
                 partition_by=[partition],
                 commit_properties=properties,
+                post_commithook_properties=POST_COMMIT,
             )
         return _committed(uri)
     except DeltaError as exc:

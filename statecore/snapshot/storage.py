@@ -37,12 +37,14 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-from deltalake import DeltaTable
+from deltalake import DeltaTable, PostCommitHookProperties
 
 from statecore.errors import ConfigError
 
 __all__ = [
+    "POST_COMMIT",
     "S3_SCHEMES",
+    "TABLE_PROPERTIES",
     "S3Settings",
     "create_table",
     "is_s3",
@@ -50,6 +52,18 @@ __all__ = [
     "storage_options",
     "table_filesystem",
 ]
+
+TABLE_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
+"""The properties of every table statecore creates. Delta writers (delta-rs's post-commit
+hook, Spark's Delta) delete ``_delta_log`` entries older than ``delta.logRetentionDuration``
+(30 days) by age alone, below a log checkpoint, unless this is ``false``: that would remove
+entries a retained checkpoint still needs to open its version. statecore cuts its logs itself,
+to the versions the catalog names (:func:`statecore.snapshot.log.cleanup_log`)."""
+
+POST_COMMIT = PostCommitHookProperties(cleanup_expired_logs=False)
+"""The post-commit hook of every statecore commit: log checkpoints as delta-rs writes them, no
+log cleanup by age, also in a table created before :data:`TABLE_PROPERTIES` (whose property
+is unset, so ``true``)."""
 
 S3_SCHEMES = ("s3://", "s3a://")
 DEFAULT_REGION = "us-east-1"
@@ -167,5 +181,13 @@ def open_table(uri: str, version: int | None = None) -> DeltaTable:
 
 
 def create_table(uri: str, schema: pa.Schema, **kwargs: Any) -> DeltaTable:
-    """``DeltaTable.create`` at ``uri``, with the storage settings."""
-    return DeltaTable.create(uri, schema, storage_options=storage_options(uri), **kwargs)
+    """``DeltaTable.create`` at ``uri``, with the storage settings and
+    :data:`TABLE_PROPERTIES`."""
+    return DeltaTable.create(
+        uri,
+        schema,
+        storage_options=storage_options(uri),
+        configuration=TABLE_PROPERTIES,
+        post_commithook_properties=POST_COMMIT,
+        **kwargs,
+    )

@@ -38,7 +38,7 @@ from statecore.keygroups import KeyGroupRange
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem
 from statecore.snapshot.log import checkpoint_log
-from statecore.snapshot.storage import create_table, open_table
+from statecore.snapshot.storage import POST_COMMIT, create_table, open_table
 
 __all__ = ["Fence", "SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
 
@@ -266,6 +266,7 @@ class SnapshotTable:
                 table.restore(
                     base_version,
                     commit_properties=None if fence is None else _fence_properties(fence),
+                    post_commithook_properties=POST_COMMIT,
                 )
                 table.update_incremental()
             if replace_all or base_version is None:  # nothing completed builds on what is there
@@ -275,6 +276,7 @@ class SnapshotTable:
                     schema,
                     partition_by=[partition],
                     commit_properties=properties,
+                    post_commithook_properties=POST_COMMIT,
                 )
             else:
                 changed = set(changed_key_groups)
@@ -295,6 +297,7 @@ class SnapshotTable:
                     schema,
                     partition_by=[partition],
                     commit_properties=properties,
+                    post_commithook_properties=POST_COMMIT,
                 )
             table.update_incremental()
         except DeltaError as exc:
@@ -323,7 +326,9 @@ class SnapshotTable:
             if fence is not None:
                 fence.verify(table, f"rollback of {self.label} to version {version}")
             table.restore(
-                version, commit_properties=None if fence is None else _fence_properties(fence)
+                version,
+                commit_properties=None if fence is None else _fence_properties(fence),
+                post_commithook_properties=POST_COMMIT,
             )
         except DeltaError as exc:
             raise CheckpointCommitError(

@@ -90,9 +90,9 @@ def savepoint_offsets(savepoint: str | RestorePoint, *, source: int | None = Non
     ``source`` is the index of the Kafka source among the stream's sources (in the plan's
     order, as in the offsets the checkpoint recorded), needed when there are several.
     :class:`~statecore.errors.ConfigError`, naming the savepoint, when it keeps no stream
-    offsets (taken from a batch or a maintenance checkpoint, or written by a statecore before
-    savepoints kept them), when the stream had several sources and ``source`` is not given, or
-    when the source is not Kafka.
+    offsets (taken from a batch checkpoint or a maintenance checkpoint on one, or written by a
+    statecore before savepoints kept them), when the stream had several sources and ``source``
+    is not given, or when the source is not Kafka.
     """
     point = savepoint if isinstance(savepoint, RestorePoint) else load_savepoint(savepoint)
     identity = point.input_identity

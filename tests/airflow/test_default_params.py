@@ -183,3 +183,23 @@ def test_default_params_defaults_render_the_documented_values(
 
 def parse_for(rendered: dict[str, Any]) -> Any:
     return clickstream.parse_args([str(a) for a in rendered["application_args"]])
+
+
+def test_default_params_state_maintenance_retention_renders_the_library_defaults(
+    rendered: list[dict[str, Any]],
+) -> None:
+    """With the defaults, ``state_maintenance``'s retention keeps an hour of log entries
+    (``LOG_GRACE``) and cuts no output table (the JSON of an empty list); each output path
+    given renders into that list."""
+    from statecore.snapshot.log import LOG_GRACE
+
+    retention = {
+        (r["case"], r["trigger"]): r["rendered"]
+        for r in rendered
+        if r["dag"] == "state_maintenance" and r["task"] == "retention"
+    }
+    for trigger in ("manual", "scheduled"):
+        fields = retention[("defaults", trigger)]
+        assert float(fields["log_grace_seconds"]) == LOG_GRACE.total_seconds()
+        assert json.loads(fields["outputs"]) == []
+    assert float(retention[("log_grace_seconds=0", "manual")]["log_grace_seconds"]) == 0

@@ -7,10 +7,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from statecore.cli.demo import airflow_environment
+from statecore.snapshot.log import LOG_GRACE
 from tests.airflow.dagrun import REPO
 
 pytestmark = pytest.mark.airflow
@@ -31,9 +33,12 @@ class Report:
         return {}
 
 
-def apply_retention(config, catalog, job, *, retain, dry_run, vacuum_after, progress):
+def apply_retention(
+    config, catalog, job, *, retain, dry_run, vacuum_after, log_grace, outputs, progress
+):
     hours = None if vacuum_after is None else vacuum_after.total_seconds() / 3600
-    calls.append({"job": job, "retain": retain, "dry_run": dry_run, "vacuum_hours": hours})
+    calls.append({"job": job, "retain": retain, "dry_run": dry_run, "vacuum_hours": hours,
+                  "log_grace": log_grace.total_seconds(), "outputs": outputs})
     return Report()
 
 
@@ -47,10 +52,9 @@ class Hook:  # no connection, no catalog: execute's own logic only
 
 
 retention.apply_retention = apply_retention
-for i, hours in enumerate(sys.argv[2:]):
+for i, fields in enumerate(json.loads(sys.argv[2])):
     operator = RetentionOperator(
-        task_id=f"retention{i}", job="clicks", retain="3", vacuum_retention_hours=hours,
-        dry_run="False",
+        task_id=f"retention{i}", job="clicks", retain="3", dry_run="False", **fields
     )
     operator._hook = Hook
     operator.execute({})
@@ -58,11 +62,11 @@ print(json.dumps(calls))
 """
 
 
-def test_latent_retention_operator_takes_a_rendered_none_as_no_vacuum(tmp_path: Path) -> None:
-    """``vacuum_retention_hours`` rendered from an empty param (``"None"``, or empty) means
-    no VACUUM, as for ``TtlCleanupOperator``; a number of hours is taken as it is."""
+def execute(tmp_path: Path, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``RetentionOperator.execute`` with each case's fields (as rendered), the library
+    replaced by a recorder: the arguments it was called with."""
     done = subprocess.run(
-        [sys.executable, "-c", EXECUTE, str(REPO / "plugins"), "None", "", "12"],
+        [sys.executable, "-c", EXECUTE, str(REPO / "plugins"), json.dumps(cases)],
         env=airflow_environment(REPO, tmp_path),
         capture_output=True,
         text=True,
@@ -70,9 +74,42 @@ def test_latent_retention_operator_takes_a_rendered_none_as_no_vacuum(tmp_path: 
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    calls = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [c["vacuum_hours"] for c in calls] == [None, None, 12.0]
-    assert calls[0] == {"job": "clicks", "retain": 3, "dry_run": False, "vacuum_hours": None}
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_latent_retention_operator_takes_a_rendered_none_as_no_vacuum(tmp_path: Path) -> None:
+    """``vacuum_retention_hours`` rendered from an empty param (``"None"``, or empty) means
+    no VACUUM, as for ``TtlCleanupOperator``; a number of hours is taken as it is. Log grace
+    and outputs left unset are the library's defaults: ``LOG_GRACE``, no output table.
+    ``log_grace_seconds`` rendered empty is ``LOG_GRACE`` too, a number is seconds; ``outputs``
+    rendered from the DAG's array param (``| tojson``), empty, one path, or given as a list, is
+    the list of tables. One interpreter for every case: Airflow's import is the cost."""
+    vacuum = [{"vacuum_retention_hours": h} for h in ("None", "", "12")]
+    logs: list[dict[str, Any]] = [
+        {"log_grace_seconds": "None", "outputs": "[]"},
+        {"log_grace_seconds": "", "outputs": "None"},
+        {"log_grace_seconds": "0", "outputs": '["/out/clicks", "s3://b/late/clicks"]'},
+        {"log_grace_seconds": "90.5", "outputs": "/out/clicks"},
+        {"log_grace_seconds": 60, "outputs": ["/out/clicks"]},
+    ]
+    calls = execute(tmp_path, vacuum + logs)
+    assert [c["vacuum_hours"] for c in calls[:3]] == [None, None, 12.0]
+    assert calls[0] == {
+        "job": "clicks",
+        "retain": 3,
+        "dry_run": False,
+        "vacuum_hours": None,
+        "log_grace": LOG_GRACE.total_seconds(),
+        "outputs": [],
+    }
+    hour = LOG_GRACE.total_seconds()
+    assert [(c["log_grace"], c["outputs"]) for c in calls[3:]] == [
+        (hour, []),
+        (hour, []),
+        (0.0, ["/out/clicks", "s3://b/late/clicks"]),
+        (90.5, ["/out/clicks"]),
+        (60.0, ["/out/clicks"]),
+    ]
 
 
 SCHEDULE = """
@@ -98,6 +135,8 @@ found = {
     "assets": list(uris(dag.timetable.asset_condition)),
     "job": dag.params["job"],
     "asset_of_job": checkpoint_asset(dag.params["job"]).uri,
+    "log_grace_seconds": dag.params["log_grace_seconds"],
+    "outputs": dag.params["outputs"],
 }
 print(json.dumps(found))
 """
@@ -118,3 +157,5 @@ def test_state_maintenance_is_scheduled_on_the_job_it_maintains_by_default(tmp_p
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["job"] == "clickstream"
     assert found["assets"] == [found["asset_of_job"]]
+    # the retention's defaults are the library's: an hour's log grace, no output table
+    assert found["log_grace_seconds"] == LOG_GRACE.total_seconds() and found["outputs"] == []

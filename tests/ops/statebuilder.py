@@ -144,9 +144,12 @@ def write_checkpoint(
     *,
     parallelism: int = 2,
     max_parallelism: int = 128,
+    input_identity: str | None = None,
+    watermark: int | None = None,
 ) -> CheckpointRecord:
     """Checkpoint ``checkpoint_id`` of ``job`` with exactly ``tables`` (replacing what a table
-    held before), based on the latest one, as the coordinator commits them."""
+    held before), based on the latest one, as the coordinator commits them; it records
+    ``input_identity`` (what it processed) and completes at ``watermark``."""
     with Catalog.connect(config.catalog_url) as catalog:
         catalog.ensure_job(job, parallelism=parallelism, max_parallelism=max_parallelism)
         base = catalog.latest_checkpoint(job)
@@ -157,6 +160,7 @@ def write_checkpoint(
             parallelism=parallelism,
             max_parallelism=max_parallelism,
             restored_from=base.checkpoint_id if base else None,
+            input_identity=input_identity,
         )
         versions, states = [], []
         for name, table in tables.items():
@@ -197,7 +201,7 @@ def write_checkpoint(
                 )
             )
         catalog.register_states(job, OPERATOR, states)
-        return catalog.complete_checkpoint(job, checkpoint_id, tables=versions)
+        return catalog.complete_checkpoint(job, checkpoint_id, tables=versions, watermark=watermark)
 
 
 def catalog_snapshot(config: StatecoreConfig) -> str:
