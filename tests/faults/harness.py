@@ -120,7 +120,6 @@ def start_job(
 ) -> Started:
     """Start the job (``checkpoints`` of the fault scenario with ``api`` and ``backend``) in a
     subprocess armed with ``point``, killing ``kill``, without waiting for it."""
-    armed = {FAULT_POINT_ENV: point, FAULT_MARKER_ENV: str(marker)} if point else {}
     command = [
         sys.executable,
         "-m",
@@ -138,6 +137,16 @@ def start_job(
     ]
     if kill == "worker":
         command += ["--task-retries", "1"]
+    return start_armed(command, config, point=point, marker=marker)
+
+
+def start_armed(
+    command: list[str], config: StatecoreConfig, *, point: str | None, marker: Path
+) -> Started:
+    """Start ``command`` (a driver of this repository's, e.g. ``python -m tests.faults.job``) in a
+    process group of its own with the environment of ``config``, armed with ``point`` (fired
+    once: ``marker``, its log beside it), without waiting for it."""
+    armed = {FAULT_POINT_ENV: point, FAULT_MARKER_ENV: str(marker)} if point else {}
     log = marker.with_suffix(".log")
     began = time.monotonic()
     with log.open("w") as out:
