@@ -5,17 +5,20 @@ on 127.0.0.1, from the JARs ``make jars`` resolves into ``.venv/kafka-broker-jar
 :func:`start` formats a log folder with a random cluster id (``kafka.tools.StorageTool``, what
 ``kafka-storage.sh format`` runs), starts ``kafka.Kafka`` with its client, controller and
 advertised listeners all on free ports of 127.0.0.1, and returns once a metadata request
-answers; :meth:`KafkaBroker.stop` ends it.
+answers; :meth:`KafkaBroker.stop` ends it, :meth:`KafkaBroker.restart` starts it again on the
+same ports and log folder (as a broker's host restarts it: its topics and records are kept).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,15 +30,24 @@ __all__ = ["BROKER_JARS", "KafkaBroker", "start"]
 BROKER_JARS = Path(sys.prefix) / "kafka-broker-jars"
 START_TIMEOUT = 180.0
 """Seconds a broker may take to answer (a cold JVM on a busy 2-core machine takes 5 to 30)."""
+_PROPERTIES = "server.properties"
+_OUTPUT = "broker.log"
 
 
-@dataclass(frozen=True)
+@dataclass
 class KafkaBroker:
     port: int
     controller_port: int
     cluster_id: str
-    log_dir: Path
+    folder: Path
+    """Its ``server.properties``, its output (``broker.log``) and its log folder (``data``)."""
+    jars: Path
     process: subprocess.Popen[bytes]
+    """The broker's JVM (a new one after :meth:`restart`)."""
+
+    @property
+    def log_dir(self) -> Path:
+        return self.folder / "data"
 
     @property
     def bootstrap_servers(self) -> str:
@@ -52,6 +64,27 @@ class KafkaBroker:
             self.process.kill()
             self.process.wait(timeout=10)
 
+    def restart(self) -> None:
+        """Stop the broker if it runs, start it again on its ports and log folder, and return
+        once it answers."""
+        self.stop()
+        self.process = _launch(self.folder, self.jars)
+        try:
+            _wait_until_up(self, self.folder / _OUTPUT)
+        except BaseException:
+            self.stop()
+            raise
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """The broker stopped for the ``with`` block and restarted after it, also when the block
+        raises: the session's other tests find it as before."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.restart()
+
 
 def start(folder: Path, jars: Path = BROKER_JARS) -> KafkaBroker:
     """Format ``folder`` and start a broker on it (see the module)."""
@@ -63,7 +96,7 @@ def start(folder: Path, jars: Path = BROKER_JARS) -> KafkaBroker:
     port, controller_port = _free_port(), _free_port()
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     log_dir = folder / "data"
-    properties = folder / "server.properties"
+    properties = folder / _PROPERTIES
     properties.write_text(
         "\n".join(
             [
@@ -90,26 +123,37 @@ def start(folder: Path, jars: Path = BROKER_JARS) -> KafkaBroker:
             ]
         )
     )
-    java = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{jars}/*"]
-    output = folder / "broker.log"
+    output = folder / _OUTPUT
     with output.open("ab") as log:
+        format_storage = ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c"]
         subprocess.run(
-            [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)],
+            [*_java(jars), *format_storage, str(properties)],
             check=True,
             stdout=log,
             stderr=subprocess.STDOUT,
             timeout=START_TIMEOUT,
         )
-        process = subprocess.Popen(
-            [*java, "kafka.Kafka", str(properties)], stdout=log, stderr=subprocess.STDOUT
-        )
-    broker = KafkaBroker(port, controller_port, cluster_id, log_dir, process)
+    broker = KafkaBroker(port, controller_port, cluster_id, folder, jars, _launch(folder, jars))
     try:
         _wait_until_up(broker, output)
     except BaseException:
         broker.stop()
         raise
     return broker
+
+
+def _java(jars: Path) -> list[str]:
+    return ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{jars}/*"]
+
+
+def _launch(folder: Path, jars: Path) -> subprocess.Popen[bytes]:
+    """``kafka.Kafka`` on the folder's (formatted) properties, its output appended to its log."""
+    with (folder / _OUTPUT).open("ab") as log:
+        return subprocess.Popen(
+            [*_java(jars), "kafka.Kafka", str(folder / _PROPERTIES)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _wait_until_up(broker: KafkaBroker, output: Path) -> None:
