@@ -1,10 +1,19 @@
 """The stream of the Kafka tests: clicks keyed by the record key, the Kafka timestamp as event
 time, ``{"amount": n}`` as value; per user the running count and total, each output row naming
-the record's partition and offset, so a test can match output against the topic."""
+the record's partition and offset, so a test can match output against the topic.
+
+``python -m tests.kafka.kafka_job --bootstrap-servers ... --topic t --job j
+--checkpoint-location ... --output-table ... [--max-offsets-per-trigger n]`` runs it
+(``availableNow``) in a driver of its own, which a kill point armed in its environment SIGKILLs
+(:mod:`statecore.snapshot.faults`; a point in a task kills this driver too).
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +25,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from statecore.descriptors import ValueStateDescriptor
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
+from statecore.snapshot.faults import FAULT_PID_ENV
 from statecore.spark import keyed_stream
 
 OUTPUT = T.StructType(
@@ -100,3 +110,32 @@ def start(
         trigger={"availableNow": True},
         parallelism=2,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tests.kafka.kafka_job")
+    for name in ("bootstrap-servers", "topic", "job", "checkpoint-location", "output-table"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--max-offsets-per-trigger", type=int)
+    args = parser.parse_args(argv)
+    os.environ[FAULT_PID_ENV] = str(os.getpid())  # before Spark starts: its workers inherit it
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from tests.faults.job import spark_session
+
+    spark: Any = spark_session()
+    options = {}
+    if args.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = args.max_offsets_per_trigger
+    query = start(
+        read(spark, args.bootstrap_servers, args.topic, **options),
+        job=args.job,
+        checkpoint_location=args.checkpoint_location,
+        output_table=args.output_table,
+    )
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
