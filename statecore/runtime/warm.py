@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from statecore.backends import BackendParameters, KeyedStateBackend
 from statecore.backends.operator import OperatorStateMode, OperatorStateStore
 from statecore.keygroups import KeyGroupRange
+from statecore.runtime.collector import release_frozen
 from statecore.runtime.live import LIVE
 from statecore.runtime.restore import TaskFiles, fingerprint
 from statecore.runtime.task import StateSnapshotResult, TableUris, table_uri
@@ -209,6 +210,7 @@ class WarmPool:
 
 def _close_all(entries: Iterable[WarmEntry]) -> None:
     for entry in entries:
+        release_frozen()  # its objects go back to the cyclic collector
         try:
             entry.close()
         except Exception:  # a kept backend that fails to close loses nothing committed
