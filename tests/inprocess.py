@@ -57,7 +57,8 @@ def run_checkpoint(
     state backend of the tasks. With ``retain_checkpoints``, the run's retention follows, as in
     ``keyed_process``; ``catalog`` is an open catalog to use (default: one connected for this
     checkpoint); ``input_identity`` is what the checkpoint records it processed (a stream's
-    micro-batch and offsets)."""
+    micro-batch and offsets); a ``watermark`` other than ``MIN_WATERMARK`` is the one the
+    checkpoint completes with, as the Spark runtime records its run's."""
     key_type = key_type or TypeInfo.of(str)
     opened = contextlib.nullcontext(catalog) if catalog else Catalog.connect(config.catalog_url)
     with opened as catalog:
@@ -127,7 +128,12 @@ def run_checkpoint(
         metrics: dict[str, Any] = {"restore": timings}
         if reports:
             metrics["latency"] = latency_percentiles(reports)
-        record = coordinator.commit(planned, results, metrics=metrics)
+        record = coordinator.commit(
+            planned,
+            results,
+            metrics=metrics,
+            watermark=None if watermark == MIN_WATERMARK else watermark,
+        )
         if retain_checkpoints is not None:
             retain(catalog, job, retain=retain_checkpoints)
         return outputs, record

@@ -92,7 +92,9 @@ def test_restored_savepoint_checkpoint_keeps_the_savepoint_offsets(
     assert json.loads(savepoint_offsets(again.savepoint)) == OFFSETS
 
 
-def test_materialized_changelog_checkpoint_keeps_the_micro_batch_offsets(tmp_path: Path) -> None:
+def test_materialized_changelog_checkpoint_keeps_the_micro_batch_offsets_and_watermark(
+    tmp_path: Path,
+) -> None:
     config = StatecoreConfig.resolve(env={"STATECORE_HOME": str(tmp_path / "logged")})
     for i, batch in enumerate(batches(3, 3, 40), start=1):
         run_checkpoint(
@@ -104,10 +106,13 @@ def test_materialized_changelog_checkpoint_keeps_the_micro_batch_offsets(tmp_pat
             changelog=PENDING,
             clock=ManualTimeProvider(1_000 * i),
             input_identity=micro_batch(i - 1, 100 + 10 * i),
+            watermark=WATERMARK + i,
         )
     with Catalog.connect(config.catalog_url) as catalog:
+        assert catalog.get_checkpoint("j", 3).watermark == WATERMARK + 3
         record = materialize_changes(catalog, "j")
         assert record is not None and record.kind == CheckpointKind.MAINTENANCE
         assert record.input_identity == micro_batch(2, 130)
+        assert record.watermark == WATERMARK + 3  # the base's, as the state it holds
         saved = take_savepoint(config, catalog, "j", name="materialized")
     assert json.loads(savepoint_offsets(saved)) == {"clicks": {"0": 130, "1": 97}}
