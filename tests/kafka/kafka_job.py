@@ -96,8 +96,12 @@ def read(spark: SparkSession, bootstrap_servers: str, topic: str, **options: Any
 
 
 def start(
-    stream: DataFrame, *, job: str, checkpoint_location: str, output_table: str
+    stream: DataFrame, *, job: str, checkpoint_location: str, output_table: str, **options: Any
 ) -> StreamingQuery:
+    """The tests' Kafka query: :class:`Totals` keyed by user at parallelism 2, event time
+    ``ts``, ``availableNow``; ``options`` are other arguments of ``keyed_stream`` (e.g. another
+    ``trigger``)."""
+    arguments: dict[str, Any] = {"trigger": {"availableNow": True}, "parallelism": 2} | options
     return keyed_stream(
         stream,
         key="user",
@@ -107,8 +111,7 @@ def start(
         checkpoint_location=checkpoint_location,
         output_table=output_table,
         event_time="ts",
-        trigger={"availableNow": True},
-        parallelism=2,
+        **arguments,
     )
 
 

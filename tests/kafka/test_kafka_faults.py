@@ -20,11 +20,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.query import StreamingQuery
 
 from statecore.config import StatecoreConfig
-from statecore.spark import keyed_stream
 from tests.faults.harness import LEASE_TIMEOUT, RECOVERY_RETRY_SECONDS, start_armed
 from tests.kafka.broker import KafkaBroker
 
-from .kafka_job import OUTPUT, Totals, produce, read
+from .kafka_job import produce, read, start
 from .test_kafka_stream import (
     as_ints,
     clicks,
@@ -164,17 +163,12 @@ def test_kafka_driver_killed_mid_micro_batch_restarts_from_the_checkpoint_locati
 def ticking(spark: Any, broker: KafkaBroker, topic: str, tmp_path: Path) -> StreamingQuery:
     """The stream with a ``processingTime`` trigger (it runs until stopped), at most 50 records
     a micro-batch, every checkpoint kept."""
-    return keyed_stream(
+    return start(
         read(spark, broker.bootstrap_servers, topic, maxOffsetsPerTrigger=50),
-        key="user",
-        function=Totals(),
-        output_schema=OUTPUT,
         job="kbroker",
         checkpoint_location=str(tmp_path / "offsets"),
         output_table=str(tmp_path / "out"),
-        event_time="ts",
         trigger={"processingTime": "1 second"},
-        parallelism=2,
         retain_checkpoints=None,
     )
 

@@ -23,11 +23,10 @@ from pyspark.errors import StreamingQueryException
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.catalog.records import CheckpointRecord
 from statecore.config import StatecoreConfig
-from statecore.spark import keyed_stream
 from statecore.spark.stream import batch_offsets
 from tests.kafka.broker import KafkaBroker
 
-from .kafka_job import OUTPUT, Totals, produce, read, start
+from .kafka_job import produce, read, start
 
 pytestmark = pytest.mark.spark
 
@@ -280,17 +279,12 @@ def test_kafka_processing_time_trigger_skips_idle_micro_batches(
     topic's only."""
     topic = new_topic(2)
     produce(kafka_broker.bootstrap_servers, topic, clicks(40, seed=8))
-    query = keyed_stream(
+    query = start(
         read(spark, kafka_broker.bootstrap_servers, topic),
-        key="user",
-        function=Totals(),
-        output_schema=OUTPUT,
         job="kticks",
         checkpoint_location=str(tmp_path / "offsets"),
         output_table=str(tmp_path / "out"),
-        event_time="ts",
         trigger={"processingTime": "1 second"},
-        parallelism=2,
     )
     try:  # processAllAvailable would wait for the ticks forever
         read_up_to(statecore_home, "kticks", topic, 40)
