@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
 from typing import Any
 
 from pyspark import cloudpickle
@@ -31,11 +30,7 @@ from pyspark.sql.streaming import StreamingQuery
 from statecore.backends import backend_names
 from statecore.config import StatecoreConfig
 from statecore.ops.streams import (
-    RUNNING,
-    StreamStatus,
-    clear_stop,
     default_checkpoint_location,
-    write_status,
 )
 from statecore.spark import keyed_stream
 from statecore.spark.session import build_session
@@ -158,26 +153,25 @@ def main(argv: list[str] | None = None) -> None:
     checkpoint_location = args.checkpoint_location or default_checkpoint_location(config, args.job)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     spark = build_session(app_name=f"statecore-{args.job}")  # UTC, as Delta's timestamps
-    clear_stop(checkpoint_location)
-    write_status(checkpoint_location, StreamStatus(job=args.job, state=RUNNING))
-    started = time.monotonic()
-    query = start(
+    clickstream_stream.run(
         spark,
-        bootstrap_servers=args.bootstrap_servers,
-        topic=args.topic,
+        lambda: start(
+            spark,
+            bootstrap_servers=args.bootstrap_servers,
+            topic=args.topic,
+            checkpoint_location=checkpoint_location,
+            output_table=args.output_table or f"{config.home}/output/{args.job}",
+            job=args.job,
+            trigger=clickstream_stream.trigger_of(args.trigger, args.trigger_interval),
+            starting_offsets=args.starting_offsets,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            parallelism=args.parallelism,
+            backend=args.backend,
+            retain_checkpoints=args.retain_checkpoints,
+        ),
         checkpoint_location=checkpoint_location,
-        output_table=args.output_table or f"{config.home}/output/{args.job}",
         job=args.job,
-        trigger=clickstream_stream.trigger_of(args.trigger, args.trigger_interval),
-        starting_offsets=args.starting_offsets,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        parallelism=args.parallelism,
-        backend=args.backend,
-        retain_checkpoints=args.retain_checkpoints,
     )
-    state = clickstream_stream.watch(query, checkpoint_location=checkpoint_location, job=args.job)
-    print(f"query {state.lower()} after {time.monotonic() - started:.1f} s", flush=True)
-    spark.stop()
 
 
 if __name__ == "__main__":

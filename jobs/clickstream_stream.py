@@ -23,7 +23,7 @@ import argparse
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark import cloudpickle
@@ -171,6 +171,33 @@ def watch(
     return FINISHED
 
 
+def run(
+    spark: SparkSession,
+    start_query: Callable[[], StreamingQuery],
+    *,
+    checkpoint_location: str,
+    job: str,
+    input_path: str | None = None,
+) -> str:
+    """A stream job's run (this one's and ``jobs/clickstream_kafka.py``'s): clear a stop marker
+    left from before, record the stream RUNNING, start the query and :func:`watch` it to its
+    end, then stop Spark; the final state. A query that fails to start is recorded FAILED with
+    its error (not left RUNNING, which would read as STALE once the heartbeat stops)."""
+    clear_stop(checkpoint_location)
+    write_status(checkpoint_location, StreamStatus(job=job, state=RUNNING, input_path=input_path))
+    started = time.monotonic()
+    try:
+        query = start_query()
+    except Exception as exc:
+        failed = StreamStatus(job=job, state=FAILED, error=str(exc), input_path=input_path)
+        write_status(checkpoint_location, failed)
+        raise
+    state = watch(query, checkpoint_location=checkpoint_location, job=job, input_path=input_path)
+    print(f"query {state.lower()} after {time.monotonic() - started:.1f} s", flush=True)
+    spark.stop()
+    return state
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The job's arguments (the DAGs render them from their params)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -199,28 +226,24 @@ def main(argv: list[str] | None = None) -> None:
     input_path = args.input or f"{config.home}/data/clickstream"
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     spark = build_session(app_name=f"statecore-{args.job}")  # UTC, as Delta's timestamps
-    clear_stop(checkpoint_location)
-    write_status(
-        checkpoint_location, StreamStatus(job=args.job, state=RUNNING, input_path=input_path)
-    )
-    started = time.monotonic()
-    query = start(
+    run(
         spark,
-        input_path=input_path,
+        lambda: start(
+            spark,
+            input_path=input_path,
+            checkpoint_location=checkpoint_location,
+            output_table=args.output_table or f"{config.home}/output/{args.job}",
+            job=args.job,
+            trigger=trigger_of(args.trigger, args.trigger_interval),
+            parallelism=args.parallelism,
+            backend=args.backend,
+            max_files_per_trigger=args.max_files_per_trigger,
+            retain_checkpoints=args.retain_checkpoints,
+        ),
         checkpoint_location=checkpoint_location,
-        output_table=args.output_table or f"{config.home}/output/{args.job}",
         job=args.job,
-        trigger=trigger_of(args.trigger, args.trigger_interval),
-        parallelism=args.parallelism,
-        backend=args.backend,
-        max_files_per_trigger=args.max_files_per_trigger,
-        retain_checkpoints=args.retain_checkpoints,
+        input_path=input_path,
     )
-    state = watch(
-        query, checkpoint_location=checkpoint_location, job=args.job, input_path=input_path
-    )
-    print(f"query {state.lower()} after {time.monotonic() - started:.1f} s", flush=True)
-    spark.stop()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from statecore.catalog import Catalog
 from statecore.config import StatecoreConfig
@@ -101,3 +104,24 @@ def test_progress_of_a_kafka_query_counts_no_files(
         progress = stream_progress(catalog, job="k", checkpoint_location=str(location))
     assert (progress.planned_batch, progress.committed_batch) == (0, 0)
     assert progress.processed_files == 0 and progress.pending_files == ()
+
+
+def test_a_stream_job_whose_query_fails_to_start_is_failed_not_stale(tmp_path: Path) -> None:
+    """``jobs/clickstream_stream.run`` (the file and Kafka jobs' run): a start that raises, e.g.
+    a bad argument refused by ``keyed_stream``, leaves the status FAILED with the error, and a
+    stop marker of an earlier run is cleared."""
+    from jobs.clickstream_stream import run
+    from statecore.errors import ConfigError
+
+    location = str(tmp_path / "offsets")
+    request_stop(location)
+
+    def refused() -> Any:
+        raise ConfigError("keyed_stream: parallelism 0? At least 1")
+
+    with pytest.raises(ConfigError, match="parallelism 0"):
+        run(object(), refused, checkpoint_location=location, job="j", input_path="/in")  # type: ignore[arg-type]
+    status = read_status(location)
+    assert status is not None and status.state == FAILED and status.input_path == "/in"
+    assert status.error == "keyed_stream: parallelism 0? At least 1"
+    assert not stop_requested(location)
