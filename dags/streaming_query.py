@@ -7,7 +7,8 @@ query: the `query` task submits it with the Spark provider's `SparkSubmitOperato
 the task runs as long as the query does. The `watch` sensor (`StreamSensor`, in reschedule mode)
 reports its progress in its log and XCom (micro-batches planned and committed, input files not yet
 taken, the latest checkpoint) until the query ends, and fails when the query failed or its driver
-went silent. Stop it with the DAG `streaming_query_stop`.
+went silent (the status of a query before this run is not taken for this run's). Stop it with
+the DAG `streaming_query_stop`.
 
 **Params**
 - `trigger_interval`: e.g. `10s`, `1m`.
@@ -78,6 +79,7 @@ def streaming_query() -> None:
         job=JOB,
         checkpoint_location=CHECKPOINT_LOCATION,
         wait_for="end",
+        query_of_this_run=True,  # an earlier query's FAILED or FINISHED status is not this one's
         mode="reschedule",
         poke_interval=60,
         timeout=7 * 24 * 3600,

@@ -57,8 +57,12 @@ class _StreamMixin:
             StatecoreHook(self.statecore_conn_id).get_config(), self.job
         )
 
-    def _progress(self) -> StreamProgress:
-        from statecore.ops.streams import stream_progress
+    def _progress(self, since: float | None = None) -> StreamProgress:
+        """The query's progress; a status its driver wrote before ``since`` (epoch seconds) is
+        an earlier query's: ``NOT_STARTED`` (this one's driver has not written yet)."""
+        import dataclasses
+
+        from statecore.ops.streams import NOT_STARTED, stream_progress
 
         with StatecoreHook(self.statecore_conn_id).catalog() as catalog:
             progress = stream_progress(
@@ -68,6 +72,15 @@ class _StreamMixin:
                 input_path=_optional_str(self.input_path),
                 stale_after=timedelta(seconds=float(self.stale_after_seconds)),
             )
+        age = progress.heartbeat_age_s
+        if since is not None and age is not None and time.time() - age < since:
+            self.log.info(
+                "stream %s: the status (%s) is from a query before this run; waiting for this "
+                "run's query to start",
+                progress.job,
+                progress.state,
+            )
+            progress = dataclasses.replace(progress, state=NOT_STARTED, error=None)
         self.log.info(
             "stream %s: %s, micro-batch %s planned / %s committed, %d input files not taken "
             "yet, latest checkpoint %s (%s), driver heard from %s s ago",
@@ -96,6 +109,11 @@ class StreamSensor(_StreamMixin, BaseSensorOperator):
     — Spark commits one once its checkpoint completed, or once it found nothing to do, as a
     micro-batch of ticks alone) or, with ``wait_for="end"``, when it stopped or finished.
     Fails when the query FAILED, or its driver's status is older than ``stale_after_seconds``.
+
+    ``query_of_this_run``: the query is started by another task of the same DAG run (as in
+    ``streaming_query``), so a status written before the run started is an earlier query's (a
+    FAILED or FINISHED one would otherwise fail or end the sensor at once): the sensor waits for
+    this run's driver to write its own.
     """
 
     template_fields: Sequence[str] = (
@@ -115,6 +133,7 @@ class StreamSensor(_StreamMixin, BaseSensorOperator):
         input_path: str | None = None,
         wait_for: str = "caught_up",
         stale_after_seconds: float | str = 60,
+        query_of_this_run: bool = False,
         statecore_conn_id: str = StatecoreHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -124,12 +143,17 @@ class StreamSensor(_StreamMixin, BaseSensorOperator):
         self.input_path = input_path
         self.wait_for = wait_for
         self.stale_after_seconds = stale_after_seconds
+        self.query_of_this_run = query_of_this_run
         self.statecore_conn_id = statecore_conn_id
 
     def poke(self, context: Context) -> PokeReturnValue:
         if self.wait_for not in _WAIT_FOR:
             raise AirflowException(f"wait_for={self.wait_for!r}: use one of {_WAIT_FOR}")
-        progress = self._progress()
+        since = None
+        if self.query_of_this_run:
+            started = getattr(context.get("dag_run"), "start_date", None)
+            since = None if started is None else started.timestamp()
+        progress = self._progress(since)
         if self.wait_for == "end":
             done = progress.state in ("STOPPED", "FINISHED")
         else:
