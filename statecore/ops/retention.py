@@ -36,6 +36,8 @@ from statecore.errors import ConfigError
 from statecore.progress import Progress, silent
 from statecore.snapshot.commits import head_version, job_table_uris
 from statecore.snapshot.log import LOG_GRACE, LogCleanup
+from statecore.snapshot.output import output_version_at
+from statecore.snapshot.output_compaction import OutputCompaction, compact_output
 from statecore.snapshot.rewrite import VacuumResult, vacuum, versions_since
 
 __all__ = [
@@ -69,6 +71,7 @@ class RetentionReport:
     deleted_failed: tuple[int, ...]
     vacuumed: tuple[VacuumResult, ...] = field(default=())
     logs: tuple[LogCleanup, ...] = field(default=())
+    compacted: tuple[OutputCompaction, ...] = field(default=())
 
     @property
     def files_deleted(self) -> int:
@@ -96,6 +99,11 @@ class RetentionReport:
                 {"path": v.uri, "files": len(v.files), "bytes": v.bytes}
                 for v in self.vacuumed
                 if v.files
+            ],
+            "compacted": [
+                {"path": c.uri, "files_merged": c.removed, "files_written": c.added}
+                for c in self.compacted
+                if c.removed
             ],
         }
 
@@ -141,7 +149,11 @@ def _vacuum(
     older_than: timedelta,
     dry_run: bool,
     progress: Progress,
+    outputs: Sequence[str] = (),
 ) -> list[VacuumResult]:
+    """VACUUM the job's tables (what no retained checkpoint, nor a running one, needs) and its
+    ``outputs``: of those, the files no retained checkpoint's version references, nor a later
+    version (a merge's small files, a rolled-back checkpoint's)."""
     check_catalog_not_behind(config, catalog, job)
     versions: dict[str, set[int]] = defaultdict(set)
     for checkpoint in retained:
@@ -151,6 +163,12 @@ def _vacuum(
     protected_since = min(c.started_at for c in running) - MAX_CLOCK_SKEW if running else None
     latest = catalog.latest_checkpoint(job)
     named = {t.path.rstrip("/"): t.version for t in (latest.tables if latest else ())}
+    for uri in outputs if retained else ():
+        at = {c.checkpoint_id: output_version_at(uri, c.checkpoint_id) for c in retained}
+        if at[retained[-1].checkpoint_id] is None:
+            continue  # no commit of the latest retained checkpoint in the log: keep everything
+        versions[uri.rstrip("/")] = {v for v in at.values() if v is not None}
+        named[uri.rstrip("/")] = max(versions[uri.rstrip("/")])
     results = []
     for uri in sorted(set(job_tables(config, job)) | set(versions)):
         after = named.get(uri)
@@ -240,6 +258,20 @@ def apply_retention(
                 catalog.expire_checkpoints(job, [c.checkpoint_id for c in expired])
             for checkpoint in failed:
                 catalog.delete_checkpoint(job, checkpoint.checkpoint_id)
+        compacted = [
+            compact_output(
+                uri, before=kept[0].checkpoint_id, completed=kept[-1].checkpoint_id, dry_run=dry_run
+            )
+            for uri in (outputs if kept else ())
+        ]
+        for done in compacted:
+            if done.skipped:
+                progress(f"compaction {job}: not {done.uri} now: {done.skipped}")
+            elif done.removed:
+                progress(
+                    f"compaction {job}: {'would merge' if dry_run else 'merged'} {done.removed} "
+                    f"files of {done.uri} into {done.added}"
+                )
         vacuumed: list[VacuumResult] = []
         if vacuum_after is not None:  # a dry run vacuums as if the expired ones were gone
             vacuumed = _vacuum(
@@ -250,6 +282,7 @@ def apply_retention(
                 older_than=vacuum_after,
                 dry_run=dry_run,
                 progress=progress,
+                outputs=outputs,
             )
         logs: tuple[LogCleanup, ...] = ()
         if log_grace is not None:  # a dry run, too, as if the expired ones were gone
@@ -275,4 +308,5 @@ def apply_retention(
             deleted_failed=tuple(c.checkpoint_id for c in failed),
             vacuumed=tuple(vacuumed),
             logs=logs,
+            compacted=tuple(compacted),
         )

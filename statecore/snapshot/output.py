@@ -6,7 +6,9 @@ driver commits them in one Delta transaction that records the checkpoint id as t
 application transaction version, then completes the checkpoint. A run that repeats a checkpoint
 whose output is already committed (it failed after that commit) finds the version recorded,
 commits nothing and deletes its own files, so each checkpoint's rows are in the table once.
-A file's name carries its checkpoint id, so the rows of one checkpoint can be read back alone.
+A file's name carries its checkpoint id, so the rows of one checkpoint can be read back alone
+(until the maintenance merges the files of checkpoints no longer retained,
+:mod:`statecore.snapshot.output_compaction`).
 
 Each commit also carries the writer's fencing epoch (see :mod:`statecore.snapshot.table`) and
 names its checkpoint in the commit's metadata: a run first rolls the table back past every commit
@@ -45,13 +47,30 @@ from statecore.snapshot.table import (
     fenced_failure,
 )
 
-__all__ = ["OutputFile", "OutputWriter", "OutputTable", "output_version_at"]
+__all__ = [
+    "OutputFile",
+    "OutputTable",
+    "OutputWriter",
+    "checkpoint_of_file",
+    "newest_checkpoint_commit",
+    "output_version_at",
+]
 
 log = logging.getLogger(__name__)
 
 
 def _prefix(checkpoint_id: int) -> str:
     return f"part-cp{checkpoint_id:012d}-"
+
+
+_CHECKPOINT_FILE = re.compile(r"^part-cp(\d{12})-")
+
+
+def checkpoint_of_file(name: str) -> int | None:
+    """The checkpoint whose output the file ``name`` holds (``None``: not a checkpoint's file,
+    e.g. a merged one)."""
+    found = _CHECKPOINT_FILE.match(name)
+    return None if found is None else int(found.group(1))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,6 +297,20 @@ def _commit_checkpoint(fs: pafs.FileSystem, path: str) -> tuple[bool, int | None
         if isinstance(info, dict) and info.get(CHECKPOINT_METADATA) is not None:
             return True, int(info[CHECKPOINT_METADATA])
     return True, None
+
+
+def newest_checkpoint_commit(uri: str) -> int | None:
+    """The checkpoint of the newest commit of the table at ``uri`` that names one (merges and
+    RESTOREs name none); ``None`` when the log holds none (or no table)."""
+    head = head_version(uri)
+    fs, root = table_filesystem(uri)
+    for version in range(-1 if head is None else head, -1, -1):
+        exists, committed = _commit_checkpoint(fs, f"{root}/_delta_log/{version:020d}.json")
+        if not exists:
+            return None
+        if committed is not None:
+            return committed
+    return None
 
 
 def output_version_at(uri: str, checkpoint_id: int) -> int | None:

@@ -132,15 +132,20 @@ def table_layout(uri: str, version: int) -> TableLayout:
 
 
 def table_files(uri: str, version: int) -> list[TableFile]:
-    """Every file of the table at ``version``, with its partition value, rows and size."""
+    """Every file of the table at ``version``, with its partition value (0 in a table without
+    partitions, as an output table), rows and size."""
     table = _open(uri, version)
-    [partition] = table.metadata().partition_columns
+    partitions = table.metadata().partition_columns
     actions = pa.table(table.get_add_actions(flatten=True))
+    paths = actions.column("path").to_pylist()
+    values = (
+        actions.column(f"partition.{partitions[0]}").to_pylist() if partitions else [0] * len(paths)
+    )
     return [
         TableFile(path, int(value), int(rows or 0), int(size))
         for path, value, rows, size in zip(
-            actions.column("path").to_pylist(),
-            actions.column(f"partition.{partition}").to_pylist(),
+            paths,
+            values,
             actions.column("num_records").to_pylist(),
             actions.column("size_bytes").to_pylist(),
         )
