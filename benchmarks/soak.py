@@ -12,8 +12,8 @@ orders them (``statecore.spark.runner``: 10 checkpoints retained, the Delta logs
 tables and of the output table cut; ``run_checkpoint``'s own ``retain_checkpoints`` would cut
 only the state tables' logs, with the 1-hour grace, so the soak calls the retention itself).
 Every ``MAINTAIN_EVERY`` micro-batches, the maintenance the ``state_maintenance`` DAG schedules
-(``statecore.ops.retention.apply_retention``: retention, VACUUM, log cleanup) runs too, untimed:
-nothing else deletes data files.
+(``statecore.ops.retention.apply_retention``: retention, the output's merge, VACUUM, log cleanup)
+runs too, untimed: nothing else deletes data files.
 
 Both grace periods (log entries and data files younger than it are kept) are ``--grace``
 seconds instead of production's 1 hour (logs) and 7 days (VACUUM), so that a run of under an
@@ -291,16 +291,15 @@ def verdict(result: Soak) -> str:
         f"{getattr(end.tables[label], measure)}"
         for label in start.tables
         for measure in ("files_on_disk", "log_entries")
-        if not (label == "output" and measure == "files_on_disk")
-        and getattr(end.tables[label], measure) > 1.1 * getattr(start.tables[label], measure) + 2
+        if getattr(end.tables[label], measure) > 1.1 * getattr(start.tables[label], measure) + 2
     ]
     for name in ("checkpoint_rows", "catalog_rows"):
         if getattr(end, name) > getattr(start, name):
             grown.append(f"{name} {getattr(start, name)} -> {getattr(end, name)}")
     cpu, wall = ratio(result.cpu_seconds), ratio(result.seconds)
     flat = (
-        "The counts stayed flat from the start sample to the end (the state tables' data files "
-        "and every `_delta_log` within 10 % + 2, the catalog's rows not above the start's)"
+        "The counts stayed flat from the start sample to the end (every table's data files "
+        "and `_delta_log` within 10 % + 2, the catalog's rows not above the start's)"
         if not grown
         else f"**The counts grew**: {'; '.join(grown)}"
     )
@@ -376,9 +375,9 @@ def production(grace: timedelta, trigger_s: int = 5) -> str:
         f"here. With a {trigger_s}-second trigger a table's log then also holds the last "
         f"hour's commits (about {commits}) and their {commits // LOG_CHECKPOINT_INTERVAL} log "
         f"checkpoints, and its folder the files its commits of the last "
-        f"{DEFAULT_VACUUM_GRACE.days} days replaced: constants, not growth. The output table "
-        "is an append-only sink: its data files grow with the output by design (nothing in "
-        "statecore deletes them); its log is cut like the state tables'."
+        f"{DEFAULT_VACUUM_GRACE.days} days replaced: constants, not growth. The output table's "
+        "files of checkpoints no longer retained are merged by the maintenance "
+        "(`statecore.snapshot.output_compaction`) and its log is cut like the state tables'."
     )
 
 
@@ -408,7 +407,8 @@ def render(result: Soak) -> str:
             "checkpoint, the output table's commit and the run's retention (10 checkpoints, "
             "Delta log cleanup of the state and output tables). Every "
             f"{MAINTAIN_EVERY} micro-batches the scheduled maintenance (`apply_retention`: "
-            f"VACUUM and log cleanup) runs, untimed. Grace of the log cleanup and of VACUUM: "
+            f"the output's merge, VACUUM and log cleanup) runs, untimed. Grace of the log "
+            "cleanup and of VACUUM: "
             f"{grace}. Samples are taken just after a maintenance; the start one is the first "
             f"past twice the grace.",
             "",
