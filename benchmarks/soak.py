@@ -54,8 +54,7 @@ from statecore.snapshot.log import (
     log_entries,
     log_replay_length,
 )
-from tests.checkpoint.test_long_stream import CountWithTimeout, commit_output, micro_batch
-from tests.inprocess import run_checkpoint
+from tests.checkpoint.test_long_stream import commit_output, run_micro_batch
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEADING = "## Long-running stream (soak)"
@@ -157,15 +156,7 @@ def micro_batch_step(
     """Micro-batch ``i``: its checkpoint, its output's commit, then the run's retention of
     ``RETAIN`` checkpoints with the Delta log cleanup of the state and output tables (what
     ``statecore.spark.runner`` does once the coordinator committed both)."""
-    out, record = run_checkpoint(
-        config,
-        CountWithTimeout(),
-        micro_batch(i),
-        job=JOB,
-        checkpoint_id=i,
-        watermark=i * 10 - 20,
-        catalog=catalog,
-    )
+    out, record = run_micro_batch(config, catalog, JOB, i)
     commit_output(output, out, i)
     retain_checkpoints(catalog, JOB, retain=RETAIN, outputs=[output], log_grace=grace)
     return record

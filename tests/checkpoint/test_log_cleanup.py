@@ -34,7 +34,7 @@ from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.log import LOG_CHECKPOINT_INTERVAL, cleanup_log, log_entries
 from statecore.snapshot.output import OutputTable, OutputWriter, output_version_at
 from statecore.snapshot.storage import open_table
-from tests.checkpoint.test_long_stream import OUTPUT, CountWithTimeout, micro_batch
+from tests.checkpoint.test_long_stream import OUTPUT, CountWithTimeout, micro_batch, run_micro_batch
 from tests.inprocess import run_checkpoint
 from tests.snapshot.test_snapshot import ROWS, duck, rows
 
@@ -83,16 +83,7 @@ def stream(config: StatecoreConfig, job: str, outputs: list[str]) -> dict[str, A
     seen: dict[str, Any] = {"outputs": {}, "content": {}, "json": {}, "savepoint": None}
     with Catalog.connect(config.catalog_url) as catalog:
         for i in range(MICRO_BATCHES):
-            out, record = run_checkpoint(
-                config,
-                CountWithTimeout(),
-                micro_batch(i),
-                job=job,
-                checkpoint_id=i,
-                watermark=i * 10 - 20,
-                changelog=CHANGELOG,
-                catalog=catalog,
-            )
+            out, record = run_micro_batch(config, catalog, job, i, changelog=CHANGELOG)
             seen["outputs"][i] = sorted(out)
             append(outputs[0], out, i, f"statecore:{job}/main")
             late = [(k, c) for k, c in out if c < 0]  # stands in for the late records

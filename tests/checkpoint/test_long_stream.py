@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from statecore.catalog import Catalog, CheckpointStatus
+from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
 from statecore.config import StatecoreConfig
 from statecore.descriptors import ListStateDescriptor, ValueStateDescriptor
 from statecore.errors import CheckpointOrderError
@@ -82,6 +82,23 @@ def commit_output(uri: str, rows: list[tuple[str, int]], checkpoint_id: int) -> 
     )
 
 
+def run_micro_batch(
+    config: StatecoreConfig, catalog: Catalog, job: str, i: int, **options: Any
+) -> tuple[list[Any], CheckpointRecord]:
+    """Micro-batch ``i`` of the long stream (its events, its watermark) as checkpoint ``i`` of
+    ``job``, in process; ``options`` are ``run_checkpoint``'s others (changelog, retention)."""
+    return run_checkpoint(
+        config,
+        CountWithTimeout(),
+        micro_batch(i),
+        job=job,
+        checkpoint_id=i,
+        watermark=i * 10 - 20,
+        catalog=catalog,
+        **options,
+    )
+
+
 def written_rows(uri: str, version: int) -> int:
     """Rows of the files the commit of ``version`` added."""
     before = {f.path for f in table_files(uri, version - 1)}
@@ -95,15 +112,8 @@ def test_a_stream_of_300_micro_batches_stays_bounded(statecore_home: StatecoreCo
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         for i in range(MICRO_BATCHES):
             started = time.perf_counter()
-            out, record = run_checkpoint(
-                statecore_home,
-                CountWithTimeout(),
-                micro_batch(i),
-                job="stream",
-                checkpoint_id=i,
-                watermark=i * 10 - 20,
-                retain_checkpoints=RETAIN,
-                catalog=catalog,
+            out, record = run_micro_batch(
+                statecore_home, catalog, "stream", i, retain_checkpoints=RETAIN
             )
             commit_output(output_uri, out, i)
             seconds.append(time.perf_counter() - started)

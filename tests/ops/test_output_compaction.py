@@ -20,8 +20,7 @@ from statecore.config import StatecoreConfig
 from statecore.ops.retention import apply_retention
 from statecore.snapshot.output import OutputTable, output_version_at
 from statecore.snapshot.output_compaction import compact_output
-from tests.checkpoint.test_long_stream import OUTPUT, CountWithTimeout, commit_output, micro_batch
-from tests.inprocess import run_checkpoint
+from tests.checkpoint.test_long_stream import OUTPUT, commit_output, run_micro_batch
 
 JOB = "compacted"
 RETAIN = 5
@@ -29,15 +28,7 @@ RETAIN = 5
 
 def stream(config: StatecoreConfig, catalog: Catalog, output: str, ids: range) -> None:
     for i in ids:
-        out, _ = run_checkpoint(
-            config,
-            CountWithTimeout(),
-            micro_batch(i),
-            job=JOB,
-            checkpoint_id=i,
-            watermark=i * 10 - 20,
-            catalog=catalog,
-        )
+        out, _ = run_micro_batch(config, catalog, JOB, i)
         commit_output(output, out, i)
 
 

@@ -24,8 +24,7 @@ from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.log import log_entries
 from statecore.snapshot.storage import TABLE_PROPERTIES, open_table
 from tests.checkpoint.test_log_cleanup import append
-from tests.checkpoint.test_long_stream import OUTPUT, CountWithTimeout, micro_batch
-from tests.inprocess import run_checkpoint
+from tests.checkpoint.test_long_stream import OUTPUT, run_micro_batch
 
 PROPERTY = "delta.enableExpiredLogCleanup"
 MONTH = 31 * 24 * 3600
@@ -57,16 +56,7 @@ def test_log_retention_every_kind_of_table_has_expired_log_cleanup_off(
     changelog = ChangelogConfig(materialize_every=100, max_change_ratio=100.0)
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         for i in range(3):
-            out, record = run_checkpoint(
-                statecore_home,
-                CountWithTimeout(),
-                micro_batch(i),
-                job=job,
-                checkpoint_id=i,
-                watermark=i * 10 - 20,
-                changelog=changelog,
-                catalog=catalog,
-            )
+            out, record = run_micro_batch(statecore_home, catalog, job, i, changelog=changelog)
             append(outputs[0], out, i, f"statecore:{job}/main")
             append(outputs[1], [], i, f"statecore:{job}/main/late")
         materialized = materialize_changes(catalog, job)
