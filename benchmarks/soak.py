@@ -15,9 +15,10 @@ Every ``MAINTAIN_EVERY`` micro-batches, the maintenance the ``state_maintenance`
 (``statecore.ops.retention.apply_retention``: retention, the output's merge, VACUUM, log cleanup)
 runs too, untimed: nothing else deletes data files.
 
-Both grace periods (log entries and data files younger than it are kept) are ``--grace``
-seconds instead of production's 1 hour (logs) and 7 days (VACUUM), so that a run of under an
-hour reaches the steady state. After each maintenance it records per table the Parquet data
+The grace periods (log entries and data files younger than it are kept, tombstones younger
+than it stay in log checkpoints) are ``--grace`` seconds instead of production's 1 hour (logs,
+``delta.deletedFileRetentionDuration``) and 7 days (VACUUM), so that a run of under an hour
+reaches the steady state. After each maintenance it records per table the Parquet data
 files on disk and in the latest version, the ``_delta_log`` entries and the time to open the
 table, and the catalog's rows; the section compares three of these samples (the start: the first
 at least twice the grace into the stream; the middle; the end). ``--until`` stops the soak at
@@ -36,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from unittest import mock
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,6 +56,7 @@ from statecore.snapshot.log import (
     log_entries,
     log_replay_length,
 )
+from statecore.snapshot.storage import TABLE_PROPERTIES
 from tests.checkpoint.test_long_stream import commit_output, run_micro_batch
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -62,6 +65,7 @@ JOB = "soak"
 RETAIN = 10
 MAINTAIN_EVERY = 100
 OPENS = 5
+TOMBSTONES = "delta.deletedFileRetentionDuration"
 
 
 @dataclass(frozen=True)
@@ -186,7 +190,11 @@ def soak(
 ) -> Soak:
     """Run ``micro_batches`` micro-batches in a fresh home (deleted afterwards), fewer when the
     clock (``time.time()``) passes ``deadline``; see the module docstring."""
-    with tempfile.TemporaryDirectory(prefix="statecore-soak-") as home:
+    tombstones = {TOMBSTONES: f"interval {int(grace.total_seconds())} seconds"}
+    with (
+        tempfile.TemporaryDirectory(prefix="statecore-soak-") as home,
+        mock.patch.dict(TABLE_PROPERTIES, tombstones),
+    ):
         config = StatecoreConfig.resolve(env={"STATECORE_HOME": home})
         with Catalog.connect(config.catalog_url) as catalog:
             return stream(config, catalog, micro_batches, grace, deadline, progress)
@@ -365,7 +373,9 @@ def production(grace: timedelta, trigger_s: int = 5) -> str:
         f"{DEFAULT_VACUUM_GRACE.days} days (VACUUM) stay, instead of {grace.total_seconds():g} s "
         f"here. With a {trigger_s}-second trigger a table's log then also holds the last "
         f"hour's commits (about {commits}) and their {commits // LOG_CHECKPOINT_INTERVAL} log "
-        f"checkpoints, and its folder the files its commits of the last "
+        f"checkpoints, each log checkpoint the last hour's tombstones "
+        f"(`delta.deletedFileRetentionDuration`, {grace.total_seconds():g} s here), and its "
+        f"folder the files its commits of the last "
         f"{DEFAULT_VACUUM_GRACE.days} days replaced: constants, not growth. The output table's "
         "files of checkpoints no longer retained are merged by the maintenance "
         "(`statecore.snapshot.output_compaction`) and its log is cut like the state tables'."

@@ -32,6 +32,7 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -45,6 +46,7 @@ __all__ = [
     "POST_COMMIT",
     "S3_SCHEMES",
     "TABLE_PROPERTIES",
+    "TOMBSTONE_RETENTION",
     "S3Settings",
     "create_table",
     "is_s3",
@@ -53,12 +55,33 @@ __all__ = [
     "table_filesystem",
 ]
 
-TABLE_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
+TOMBSTONE_RETENTION = timedelta(hours=1)
+"""How long a Delta log checkpoint keeps the ``remove`` actions (tombstones) of files commits
+replaced: ``delta.deletedFileRetentionDuration``, 7 days by Delta's default. Every statecore
+commit replaces the files of the key groups it wrote, so with 7 days each log checkpoint of a
+stream's state table carried every tombstone of the last week (about 4 per micro-batch:
+38,000 after the 10,000-micro-batch soak, whose tables took 4 times as long to open at its end
+as at its start). Only another tool's VACUUM reads them (its default retention is this
+duration); statecore's VACUUM (:func:`statecore.snapshot.rewrite.vacuum`) lists the table's
+files and keeps every file a retained version references, and readers of older versions read
+those versions' own log. One hour, as the log's grace
+(:data:`statecore.snapshot.log.LOG_GRACE`)."""
+
+TABLE_PROPERTIES = {
+    "delta.enableExpiredLogCleanup": "false",
+    "delta.deletedFileRetentionDuration": (
+        f"interval {int(TOMBSTONE_RETENTION.total_seconds())} seconds"
+    ),
+}
 """The properties of every table statecore creates. Delta writers (delta-rs's post-commit
 hook, Spark's Delta) delete ``_delta_log`` entries older than ``delta.logRetentionDuration``
-(30 days) by age alone, below a log checkpoint, unless this is ``false``: that would remove
-entries a retained checkpoint still needs to open its version. statecore cuts its logs itself,
-to the versions the catalog names (:func:`statecore.snapshot.log.cleanup_log`)."""
+(30 days) by age alone, below a log checkpoint, unless ``delta.enableExpiredLogCleanup`` is
+``false``: that would remove entries a retained checkpoint still needs to open its version.
+statecore cuts its logs itself, to the versions the catalog names
+(:func:`statecore.snapshot.log.cleanup_log`). Log checkpoints keep tombstones for
+:data:`TOMBSTONE_RETENTION`. Delta has no property to turn it off, so another tool's VACUUM
+of a statecore table (Spark's ``VACUUM``, delta-rs's ``vacuum()``) would delete files
+retained checkpoints need: ``statecore retention`` is these tables' VACUUM."""
 
 POST_COMMIT = PostCommitHookProperties(cleanup_expired_logs=False)
 """The post-commit hook of every statecore commit: log checkpoints as delta-rs writes them, no

@@ -10,10 +10,13 @@ cuts the logs. The 30 days are simulated by moving the log entries' modification
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
 from statecore.catalog import Catalog
@@ -21,8 +24,8 @@ from statecore.config import StatecoreConfig
 from statecore.ops.materialize import materialize_changes
 from statecore.ops.savepoint import take_savepoint
 from statecore.snapshot.changelog import ChangelogConfig
-from statecore.snapshot.log import log_entries
-from statecore.snapshot.storage import TABLE_PROPERTIES, open_table
+from statecore.snapshot.log import LOG_CHECKPOINT_INTERVAL, last_log_checkpoint, log_entries
+from statecore.snapshot.storage import TABLE_PROPERTIES, TOMBSTONE_RETENTION, open_table
 from tests.checkpoint.test_log_cleanup import append
 from tests.checkpoint.test_long_stream import OUTPUT, run_micro_batch
 
@@ -68,8 +71,60 @@ def test_log_retention_every_kind_of_table_has_expired_log_cleanup_off(
     assert all(t.path.startswith(str(saved.savepoint)) for t in saved.tables)
     for uri in uris:
         configuration = open_table(uri).metadata().configuration
-        assert configuration.get(PROPERTY) == "false", (uri, configuration)
-    assert TABLE_PROPERTIES == {PROPERTY: "false"}
+        assert TABLE_PROPERTIES.items() <= configuration.items(), (uri, configuration)
+    assert TABLE_PROPERTIES == {
+        PROPERTY: "false",
+        "delta.deletedFileRetentionDuration": "interval 3600 seconds",
+    }
+
+
+def tombstones(uri: str) -> list[int]:
+    """The deletion timestamps (ms) of the ``remove`` actions in the table's newest log
+    checkpoint."""
+    last = last_log_checkpoint(uri)
+    assert last is not None, uri
+    checkpoint = pq.read_table(Path(uri) / "_delta_log" / f"{last:020d}.checkpoint.parquet")
+    removes = checkpoint.column("remove").drop_null().to_pylist()
+    return [r["deletionTimestamp"] for r in removes]
+
+
+def age_tombstones(uri: str, seconds: float) -> None:
+    """Move the deletion time of every ``remove`` action in the table's commit files
+    ``seconds`` back."""
+    for name in log_entries(uri):
+        if not name.endswith(".json"):
+            continue
+        path = Path(uri) / "_delta_log" / name
+        actions = [json.loads(line) for line in path.read_text().splitlines() if line]
+        for action in actions:
+            if "remove" in action:
+                action["remove"]["deletionTimestamp"] -= int(seconds * 1000)
+        path.write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+def test_log_retention_log_checkpoints_drop_tombstones_older_than_an_hour(
+    statecore_home: StatecoreConfig,
+) -> None:
+    """A stream's commits replace the files of the key groups they write; the log checkpoint
+    after them keeps the tombstones of the last hour only (``TOMBSTONE_RETENTION``), not
+    Delta's 7 days, so a long stream's log checkpoints stop growing. The hour is simulated by
+    moving the removes' deletion times back 2 hours."""
+    job = "tombstones"
+    with Catalog.connect(statecore_home.catalog_url) as catalog:
+        for i in range(LOG_CHECKPOINT_INTERVAL + 2):
+            _, record = run_micro_batch(statecore_home, catalog, job, i)
+        uris = [t.path for t in record.tables]
+        before = {uri: tombstones(uri) for uri in uris}
+        assert sum(map(len, before.values())) > 0, before
+        for uri in uris:
+            age_tombstones(uri, 2 * 3600)
+        for i in range(LOG_CHECKPOINT_INTERVAL + 2, 2 * LOG_CHECKPOINT_INTERVAL + 2):
+            _, record = run_micro_batch(statecore_home, catalog, job, i)
+    hour_ago_ms = (time.time() - TOMBSTONE_RETENTION.total_seconds()) * 1000
+    for uri in uris:
+        kept = tombstones(uri)
+        assert all(deleted > hour_ago_ms for deleted in kept), uri
+        assert len(kept) < len(before[uri]) + LOG_CHECKPOINT_INTERVAL * 30, uri
 
 
 def test_log_retention_delta_rs_hook_deletes_month_old_entries_by_default(
