@@ -36,7 +36,7 @@ from statecore.errors import ConfigError
 from statecore.progress import Progress, silent
 from statecore.snapshot.commits import head_version, job_table_uris
 from statecore.snapshot.log import LOG_GRACE, LogCleanup
-from statecore.snapshot.output import output_version_at
+from statecore.snapshot.output import output_versions_at
 from statecore.snapshot.output_compaction import OutputCompaction, compact_output
 from statecore.snapshot.rewrite import VacuumResult, vacuum, versions_since
 
@@ -164,7 +164,7 @@ def _vacuum(
     latest = catalog.latest_checkpoint(job)
     named = {t.path.rstrip("/"): t.version for t in (latest.tables if latest else ())}
     for uri in outputs if retained else ():
-        at = {c.checkpoint_id: output_version_at(uri, c.checkpoint_id) for c in retained}
+        at = output_versions_at(uri, [c.checkpoint_id for c in retained])
         if at[retained[-1].checkpoint_id] is None:
             continue  # no commit of the latest retained checkpoint in the log: keep everything
         versions[uri.rstrip("/")] = {v for v in at.values() if v is not None}

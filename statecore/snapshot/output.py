@@ -24,6 +24,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ __all__ = [
     "checkpoint_of_file",
     "newest_checkpoint_commit",
     "output_version_at",
+    "output_versions_at",
 ]
 
 log = logging.getLogger(__name__)
@@ -318,12 +320,25 @@ def output_version_at(uri: str, checkpoint_id: int) -> int | None:
     ``checkpoint_id`` left it: the newest version committed by a checkpoint at or below it.
     The commit files are read from the latest version down, so only the commits of later
     checkpoints are read; ``None`` when the log holds no such commit any more (or no table)."""
+    return output_versions_at(uri, [checkpoint_id])[checkpoint_id]
+
+
+def output_versions_at(uri: str, checkpoint_ids: Iterable[int]) -> dict[int, int | None]:
+    """:func:`output_version_at` of each of ``checkpoint_ids``, in one read of the commit files
+    from the latest version down to the oldest checkpoint's."""
+    wanted = sorted(set(checkpoint_ids), reverse=True)
+    found: dict[int, int | None] = dict.fromkeys(wanted)
     head = head_version(uri)
     fs, root = table_filesystem(uri)
+    pending = iter(wanted)
+    checkpoint = next(pending, None)
     for version in range(-1 if head is None else head, -1, -1):
+        if checkpoint is None:
+            break
         exists, committed = _commit_checkpoint(fs, f"{root}/_delta_log/{version:020d}.json")
         if not exists:
-            return None
-        if committed is not None and committed <= checkpoint_id:
-            return version
-    return None
+            break
+        while checkpoint is not None and committed is not None and committed <= checkpoint:
+            found[checkpoint] = version
+            checkpoint = next(pending, None)
+    return found

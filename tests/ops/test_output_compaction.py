@@ -18,7 +18,7 @@ from deltalake.transaction import AddAction
 from statecore.catalog import Catalog
 from statecore.config import StatecoreConfig
 from statecore.ops.retention import apply_retention
-from statecore.snapshot.output import OutputTable, output_version_at
+from statecore.snapshot.output import OutputTable, output_version_at, output_versions_at
 from statecore.snapshot.output_compaction import compact_output
 from tests.checkpoint.test_long_stream import OUTPUT, commit_output, run_micro_batch
 
@@ -62,7 +62,9 @@ def test_output_compaction_merges_expired_checkpoints_files_and_keeps_every_row_
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         stream(statecore_home, catalog, output, range(30))
         before = rows(output)
-        at = {i: rows(output, output_version_at(output, i)) for i in range(25, 30)}
+        versions = output_versions_at(output, range(25, 30))
+        assert versions == {i: output_version_at(output, i) for i in range(25, 30)}
+        at = {i: rows(output, versions[i]) for i in range(25, 30)}
         assert len(DeltaTable(output).file_uris()) == 30
 
         report = maintain(statecore_home, catalog, output)
