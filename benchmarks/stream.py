@@ -328,7 +328,8 @@ def render(samples: list[StreamSample], fixed: dict[str, Any] | None, args: Any)
         + ". Per micro-batch: "
         "Spark's `triggerExecution` time, after an untimed warm-up stream of each kind. "
         "Warm: share of tasks after the first micro-batch "
-        "that continued the state their Python worker kept (the others restored from Delta). "
+        "that continued the state kept warm (in the subtask's warm state host, `keyed_stream`'s "
+        "default; the others restored from Delta). "
         "Machine: " + "; ".join(f"{k} {v}" for k, v in machine_info().items()) + ".",
         "",
         "| variant | events/s across the stream | total s | first ms | median ms | last ms "

@@ -34,6 +34,7 @@ from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmScope, sn
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.output import OutputWriter
+from statecore.spark.host import hosted, hosting
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
@@ -102,6 +103,9 @@ class TaskSpec:
     """Whether tasks keep their state in the Python worker for the next run, and take what the
     last run kept there when it is exactly the restored checkpoint (see
     :mod:`statecore.runtime.warm`)."""
+    warm_host: bool = False
+    """With ``keep_warm``: whether tasks run in their subtask's warm state host instead of the
+    Python worker Spark picked (:mod:`statecore.spark.host`; a stream's runs)."""
     live_token: str | None = None
     """When set (and ``keep_warm``), tasks serve live lookups of their state with this token
     (see :mod:`statecore.runtime.live`)."""
@@ -217,6 +221,9 @@ def task_function(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = TaskContext.get().partitionId()  # type: ignore[union-attr]
+        if spec.warm_host and spec.keep_warm and hosting():
+            yield from hosted(spec, function, process, index, batches)
+            return
         with task_gc_policy():  # once per task, restore included
             yield from run_task(spec, function, process, index, batches)
 
@@ -229,13 +236,17 @@ def run_task(
     process: Process,
     index: int,
     batches: Iterator[pa.RecordBatch],
+    handover_s: float = 0.0,
 ) -> Iterator[pa.RecordBatch]:
     """Operator instance ``index`` over ``batches``: take the state this process kept from the
     last run or restore it, ``process``, snapshot, keep the state, report (output rows, then
-    one row whose :data:`META` column is the JSON report)."""
+    one row whose :data:`META` column is the JSON report). ``handover_s``: the time the task
+    took to reach this process (a warm state host, :mod:`statecore.spark.host`), counted in
+    the time it took to get its state (``acquire_s``)."""
     started = time.perf_counter()
     state = _TaskState.take(spec, index)
     task = state.opened_task(spec, function, index)  # restored (or kept), opened
+    acquire_s = handover_s + time.perf_counter() - started
     backend = task.backend
     restore_timing = (
         None  # a kept state reads nothing: no sample for the restore-time estimates
@@ -312,6 +323,7 @@ def run_task(
             "records": task.records,
             "restore": restored,
             "restore_timing": restore_timing,
+            "acquire_s": acquire_s,
             "latency": None if task.tracker is None else task.tracker.report(),
             "states": [s.to_json_dict() for s in snapshot],
             "output": None if written is None else written.to_json_dict(),

@@ -100,3 +100,5 @@ class KeyedJob:
     retain_checkpoints: int | None = None
     live_lookups: bool = False
     """Tasks serve live lookups of their state (:mod:`statecore.runtime.live`)."""
+    warm_hosts: bool = False
+    """A stream's tasks run in their subtasks' warm state hosts (:mod:`statecore.spark.host`)."""

@@ -284,6 +284,7 @@ class KeyedRunner:
             live_token=(
                 coordinator.catalog.live_token(job.job, create=True) if job.live_lookups else None
             ),
+            warm_host=job.stream and job.warm_hosts,
         )
         return _Plan(checkpoint=planned, spec=spec)
 
@@ -397,7 +398,8 @@ class KeyedRunner:
         if plan.checkpoint.restore.checkpoint_id is not None:
             log.info(
                 "job %s: restored checkpoint %s with the %s backend: %d of %d tasks kept their "
-                "state warm (%d key groups), %d key groups reused local state, %d rows ingested",
+                "state warm (%d key groups), %d key groups reused local state, %d rows "
+                "ingested; state acquired in %s ms",
                 job.job,
                 plan.checkpoint.restore.checkpoint_id,
                 job.backend.name,
@@ -406,6 +408,7 @@ class KeyedRunner:
                 restore.get("warm_key_groups", 0),
                 restore.get("reused_key_groups", 0),
                 restore.get("ingested_rows", 0),
+                _acquire_ms(metas),
             )
         pending = [
             m["next_processing_timer"] for m in metas if m.get("next_processing_timer") is not None
@@ -500,11 +503,19 @@ def _metrics(metas: list[dict[str, Any]], restore: dict[str, int]) -> dict[str, 
             (m["restore_timing"] for m in metas if m.get("restore_timing")),
             key=lambda t: t["subtask"],
         ),
+        "acquire_ms": _acquire_ms(metas),
     }
     reports = [m["latency"] for m in metas if m.get("latency")]
     if reports:
         metrics["latency"] = latency_percentiles(reports)
     return metrics
+
+
+def _acquire_ms(metas: list[dict[str, Any]]) -> list[float]:
+    """Per subtask, the ms its task took to get its state (kept warm, or restored, with the
+    hand-over to its warm state host)."""
+    ordered = sorted(metas, key=lambda m: m["subtask"])
+    return [round(m.get("acquire_s", 0.0) * 1000, 1) for m in ordered]
 
 
 def _sum_restore_metrics(metas: list[dict[str, Any]]) -> dict[str, int]:

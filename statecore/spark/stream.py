@@ -121,6 +121,7 @@ def keyed_stream(
     late_data: str | None = None,
     restore_from: str | None = None,
     force_restore: bool = False,
+    warm_hosts: bool = True,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``function`` keyed by ``key`` over ``stream_df``.
 
@@ -140,7 +141,11 @@ def keyed_stream(
     :mod:`statecore.runtime.live`). ``restore_from`` is a savepoint folder a new query starts
     from instead of the job's latest checkpoint (see the module; read its Kafka source from
     :func:`savepoint_offsets`); as for ``keyed_process``, a savepoint older than the job's
-    latest checkpoint is refused unless ``force_restore``. Arguments are checked
+    latest checkpoint is refused unless ``force_restore``. With ``warm_hosts`` (the default)
+    each subtask's task runs in the subtask's warm state host on its executor, so that its
+    state stays warm whichever Python worker Spark picks (:mod:`statecore.spark.host`);
+    ``False`` runs it in the worker, which keeps it warm only when Spark picks that worker
+    again. Arguments are checked
     (:class:`~statecore.errors.ConfigError`), and the savepoint against the job, before the
     query starts.
     """
@@ -174,6 +179,7 @@ def keyed_stream(
         live_lookups=live_lookups,
         restore_from=restore_from,
         force_restore=force_restore,
+        warm_hosts=warm_hosts,
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=True)
 
@@ -203,6 +209,7 @@ def keyed_stream_batches(
     live_lookups: bool = False,
     restore_from: str | None = None,
     force_restore: bool = False,
+    warm_hosts: bool = True,
 ) -> StreamingQuery:
     """Like :func:`keyed_stream`, with a vectorized ``function`` (as
     :func:`~statecore.spark.keyed.keyed_process_batches`: no timers, no event time)."""
@@ -234,6 +241,7 @@ def keyed_stream_batches(
         live_lookups=live_lookups,
         restore_from=restore_from,
         force_restore=force_restore,
+        warm_hosts=warm_hosts,
     )
     return _start(stream_df, template, checkpoint_location, trigger, query_name, ticks=False)
 

@@ -49,8 +49,17 @@ ROCKSDB_LOCAL = "rocksdb-local"
 
 
 def executor_of(pid: int) -> dict[str, Any]:
-    """The Spark executor a process runs under: its id and JVM pid (``driver`` on ``local``)."""
+    """The Spark executor a process runs under: its id and JVM pid (``driver`` on ``local``).
+    A stream's task runs in a warm state host, whose executor is the one it names."""
+    from statecore.spark.host import EXECUTOR_ENV
+
     process: psutil.Process | None = psutil.Process(pid)
+    try:
+        host_of = process.environ().get(EXECUTOR_ENV)  # type: ignore[union-attr]
+    except psutil.Error:
+        host_of = None
+    if host_of:
+        process = psutil.Process(int(host_of))
     while process is not None:
         try:
             command = process.cmdline()

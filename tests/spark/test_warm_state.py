@@ -14,8 +14,11 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Iterator, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -32,6 +35,7 @@ from statecore.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from statecore.errors import ConfigError
 from statecore.keygroups import KeyGroupRange, assign_to_key_group
 from statecore.ops.ttl_cleanup import ttl_cleanup
 from statecore.runtime import (
@@ -48,6 +52,7 @@ from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmPool, War
 from statecore.snapshot import state_table_uri
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.spark.executor import META, TaskSpec, per_record, run_task
+from statecore.spark.host import host_address, host_folder, hosted, stop_hosts
 from statecore.spark.partitioning import KEY_GROUP_COLUMN
 from statecore.ttl import ManualTimeProvider, StateTtlConfig
 from statecore.types import TypeInfo
@@ -106,6 +111,7 @@ def run(
     clock: ManualTimeProvider | None = None,
     tasks: Sequence[int] | None = None,
     changelog: ChangelogConfig | None = None,
+    runner: Callable[..., Iterator[pa.RecordBatch]] = run_task,
 ) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
     """One checkpoint of ``records``: its output rows (sorted) and the summed restore metrics.
 
@@ -169,7 +175,7 @@ def run(
                 }
             )
             task_rows, meta = [], None
-            for out in run_task(
+            for out in runner(
                 spec, copy.deepcopy(function), per_record(spec), index, iter([batch])
             ):
                 for row in out.to_pylist():
@@ -239,6 +245,52 @@ def test_warm_state_continues_between_runs_as_a_cold_restore_would(
         assert restore["warm_key_groups"] == MAX_P
         assert restore.get("ingested_rows", 0) == 0
     assert len(WARM_POOL) == 2
+
+
+@pytest.fixture
+def host_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder of warm state hosts for one test (short: a socket's path has at most 107
+    bytes); its hosts are asked to exit at the end."""
+    with tempfile.TemporaryDirectory(prefix="sc-hosts-") as folder:
+        monkeypatch.setenv("STATECORE_HOST_DIR", folder)
+        monkeypatch.setenv("STATECORE_HOST_IDLE_SECONDS", "120")  # should the stop fail
+        try:
+            yield Path(folder)
+        finally:
+            stop_hosts()
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_warm_state_in_a_host_continues_whichever_process_asks(
+    statecore_home: StatecoreConfig, backend: str, host_dir: Path
+) -> None:
+    """Tasks run through their subtasks' hosts (:mod:`statecore.spark.host`) continue warm
+    though this process keeps nothing between them (as when Spark picks another worker), and
+    their outputs are the cold job's."""
+    runs = [{"records": events(i), "checkpoint_id": i, "backend": backend} for i in range(1, 4)]
+    expected = cold(statecore_home, runs, f"cold_{backend}")
+    for i, (kw, rows) in enumerate(zip(runs, expected)):
+        got, restore = run(statecore_home, job=f"hosted_{backend}", runner=hosted, **kw)
+        assert got == rows
+        assert restore["warm_tasks"] == (0 if i == 0 else 2)
+        assert len(WARM_POOL) == 0  # the hosts keep the state, not this process
+    assert len(list(host_dir.glob("*/*/*.sock"))) == 2
+
+
+def test_warm_state_host_folders_open_to_others_or_too_long_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The socket accepts pickles: a folder others may use is refused, and so is a path a Unix
+    socket cannot have; both before any host starts."""
+    monkeypatch.setenv("STATECORE_HOST_DIR", str(tmp_path))
+    root = tmp_path / f"statecore-hosts-{os.getuid()}"
+    root.mkdir()
+    root.chmod(0o777)
+    with pytest.raises(ConfigError, match="only this user may use"):
+        host_folder()
+    monkeypatch.setenv("STATECORE_HOST_DIR", str(tmp_path / ("x" * 80)))
+    with pytest.raises(ConfigError, match="too long for a Unix socket"):
+        host_address("j", "main", 0)
 
 
 @pytest.mark.parametrize("changelog", [None, ChangelogConfig()], ids=["whole", "changelog"])

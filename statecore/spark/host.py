@@ -1,0 +1,390 @@
+"""Warm state hosts: a stream's subtask keeps its state warm whichever Python worker Spark picks.
+
+A task keeps its state warm in the process that ran it (:mod:`statecore.runtime.warm`), but
+Spark hands each task to whichever of the executor's idle Python workers comes first, and kills
+workers idle for a minute: on ``local[2]`` only 52-74 % of a stream's tasks found their state
+warm, the others restored it from Delta. So a stream's task does not run its subtask in the
+Python worker: it runs it in the subtask's *host*, a process of the same machine that lives as
+long as the executor, started by the first task that needs it and addressed by a Unix socket
+named after the executor (pyspark's worker daemon, the worker's parent), the job, the operator
+and the subtask. The worker connects, sends the task (its :class:`TaskSpec`, function and
+processing, pickled as Spark pickled them) and its partition's Arrow batches, and passes the
+host's result batches on to Spark. In the host the task is :func:`run_task` as before, warm
+pool, restore, snapshot, live lookups and fault points included: what a worker would keep, the
+host keeps, and the next task of the subtask finds it there whichever worker Spark picked. A
+task on another executor (a multi-executor cluster) reaches another host, which restores.
+
+Failure stays a task failure. An error in the host comes back as the task's error (the same
+exception, when it pickles); a host that dies (a kill point, an OOM) ends the connection, the
+task fails and Spark's retry starts a new host, which restores. The host takes all of a task's
+batches before it runs it (a worker that dies while sending leaves no task behind); a worker
+that dies later makes the host's task fail at its next send, its state closed, not kept. A host
+serves one task at a time (a second attempt of the subtask waits for the first to end), and the
+warm pool's token decides as before whether what it holds is the checkpoint to restore.
+
+A host exits when its executor is gone, after :data:`IDLE_ENV` seconds without a task (default
+1,800), or when more than :data:`MAX_HOSTS_ENV` hosts (default 8) of its executor exist and it
+is the least recently used and idle for a minute. Hosts live in ``$STATECORE_HOST_DIR``
+(default the temporary folder) under ``statecore-hosts-<uid>``, a folder only its owner may use
+(the socket accepts pickles); each host logs to ``<socket>.log`` beside its socket.
+``keyed_stream(..., warm_hosts=False)``, or ``STATECORE_WARM_HOST=0`` in the executors'
+environment (``spark.executorEnv.STATECORE_WARM_HOST``), runs a stream's tasks in the worker,
+as batch jobs always do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import pickle
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark import cloudpickle
+
+from statecore.errors import ConfigError
+
+__all__ = [
+    "EXECUTOR_ENV",
+    "HOST_DIR_ENV",
+    "IDLE_ENV",
+    "MAX_HOSTS_ENV",
+    "WARM_HOST_ENV",
+    "host_address",
+    "host_name",
+    "hosts_root",
+    "hosted",
+    "hosting",
+    "stop_hosts",
+]
+
+log = logging.getLogger(__name__)
+
+WARM_HOST_ENV = "STATECORE_WARM_HOST"
+EXECUTOR_ENV = "STATECORE_HOST_EXECUTOR_PID"
+"""Set in a host: the process its executor's tasks run under (pyspark's worker daemon); a host
+is no child of the executor once the worker that started it has exited."""
+HOST_DIR_ENV = "STATECORE_HOST_DIR"
+IDLE_ENV = "STATECORE_HOST_IDLE_SECONDS"
+MAX_HOSTS_ENV = "STATECORE_MAX_HOSTS"
+DEFAULT_IDLE = 1800.0
+DEFAULT_MAX_HOSTS = 8
+EVICT_AFTER = 60.0
+MAX_SOCKET_PATH = 107
+START_TIMEOUT = 120.0
+"""Seconds a task waits for the host it started to listen (its imports, on a busy machine)."""
+
+_BATCH, _DONE, _ERROR, _EXIT = b"B", b"D", b"E", b"X"
+
+
+def hosting() -> bool:
+    """Whether this worker's environment lets stream tasks run in hosts (the default)."""
+    return os.environ.get(WARM_HOST_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def hosts_root() -> Path:
+    """The folder of this user's hosts (one folder per executor in it)."""
+    base = Path(os.environ.get(HOST_DIR_ENV) or tempfile.gettempdir())
+    return base / f"statecore-hosts-{os.getuid()}"
+
+
+def host_folder(executor: int | None = None) -> Path:
+    """The folder of the hosts of ``executor`` (default: this worker's, its parent process),
+    created private to this user; refused when someone else could use it."""
+    root = hosts_root()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = root.stat()
+    if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+        raise ConfigError(
+            f"warm state hosts: {root} must be a folder only this user may use (owner "
+            f"{info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}); remove it or set "
+            f"{HOST_DIR_ENV}"
+        )
+    folder = root / str(os.getppid() if executor is None else executor)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def host_name(job: str, operator: str, subtask: int) -> str:
+    """The name of the socket of the host of ``subtask`` of ``job``'s ``operator`` (short: a
+    Unix socket's path has at most 107 bytes)."""
+    return hashlib.sha256(f"{job}\0{operator}\0{subtask}".encode()).hexdigest()[:24] + ".sock"
+
+
+def host_address(job: str, operator: str, subtask: int, executor: int | None = None) -> Path:
+    """The socket of the host of ``subtask`` of ``job``'s ``operator`` on ``executor``;
+    refused (before any folder is made) when a Unix socket cannot have that path."""
+    executor = os.getppid() if executor is None else executor
+    address = hosts_root() / str(executor) / host_name(job, operator, subtask)
+    if len(os.fsencode(address)) > MAX_SOCKET_PATH:
+        raise ConfigError(
+            f"warm state hosts: {address} is too long for a Unix socket (at most "
+            f"{MAX_SOCKET_PATH} bytes); set {HOST_DIR_ENV} to a shorter folder"
+        )
+    host_folder(executor)
+    return address
+
+
+def hosted(
+    spec: Any, function: Any, process: Any, index: int, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """:func:`~statecore.spark.executor.run_task` of operator instance ``index`` in its host
+    (started when there is none): the partition's ``batches`` go there, its result batches
+    come back."""
+    started = time.perf_counter()
+    address = host_address(spec.job, spec.operator, index)
+    connection = _connect(address)
+    with connection:
+        connect_s = time.perf_counter() - started
+        task = (spec, function, process, index, connect_s)
+        payload = cloudpickle.dumps(task)  # type: ignore[no-untyped-call]
+        connection.send_bytes(pickle.dumps((sys.path, payload)))  # Spark's --py-files too
+        for batch in batches:
+            connection.send_bytes(_BATCH + _ipc(batch))
+        connection.send_bytes(_DONE)
+        while True:
+            try:
+                message = connection.recv_bytes()
+            except EOFError:
+                raise RuntimeError(
+                    f"job {spec.job}, operator {spec.operator}, subtask {index}: its warm "
+                    f"state host ended during the task (see {address}.log); the task fails "
+                    "and its retry restores"
+                ) from None
+            tag, body = message[:1], message[1:]
+            if tag == _BATCH:
+                yield _batch(body)
+            elif tag == _DONE:
+                return
+            else:
+                raise _error(body)
+
+
+def _connect(address: Path) -> Connection:
+    """A connection to the host at ``address``, started first when none listens there."""
+    with contextlib.suppress(FileNotFoundError, ConnectionRefusedError):
+        return Client(str(address), family="AF_UNIX")
+    with _locked(address):
+        with contextlib.suppress(FileNotFoundError, ConnectionRefusedError):
+            return Client(str(address), family="AF_UNIX")
+        address.unlink(missing_ok=True)  # a host that died left it
+        _evict(address.parent)
+        host = _start(address)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            with contextlib.suppress(FileNotFoundError, ConnectionRefusedError):
+                return Client(str(address), family="AF_UNIX")
+            if host.poll() is not None or time.monotonic() > deadline:
+                host.kill()
+                raise RuntimeError(
+                    f"the warm state host at {address} did not start (exit status "
+                    f"{host.poll()}); its log: {_tail(Path(f'{address}.log'))}"
+                )
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _locked(address: Path) -> Iterator[None]:
+    """Held while a task starts the host at ``address`` (two tasks never start two)."""
+    with open(f"{address}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _start(address: Path) -> subprocess.Popen[bytes]:
+    """The host process of ``address``, detached from this worker (it outlives it)."""
+    with open(f"{address}.log", "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "statecore.spark.host", str(address), str(os.getppid())],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+            env={**os.environ, EXECUTOR_ENV: str(os.getppid())},
+        )
+
+
+def stop_hosts(executor: int | None = None) -> int:
+    """Ask every host of ``executor`` (default: this process's parent's) to exit once its
+    current task ends; how many were asked. Hosts also exit by themselves (see the module)."""
+    sockets = list(host_folder(executor).glob("*.sock"))
+    for socket in sockets:
+        _ask_to_exit(socket)
+    return len(sockets)
+
+
+def _ask_to_exit(socket: Path) -> None:
+    try:
+        with Client(str(socket), family="AF_UNIX") as connection:
+            connection.send_bytes(_EXIT)
+    except OSError:
+        socket.unlink(missing_ok=True)  # no host listens there any more
+
+
+def _evict(folder: Path) -> None:
+    """Ask the least recently used hosts of ``folder`` to exit until a new one fits; never
+    one that ran a task in the last :data:`EVICT_AFTER` seconds (a stream with more subtasks
+    on this executor than the limit keeps them all, rather than restoring in turn)."""
+    limit = int(os.environ.get(MAX_HOSTS_ENV) or DEFAULT_MAX_HOSTS)
+    sockets = sorted(folder.glob("*.sock"), key=_mtime)
+    idle = [s for s in sockets if time.time() - _mtime(s) > EVICT_AFTER]
+    for socket in idle[: max(0, len(sockets) - limit + 1)]:
+        _ask_to_exit(socket)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue())
+
+
+def _batch(data: bytes) -> pa.RecordBatch:
+    return pa.ipc.open_stream(data).read_next_batch()
+
+
+def _error(body: bytes) -> BaseException:
+    """The host's exception: itself when it unpickles, else its type and message."""
+    try:
+        error = pickle.loads(body)
+    except Exception:
+        return RuntimeError(body.decode("utf-8", "replace"))
+    return error if isinstance(error, BaseException) else RuntimeError(repr(error))
+
+
+def _tail(path: Path, size: int = 2000) -> str:
+    try:
+        return path.read_bytes()[-size:].decode("utf-8", "replace")
+    except OSError:
+        return "(none)"
+
+
+class Host:
+    """The server of one subtask's host: one task at a time, over the socket at ``address``."""
+
+    def __init__(self, address: Path, executor: int, idle: float) -> None:
+        self.address = address
+        self.executor = executor
+        self.idle = idle
+        self.busy = threading.Lock()
+        self.last_task = time.monotonic()
+        self.inode = 0
+
+    def serve(self) -> None:
+        listener = Listener(str(self.address), family="AF_UNIX")
+        self.inode = os.stat(self.address).st_ino
+        threading.Thread(target=self._watch, name="statecore-host-watch", daemon=True).start()
+        log.info("warm state host %s of executor %d listening", self.address, self.executor)
+        while True:
+            connection = listener.accept()
+            with connection, self.busy:
+                os.utime(self.address)  # most recently used
+                if not self.task(connection):
+                    self.exit("asked to exit (too many hosts)")
+                self.last_task = time.monotonic()
+
+    def task(self, connection: Connection) -> bool:
+        """Run the task ``connection`` sends; ``False`` when it asks the host to exit."""
+        from statecore.runtime.collector import task_gc_policy
+        from statecore.spark.executor import run_task
+
+        try:
+            header = connection.recv_bytes()
+            if header == _EXIT:
+                return False
+            paths, payload = pickle.loads(header)
+            sys.path.extend(p for p in paths if p not in sys.path)
+            spec, function, process, index, connect_s = pickle.loads(payload)
+            batches = []
+            while (message := connection.recv_bytes()) != _DONE:
+                batches.append(_batch(message[1:]))
+        except (EOFError, OSError):
+            return True  # the worker went away before its task began
+        try:
+            with task_gc_policy():
+                for batch in run_task(
+                    spec, function, process, index, iter(batches), handover_s=connect_s
+                ):
+                    connection.send_bytes(_BATCH + _ipc(batch))
+            connection.send_bytes(_DONE)
+        except BaseException as exc:
+            log.warning("task of subtask %d failed", index, exc_info=True)
+            with contextlib.suppress(OSError):
+                connection.send_bytes(_ERROR + _pickled(exc))
+        return True
+
+    def _watch(self) -> None:
+        """Exit when the executor is gone or no task came for ``idle`` seconds."""
+        while True:
+            time.sleep(1.0)
+            with self.busy:
+                if not _alive(self.executor):
+                    self.exit(f"executor process {self.executor} is gone")
+                if time.monotonic() - self.last_task > self.idle:
+                    self.exit(f"no task for {self.idle:g} s")
+
+    def exit(self, why: str) -> None:
+        """Close what the host keeps (a RocksDB instance releases its folder) and exit."""
+        from statecore.runtime.warm import WARM_POOL
+
+        log.info("warm state host %s exits: %s", self.address, why)
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(self.address).st_ino == self.inode:
+                self.address.unlink()
+        WARM_POOL.clear()
+        logging.shutdown()
+        os._exit(0)
+
+
+def _pickled(exc: BaseException) -> bytes:
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+        return data
+    except Exception:
+        return f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".encode()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list[str]) -> None:
+    address, executor = Path(argv[0]), int(argv[1])
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    Host(address, executor, float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE)).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
