@@ -221,11 +221,11 @@ def task_function(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = TaskContext.get().partitionId()  # type: ignore[union-attr]
-        if spec.warm_host and spec.keep_warm and hosting():
-            yield from hosted(spec, function, process, index, batches)
-            return
-        with task_gc_policy():  # once per task, restore included
-            yield from run_task(spec, function, process, index, batches)
+        with task_gc_policy():  # once per task, restore (or the hand-over) included
+            if spec.warm_host and spec.keep_warm and hosting():
+                yield from hosted(spec, function, process, index, batches)
+            else:
+                yield from run_task(spec, function, process, index, batches)
 
     return run
 

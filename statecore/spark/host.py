@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -104,7 +105,13 @@ def hosts_root() -> Path:
 def host_folder(executor: int | None = None) -> Path:
     """The folder of the hosts of ``executor`` (default: this worker's, its parent process),
     created private to this user; refused when someone else could use it."""
-    root = hosts_root()
+    return _private_folder(hosts_root(), os.getppid() if executor is None else executor)
+
+
+@functools.lru_cache(maxsize=64)
+def _private_folder(root: Path, executor: int) -> Path:
+    """:func:`host_folder`, checked once per process (a task's hand-over makes no file system
+    call but its connection)."""
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = root.stat()
     if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
@@ -113,7 +120,7 @@ def host_folder(executor: int | None = None) -> Path:
             f"{info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}); remove it or set "
             f"{HOST_DIR_ENV}"
         )
-    folder = root / str(os.getppid() if executor is None else executor)
+    folder = root / str(executor)
     folder.mkdir(mode=0o700, exist_ok=True)
     return folder
 
@@ -177,6 +184,8 @@ def _connect(address: Path) -> Connection:
     """A connection to the host at ``address``, started first when none listens there."""
     with contextlib.suppress(FileNotFoundError, ConnectionRefusedError):
         return Client(str(address), family="AF_UNIX")
+    _private_folder.cache_clear()  # checked again: the folder may have gone since
+    _private_folder(address.parent.parent, int(address.parent.name))
     with _locked(address):
         with contextlib.suppress(FileNotFoundError, ConnectionRefusedError):
             return Client(str(address), family="AF_UNIX")
