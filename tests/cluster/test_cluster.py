@@ -107,8 +107,8 @@ def test_cluster_stream_keeps_state_warm_per_executor_and_serves_live_lookups(
 ) -> None:
     """A RocksDB stream at parallelism 2 over ten micro-batches: state and output exactly once;
     how many tasks continued warm on each executor (the share is reported, not asserted:
-    Spark places the tasks); each live lookup answered by the Python worker that ran the key's
-    subtask last, in the executor that holds it."""
+    Spark places the tasks); each live lookup answered by the process that ran the key's
+    subtask last (its warm state host), in the executor that holds it."""
     source = tmp_path / "input"
     source.mkdir()
     for c in range(1, MICRO_BATCHES + 1):  # one file per micro-batch, in order
@@ -159,7 +159,7 @@ def test_cluster_stream_keeps_state_warm_per_executor_and_serves_live_lookups(
     servers = {int(s): e for s, e in result["servers"].items()}
     assert {s: (e["pid"], e["executor"]) for s, e in servers.items()} == {
         s: (p["pid"], p["executor"]) for s, p in last.items()
-    }  # each range is served by the Python worker that ran its subtask last
+    }  # each range is served by the process (the subtask's host) that ran its subtask last
     assert all(e["host"] == "127.0.0.1" for e in servers.values())
     answers = [(a["key"], a["live"], a["value"], a["fallback"]) for a in result["lookups"]]
     assert answers == [(u, True, expected[u], None) for u in users]
