@@ -35,7 +35,7 @@ if __package__ in (None, ""):
 
 from benchmarks.measure import clock
 from benchmarks.on_spark import OUTPUT_SCHEMA, _fresh, _verify_output, session
-from benchmarks.report import machine_info
+from benchmarks.report import machine_info, replace_section
 from benchmarks.stream import WORK, _batch_ms, _stream, prepare
 from benchmarks.workload import Workload
 
@@ -212,14 +212,6 @@ def render(variants: list[Variant], args: Any) -> str:
     return "\n".join(lines)
 
 
-def replace_section(text: str, section: str) -> str:
-    if HEADING not in text:
-        return text.rstrip("\n") + "\n\n" + section
-    before, rest = text.split(HEADING, 1)
-    ends = [i + 1 for i in (rest.find("\n## "), rest.find("\n<!--")) if i >= 0]
-    return before + section + (rest[min(ends) :] if ends else "")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=31)
@@ -248,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     section = render(variants, args)
     print(section)
     if not args.no_write:
-        RESULTS.write_text(replace_section(RESULTS.read_text(), section))
+        RESULTS.write_text(replace_section(RESULTS.read_text(), HEADING, section))
     return 0
 
 

@@ -53,6 +53,16 @@ class Results:
         return (statistics.median(ratios), ratios) if ratios else None
 
 
+def replace_section(text: str, heading: str, section: str) -> str:
+    """``text`` with its section under ``heading`` (up to the next ``## `` heading or marker
+    comment) replaced by ``section``, or with ``section`` appended."""
+    if heading not in text:
+        return text.rstrip("\n") + "\n\n" + section
+    before, rest = text.split(heading, 1)
+    ends = [i + 1 for i in (rest.find("\n## "), rest.find("\n<!--")) if i >= 0]
+    return before + section + (rest[min(ends) :] if ends else "")
+
+
 def _run(args: list[str]) -> str:
     try:
         out = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)

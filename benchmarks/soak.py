@@ -45,6 +45,7 @@ if __package__ in (None, ""):
 import sqlalchemy as sa
 from deltalake import DeltaTable
 
+from benchmarks.report import replace_section
 from statecore.catalog import Catalog, CheckpointRecord
 from statecore.catalog.engine import shared_engine
 from statecore.checkpoint.retain import retain_checkpoints
@@ -429,16 +430,6 @@ def render(result: Soak) -> str:
     )
 
 
-def replace_section(text: str, section: str) -> str:
-    """``text`` with its soak section (up to the next heading or marker comment) replaced by
-    ``section``, or with ``section`` appended."""
-    if HEADING not in text:
-        return text.rstrip("\n") + "\n\n" + section
-    before, rest = text.split(HEADING, 1)
-    ends = [i + 1 for i in (rest.find("\n## "), rest.find("\n<!--")) if i >= 0]
-    return before + section + (rest[min(ends) :] if ends else "")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--micro-batches", type=int, default=1000)
@@ -459,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     section = render(result)
     print(section)
     if not args.no_write:
-        RESULTS.write_text(replace_section(RESULTS.read_text(), section))
+        RESULTS.write_text(replace_section(RESULTS.read_text(), HEADING, section))
     return 0
 
 
