@@ -41,15 +41,13 @@ import hashlib
 import logging
 import os
 import pickle
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection
 from pathlib import Path
 from typing import Any
 
@@ -59,17 +57,23 @@ from pyspark import cloudpickle
 from statecore.errors import ConfigError
 
 __all__ = [
+    "BATCH",
+    "DONE",
+    "ERROR",
+    "EXIT",
     "EXECUTOR_ENV",
     "HOST_DIR_ENV",
     "IDLE_ENV",
     "MAX_HOSTS_ENV",
     "WARM_HOST_ENV",
+    "from_ipc",
     "host_address",
     "host_name",
     "hosts_root",
     "hosted",
     "hosting",
     "stop_hosts",
+    "to_ipc",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,7 +92,9 @@ MAX_SOCKET_PATH = 107
 START_TIMEOUT = 120.0
 """Seconds a task waits for the host it started to listen (its imports, on a busy machine)."""
 
-_BATCH, _DONE, _ERROR, _EXIT = b"B", b"D", b"E", b"X"
+BATCH, DONE, ERROR, EXIT = b"B", b"D", b"E", b"X"
+"""The first byte of a message: a result (or input) batch follows, the task (or its input) is
+done, an error follows (pickled), the host is asked to exit."""
 
 
 def hosting() -> bool:
@@ -160,8 +166,8 @@ def hosted(
         payload = cloudpickle.dumps(task)  # type: ignore[no-untyped-call]
         connection.send_bytes(pickle.dumps((sys.path, payload)))  # Spark's --py-files too
         for batch in batches:
-            connection.send_bytes(_BATCH + _ipc(batch))
-        connection.send_bytes(_DONE)
+            connection.send_bytes(BATCH + to_ipc(batch))
+        connection.send_bytes(DONE)
         while True:
             try:
                 message = connection.recv_bytes()
@@ -172,9 +178,9 @@ def hosted(
                     "and its retry restores"
                 ) from None
             tag, body = message[:1], message[1:]
-            if tag == _BATCH:
-                yield _batch(body)
-            elif tag == _DONE:
+            if tag == BATCH:
+                yield from_ipc(body)
+            elif tag == DONE:
                 return
             else:
                 raise _error(body)
@@ -220,7 +226,7 @@ def _start(address: Path) -> subprocess.Popen[bytes]:
     """The host process of ``address``, detached from this worker (it outlives it)."""
     with open(f"{address}.log", "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "statecore.spark.host", str(address), str(os.getppid())],
+            [sys.executable, "-m", "statecore.spark.host_server", str(address), str(os.getppid())],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -242,7 +248,7 @@ def stop_hosts(executor: int | None = None) -> int:
 def _ask_to_exit(socket: Path) -> None:
     try:
         with Client(str(socket), family="AF_UNIX") as connection:
-            connection.send_bytes(_EXIT)
+            connection.send_bytes(EXIT)
     except OSError:
         socket.unlink(missing_ok=True)  # no host listens there any more
 
@@ -265,14 +271,14 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _ipc(batch: pa.RecordBatch) -> bytes:
+def to_ipc(batch: pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
     return bytes(sink.getvalue())
 
 
-def _batch(data: bytes) -> pa.RecordBatch:
+def from_ipc(data: bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(data).read_next_batch()
 
 
@@ -290,110 +296,3 @@ def _tail(path: Path, size: int = 2000) -> str:
         return path.read_bytes()[-size:].decode("utf-8", "replace")
     except OSError:
         return "(none)"
-
-
-class Host:
-    """The server of one subtask's host: one task at a time, over the socket at ``address``."""
-
-    def __init__(self, address: Path, executor: int, idle: float) -> None:
-        self.address = address
-        self.executor = executor
-        self.idle = idle
-        self.busy = threading.Lock()
-        self.last_task = time.monotonic()
-        self.inode = 0
-
-    def serve(self) -> None:
-        listener = Listener(str(self.address), family="AF_UNIX")
-        self.inode = os.stat(self.address).st_ino
-        threading.Thread(target=self._watch, name="statecore-host-watch", daemon=True).start()
-        log.info("warm state host %s of executor %d listening", self.address, self.executor)
-        while True:
-            connection = listener.accept()
-            with connection, self.busy:
-                os.utime(self.address)  # most recently used
-                if not self.task(connection):
-                    self.exit("asked to exit (too many hosts)")
-                self.last_task = time.monotonic()
-
-    def task(self, connection: Connection) -> bool:
-        """Run the task ``connection`` sends; ``False`` when it asks the host to exit."""
-        from statecore.runtime.collector import task_gc_policy
-        from statecore.spark.executor import run_task
-
-        try:
-            header = connection.recv_bytes()
-            if header == _EXIT:
-                return False
-            paths, payload = pickle.loads(header)
-            sys.path.extend(p for p in paths if p not in sys.path)
-            spec, function, process, index, connect_s = pickle.loads(payload)
-            batches = []
-            while (message := connection.recv_bytes()) != _DONE:
-                batches.append(_batch(message[1:]))
-        except (EOFError, OSError):
-            return True  # the worker went away before its task began
-        try:
-            with task_gc_policy():
-                for batch in run_task(
-                    spec, function, process, index, iter(batches), handover_s=connect_s
-                ):
-                    connection.send_bytes(_BATCH + _ipc(batch))
-            connection.send_bytes(_DONE)
-        except BaseException as exc:
-            log.warning("task of subtask %d failed", index, exc_info=True)
-            with contextlib.suppress(OSError):
-                connection.send_bytes(_ERROR + _pickled(exc))
-        return True
-
-    def _watch(self) -> None:
-        """Exit when the executor is gone or no task came for ``idle`` seconds."""
-        while True:
-            time.sleep(1.0)
-            with self.busy:
-                if not _alive(self.executor):
-                    self.exit(f"executor process {self.executor} is gone")
-                if time.monotonic() - self.last_task > self.idle:
-                    self.exit(f"no task for {self.idle:g} s")
-
-    def exit(self, why: str) -> None:
-        """Close what the host keeps (a RocksDB instance releases its folder) and exit."""
-        from statecore.runtime.warm import WARM_POOL
-
-        log.info("warm state host %s exits: %s", self.address, why)
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(self.address).st_ino == self.inode:
-                self.address.unlink()
-        WARM_POOL.clear()
-        logging.shutdown()
-        os._exit(0)
-
-
-def _pickled(exc: BaseException) -> bytes:
-    try:
-        data = pickle.dumps(exc)
-        pickle.loads(data)
-        return data
-    except Exception:
-        return f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".encode()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def main(argv: list[str]) -> None:
-    address, executor = Path(argv[0]), int(argv[1])
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    Host(address, executor, float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE)).serve()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
