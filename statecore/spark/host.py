@@ -258,9 +258,9 @@ def _evict(folder: Path) -> None:
     one that ran a task in the last :data:`EVICT_AFTER` seconds (a stream with more subtasks
     on this executor than the limit keeps them all, rather than restoring in turn)."""
     limit = int(os.environ.get(MAX_HOSTS_ENV) or DEFAULT_MAX_HOSTS)
-    sockets = sorted(folder.glob("*.sock"), key=_mtime)
-    idle = [s for s in sockets if time.time() - _mtime(s) > EVICT_AFTER]
-    for socket in idle[: max(0, len(sockets) - limit + 1)]:
+    used = sorted((_mtime(s), s) for s in folder.glob("*.sock"))
+    idle = [s for at, s in used if time.time() - at > EVICT_AFTER]
+    for socket in idle[: max(0, len(used) - limit + 1)]:
         _ask_to_exit(socket)
 
 

@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import pickle
-import signal
 import sys
 import threading
 import time
@@ -58,7 +57,7 @@ class Host:
             with connection, self.busy:
                 os.utime(self.address)  # most recently used
                 if not self.task(connection):
-                    self.exit("asked to exit (too many hosts)")
+                    self.exit("asked to exit (stop_hosts, or too many hosts)")
                 self.last_task = time.monotonic()
 
     def task(self, connection: Connection) -> bool:
@@ -124,14 +123,13 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # it exists, under another user
     return True
 
 
 def main(argv: list[str]) -> None:
     address, executor = Path(argv[0]), int(argv[1])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     Host(address, executor, float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE)).serve()
 
 

@@ -363,10 +363,11 @@ class KeyedRunner:
         except Exception as exc:
             coordinator.fail(checkpoint_id, exc)
             raise
+        metrics = _metrics(metas, restore)
         record = coordinator.commit(
             checkpoint,
             snapshots,
-            metrics=_metrics(metas, restore),
+            metrics=metrics,
             watermark=None if watermark == MIN_WATERMARK else watermark,
             participants=participants,
         )
@@ -408,7 +409,7 @@ class KeyedRunner:
                 restore.get("warm_key_groups", 0),
                 restore.get("reused_key_groups", 0),
                 restore.get("ingested_rows", 0),
-                _acquire_ms(metas),
+                metrics["acquire_ms"],
             )
         pending = [
             m["next_processing_timer"] for m in metas if m.get("next_processing_timer") is not None
