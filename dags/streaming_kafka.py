@@ -151,12 +151,8 @@ def streaming_kafka() -> None:
         import json
 
         from statecore.catalog import CheckpointKind
-        from statecore.ops.streams import (
-            checkpoints_after,
-            default_checkpoint_location,
-            read_status,
-        )
-        from statecore_airflow import StatecoreHook
+        from statecore.ops.streams import default_checkpoint_location, read_status
+        from statecore_airflow import StatecoreHook, publish_checkpoints
 
         hook = StatecoreHook()
         status = read_status(default_checkpoint_location(hook.get_config(), JOB))
@@ -167,21 +163,12 @@ def streaming_kafka() -> None:
                 if catalog.has_job(JOB)
                 else None
             )
-            # this run's checkpoints: those after the last one the previous run published
-            previous = context["ti"].xcom_pull(task_ids="checkpoints", include_prior_dates=True)
-            completed = checkpoints_after(
-                catalog, JOB, previous["last_checkpoint"] if previous else None
-            )
+            last = None if latest is None else latest.checkpoint_id
+            completed = publish_checkpoints(context, catalog, JOB, last)
         identity = (latest.input_identity or "") if latest is not None else ""
         offsets = None
         if identity.startswith("given:{"):  # {"batch_id": n, "offsets": {"end": [...], ...}}
             offsets = (json.loads(identity.removeprefix("given:")).get("offsets") or {}).get("end")
-        last = None if latest is None else latest.checkpoint_id
-        context["outlet_events"][CHECKPOINTS].extra = {
-            "job": JOB,
-            "checkpoints": completed,
-            "last_checkpoint": last,
-        }
         return {
             "state": None if status is None else status.state,
             "completed": completed,

@@ -93,12 +93,8 @@ def streaming_pipeline() -> None:
     @task(outlets=[CHECKPOINTS])
     def checkpoints(**context: Any) -> dict[str, Any]:
         """The query's progress, and the checkpoints this run completed as the Asset event."""
-        from statecore.ops.streams import (
-            checkpoints_after,
-            default_checkpoint_location,
-            stream_progress,
-        )
-        from statecore_airflow import StatecoreHook
+        from statecore.ops.streams import default_checkpoint_location, stream_progress
+        from statecore_airflow import StatecoreHook, publish_checkpoints
 
         hook = StatecoreHook()
         config = hook.get_config()
@@ -106,17 +102,9 @@ def streaming_pipeline() -> None:
             progress = stream_progress(
                 catalog, job=JOB, checkpoint_location=default_checkpoint_location(config, JOB)
             ).to_dict()
-            # this run's checkpoints: those after the last one the previous run published
-            previous = context["ti"].xcom_pull(task_ids="checkpoints", include_prior_dates=True)
-            completed = checkpoints_after(
-                catalog, JOB, previous["last_checkpoint"] if previous else None
+            progress["completed"] = publish_checkpoints(
+                context, catalog, JOB, progress["last_checkpoint"]
             )
-        progress["completed"] = completed
-        context["outlet_events"][CHECKPOINTS].extra = {
-            "job": JOB,
-            "checkpoints": completed,
-            "last_checkpoint": progress["last_checkpoint"],
-        }
         return progress
 
     check() >> increment >> checkpoints()

@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from statecore_airflow.assets import checkpoint_asset
+    from statecore_airflow.assets import checkpoint_asset, publish_checkpoints
     from statecore_airflow.hooks import StatecoreHook
     from statecore_airflow.operators import (
         RescaleOperator,
@@ -36,6 +36,7 @@ __all__ = [
     "StreamStopOperator",
     "TtlCleanupOperator",
     "checkpoint_asset",
+    "publish_checkpoints",
 ]
 
 _MODULES = {
@@ -47,6 +48,7 @@ _MODULES = {
     "StreamSensor": "streams",
     "StreamStopOperator": "streams",
     "checkpoint_asset": "assets",
+    "publish_checkpoints": "assets",
 }
 
 
