@@ -237,16 +237,20 @@ def run_task(
     index: int,
     batches: Iterator[pa.RecordBatch],
     handover_s: float = 0.0,
+    handover_cpu_s: float = 0.0,
 ) -> Iterator[pa.RecordBatch]:
     """Operator instance ``index`` over ``batches``: take the state this process kept from the
     last run or restore it, ``process``, snapshot, keep the state, report (output rows, then
     one row whose :data:`META` column is the JSON report). ``handover_s``: the time the task
     took to reach this process (a warm state host, :mod:`statecore.spark.host`), counted in
-    the time it took to get its state (``acquire_s``)."""
-    started = time.perf_counter()
+    the time it took to get its state (``acquire_s``); ``handover_cpu_s``: the CPU time of it,
+    counted in ``acquire_cpu_s`` (the CPU time the task's thread spent getting its state: the
+    rest of ``acquire_s`` it waited for a core, or for a restore's reader threads)."""
+    started, started_cpu = time.perf_counter(), time.thread_time()
     state = _TaskState.take(spec, index)
     task = state.opened_task(spec, function, index)  # restored (or kept), opened
     acquire_s = handover_s + time.perf_counter() - started
+    acquire_cpu_s = handover_cpu_s + time.thread_time() - started_cpu
     backend = task.backend
     restore_timing = (
         None  # a kept state reads nothing: no sample for the restore-time estimates
@@ -324,6 +328,7 @@ def run_task(
             "restore": restored,
             "restore_timing": restore_timing,
             "acquire_s": acquire_s,
+            "acquire_cpu_s": acquire_cpu_s,
             "latency": None if task.tracker is None else task.tracker.report(),
             "states": [s.to_json_dict() for s in snapshot],
             "output": None if written is None else written.to_json_dict(),

@@ -157,12 +157,12 @@ def hosted(
     """:func:`~statecore.spark.executor.run_task` of operator instance ``index`` in its host
     (started when there is none): the partition's ``batches`` go there, its result batches
     come back."""
-    started = time.perf_counter()
-    address = host_address(spec.job, spec.operator, index)
+    started, started_cpu = time.perf_counter(), time.thread_time()
+    address = _address(os.environ.get(HOST_DIR_ENV), spec.job, spec.operator, index)
     connection = _connect(address)
     with connection:
         connect_s = time.perf_counter() - started
-        task = (spec, function, process, index, connect_s)
+        task = (spec, function, process, index, connect_s, time.thread_time() - started_cpu)
         payload = cloudpickle.dumps(task)  # type: ignore[no-untyped-call]
         connection.send_bytes(pickle.dumps((sys.path, payload)))  # Spark's --py-files too
         for batch in batches:
@@ -184,6 +184,14 @@ def hosted(
                 return
             else:
                 raise _error(body)
+
+
+@functools.lru_cache(maxsize=256)
+def _address(host_dir: str | None, job: str, operator: str, subtask: int) -> Path:
+    """:func:`host_address` of this worker's executor under ``host_dir`` (the value of
+    :data:`HOST_DIR_ENV`), computed once per process (a Python worker runs many tasks of the
+    same subtasks)."""
+    return host_address(job, operator, subtask)
 
 
 def _connect(address: Path) -> Connection:

@@ -68,7 +68,7 @@ class Host:
                 return False
             paths, payload = pickle.loads(header)
             sys.path.extend(p for p in paths if p not in sys.path)
-            spec, function, process, index, connect_s = pickle.loads(payload)
+            spec, function, process, index, connect_s, connect_cpu_s = pickle.loads(payload)
             batches = []
             while (message := connection.recv_bytes()) != DONE:
                 batches.append(from_ipc(message[1:]))
@@ -77,7 +77,13 @@ class Host:
         try:
             with task_gc_policy():
                 for batch in run_task(
-                    spec, function, process, index, iter(batches), handover_s=connect_s
+                    spec,
+                    function,
+                    process,
+                    index,
+                    iter(batches),
+                    handover_s=connect_s,
+                    handover_cpu_s=connect_cpu_s,
                 ):
                     connection.send_bytes(BATCH + to_ipc(batch))
             connection.send_bytes(DONE)

@@ -400,7 +400,7 @@ class KeyedRunner:
             log.info(
                 "job %s: restored checkpoint %s with the %s backend: %d of %d tasks kept their "
                 "state warm (%d key groups), %d key groups reused local state, %d rows "
-                "ingested; state acquired in %s ms",
+                "ingested; state acquired in %s ms (%s ms of CPU)",
                 job.job,
                 plan.checkpoint.restore.checkpoint_id,
                 job.backend.name,
@@ -410,6 +410,7 @@ class KeyedRunner:
                 restore.get("reused_key_groups", 0),
                 restore.get("ingested_rows", 0),
                 metrics["acquire_ms"],
+                metrics["acquire_cpu_ms"],
             )
         pending = [
             m["next_processing_timer"] for m in metas if m.get("next_processing_timer") is not None
@@ -504,7 +505,8 @@ def _metrics(metas: list[dict[str, Any]], restore: dict[str, int]) -> dict[str, 
             (m["restore_timing"] for m in metas if m.get("restore_timing")),
             key=lambda t: t["subtask"],
         ),
-        "acquire_ms": _acquire_ms(metas),
+        "acquire_ms": _acquire_ms(metas, "acquire_s"),
+        "acquire_cpu_ms": _acquire_ms(metas, "acquire_cpu_s"),
     }
     reports = [m["latency"] for m in metas if m.get("latency")]
     if reports:
@@ -512,11 +514,12 @@ def _metrics(metas: list[dict[str, Any]], restore: dict[str, int]) -> dict[str, 
     return metrics
 
 
-def _acquire_ms(metas: list[dict[str, Any]]) -> list[float]:
+def _acquire_ms(metas: list[dict[str, Any]], name: str) -> list[float]:
     """Per subtask, the ms its task took to get its state (kept warm, or restored, with the
-    hand-over to its warm state host)."""
+    hand-over to its warm state host): ``acquire_s``, or the CPU time of its thread in it,
+    ``acquire_cpu_s``."""
     ordered = sorted(metas, key=lambda m: m["subtask"])
-    return [round(m.get("acquire_s", 0.0) * 1000, 1) for m in ordered]
+    return [round(m.get(name, 0.0) * 1000, 1) for m in ordered]
 
 
 def _sum_restore_metrics(metas: list[dict[str, Any]]) -> dict[str, int]:

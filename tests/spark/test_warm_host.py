@@ -91,6 +91,9 @@ def test_warm_host_every_task_after_the_first_continues_warm_and_a_killed_host_r
     assert [c.checkpoint_id for c in runs] == list(range(6))
     assert [(c.metrics["warm_tasks"], c.metrics["tasks"]) for c in runs[1:]] == [(2, 2)] * 5
     assert all(len(c.metrics["acquire_ms"]) == 2 for c in runs)
+    for c in runs:  # the CPU time of the acquiring threads: a part of the time it took
+        for wall, cpu in zip(c.metrics["acquire_ms"], c.metrics["acquire_cpu_ms"], strict=True):
+            assert 0 < cpu <= wall + 0.1, c.metrics
     pids = host_pids("hosted")
     assert len(pids) == 2, pids
     for pid in pids:
