@@ -23,8 +23,10 @@ serves one task at a time (a second attempt of the subtask waits for the first t
 warm pool's token decides as before whether what it holds is the checkpoint to restore.
 
 A host exits when its executor is gone, after :data:`IDLE_ENV` seconds without a task (default
-1,800), or when more than :data:`MAX_HOSTS_ENV` hosts (default 8) of its executor exist and it
-is the least recently used and idle for a minute. Hosts live in ``$STATECORE_HOST_DIR``
+1,800), when more than :data:`MAX_HOSTS_ENV` hosts (default 8) of its executor exist and it
+is the least recently used and idle for a minute, or when its job's parallelism went down below
+its subtask (the first task at the lower parallelism in another host of the job on its executor
+asks it to). Hosts live in ``$STATECORE_HOST_DIR``
 (default the temporary folder) under ``statecore-hosts-<uid>``, a folder only its owner may use
 (the socket accepts pickles); each host logs to ``<socket>.log`` beside its socket.
 ``keyed_stream(..., warm_hosts=False)``, or ``STATECORE_WARM_HOST=0`` in the executors'
@@ -73,6 +75,7 @@ __all__ = [
     "hosted",
     "hosting",
     "stop_hosts",
+    "stop_rescaled_hosts",
     "to_ipc",
 ]
 
@@ -248,6 +251,17 @@ def stop_hosts(executor: int | None = None) -> int:
     """Ask every host of ``executor`` (default: this process's parent's) to exit once its
     current task ends; how many were asked. Hosts also exit by themselves (see the module)."""
     sockets = list(host_folder(executor).glob("*.sock"))
+    for socket in sockets:
+        _ask_to_exit(socket)
+    return len(sockets)
+
+
+def stop_rescaled_hosts(folder: Path, job: str, operator: str, before: int, now: int) -> int:
+    """Ask the hosts in ``folder`` of ``job``'s ``operator``'s subtasks ``now`` to ``before`` - 1
+    to exit (its parallelism went down from ``before`` to ``now``: no task will ask them for
+    their state); how many were asked."""
+    names = {host_name(job, operator, subtask) for subtask in range(now, before)}
+    sockets = [s for s in folder.glob("*.sock") if s.name in names]
     for socket in sockets:
         _ask_to_exit(socket)
     return len(sockets)

@@ -28,6 +28,7 @@ from statecore.spark.host import (
     EXIT,
     IDLE_ENV,
     from_ipc,
+    stop_rescaled_hosts,
     to_ipc,
 )
 
@@ -46,6 +47,7 @@ class Host:
         self.busy = threading.Lock()
         self.last_task = time.monotonic()
         self.inode = 0
+        self.parallelism: int | None = None  # of the last task's job
 
     def serve(self) -> None:
         listener = Listener(str(self.address), family="AF_UNIX")
@@ -74,6 +76,17 @@ class Host:
                 batches.append(from_ipc(message[1:]))
         except (EOFError, OSError):
             return True  # the worker went away before its task began
+        if self.parallelism is not None and spec.parallelism < self.parallelism:
+            stopped = stop_rescaled_hosts(
+                self.address.parent, spec.job, spec.operator, self.parallelism, spec.parallelism
+            )
+            log.info(
+                "parallelism %d -> %d: asked %d hosts to exit",
+                self.parallelism,
+                spec.parallelism,
+                stopped,
+            )
+        self.parallelism = spec.parallelism
         try:
             with task_gc_policy():
                 for batch in run_task(

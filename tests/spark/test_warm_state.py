@@ -16,6 +16,7 @@ import functools
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -275,6 +276,41 @@ def test_warm_state_in_a_host_continues_whichever_process_asks(
         assert restore["warm_tasks"] == (0 if i == 0 else 2)
         assert len(WARM_POOL) == 0  # the hosts keep the state, not this process
     assert len(list(host_dir.glob("*/*/*.sock"))) == 2
+
+
+def test_warm_state_hosts_of_subtasks_a_rescale_dropped_exit(
+    statecore_home: StatecoreConfig, host_dir: Path
+) -> None:
+    """At parallelism 4 then 2, the hosts of subtasks 2 and 3 hold state no task will ask for:
+    the first task at 2 asks them to exit; the others go on (and restore: a rescale)."""
+    run(statecore_home, events(1), job="shrunk", checkpoint_id=1, parallelism=4, runner=hosted)
+    sockets = lambda: sorted(host_dir.glob("*/*/*.sock"))  # noqa: E731
+    assert len(sockets()) == 4
+    rows, restore = run(
+        statecore_home, events(2), job="shrunk", checkpoint_id=2, parallelism=2, runner=hosted
+    )
+    assert restore["warm_tasks"] == 0 and restore["tasks"] == 2
+    expected = cold(
+        statecore_home,
+        [
+            {"records": events(1), "checkpoint_id": 1, "parallelism": 4},
+            {"records": events(2), "checkpoint_id": 2, "parallelism": 2},
+        ],
+        "shrunk_cold",
+    )
+    assert rows == expected[1]
+    deadline = time.monotonic() + 30
+    while len(sockets()) > 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [s.name for s in sockets()] == sorted(
+        host_address("shrunk", "main", i).name for i in (0, 1)
+    )
+    assert (
+        run(statecore_home, events(3), job="shrunk", checkpoint_id=3, parallelism=2, runner=hosted)[
+            1
+        ]["warm_tasks"]
+        == 2
+    )
 
 
 def test_warm_state_host_folders_open_to_others_or_too_long_are_refused(
