@@ -26,7 +26,8 @@ A host exits when its executor is gone, after :data:`IDLE_ENV` seconds without a
 1,800), when more than :data:`MAX_HOSTS_ENV` hosts (default 8) of its executor exist and it
 is the least recently used and idle for a minute, or when its job's parallelism went down below
 its subtask (the first task at the lower parallelism in another host of the job on its executor
-asks it to). Hosts live in ``$STATECORE_HOST_DIR``
+asks it to). The folder of an executor that is gone is removed a day after its last change, by
+the next host start. Hosts live in ``$STATECORE_HOST_DIR``
 (default the temporary folder) under ``statecore-hosts-<uid>``, a folder only its owner may use
 (the socket accepts pickles); each host logs to ``<socket>.log`` beside its socket.
 ``keyed_stream(..., warm_hosts=False)``, or ``STATECORE_WARM_HOST=0`` in the executors'
@@ -75,6 +76,7 @@ __all__ = [
     "hosted",
     "hosting",
     "stop_hosts",
+    "running",
     "stop_rescaled_hosts",
     "to_ipc",
 ]
@@ -92,6 +94,8 @@ DEFAULT_IDLE = 1800.0
 DEFAULT_MAX_HOSTS = 8
 EVICT_AFTER = 60.0
 MAX_SOCKET_PATH = 107
+SWEEP_AFTER = 86_400.0
+"""Seconds an executor's folder is kept after its last change once the executor is gone."""
 START_TIMEOUT = 120.0
 """Seconds a task waits for the host it started to listen (its imports, on a busy machine)."""
 
@@ -208,6 +212,7 @@ def _connect(address: Path) -> Connection:
             return Client(str(address), family="AF_UNIX")
         address.unlink(missing_ok=True)  # a host that died left it
         _evict(address.parent)
+        _sweep(address.parent.parent)
         host = _start(address)
         deadline = time.monotonic() + START_TIMEOUT
         while True:
@@ -284,6 +289,32 @@ def _evict(folder: Path) -> None:
     idle = [s for at, s in used if time.time() - at > EVICT_AFTER]
     for socket in idle[: max(0, len(used) - limit + 1)]:
         _ask_to_exit(socket)
+
+
+def _sweep(root: Path) -> None:
+    """Remove the folders of executors that are gone, once nothing in them changed for
+    :data:`SWEEP_AFTER` seconds (their hosts' logs, for a look after a failure meanwhile)."""
+    for folder in root.iterdir():
+        if not folder.name.isdigit() or running(int(folder.name)):
+            continue
+        files = list(folder.iterdir())
+        if any(time.time() - _mtime(f) < SWEEP_AFTER for f in [folder, *files]):
+            continue
+        with contextlib.suppress(OSError):  # another task sweeping it too
+            for f in files:
+                f.unlink()
+            folder.rmdir()
+
+
+def running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (under any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    return True
 
 
 def _mtime(path: Path) -> float:

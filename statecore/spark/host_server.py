@@ -28,6 +28,7 @@ from statecore.spark.host import (
     EXIT,
     IDLE_ENV,
     from_ipc,
+    running,
     stop_rescaled_hosts,
     to_ipc,
 )
@@ -111,7 +112,7 @@ class Host:
         while True:
             time.sleep(1.0)
             with self.busy:
-                if not _alive(self.executor):
+                if not running(self.executor):
                     self.exit(f"executor process {self.executor} is gone")
                 if time.monotonic() - self.last_task > self.idle:
                     self.exit(f"no task for {self.idle:g} s")
@@ -134,16 +135,6 @@ def _pickled(exc: BaseException) -> bytes:
         return data
     except Exception:
         return f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".encode()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, under another user
-    return True
 
 
 def main(argv: list[str]) -> None:

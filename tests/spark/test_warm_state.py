@@ -15,6 +15,7 @@ import copy
 import functools
 import json
 import os
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -311,6 +312,27 @@ def test_warm_state_hosts_of_subtasks_a_rescale_dropped_exit(
         ]["warm_tasks"]
         == 2
     )
+
+
+def test_warm_state_host_start_removes_folders_of_executors_gone_for_a_day(
+    statecore_home: StatecoreConfig, host_dir: Path
+) -> None:
+    """Executors come and go over months: the folder of one that is gone (its hosts' logs) is
+    removed by a later host start once nothing in it changed for a day, not before."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # a process id no process has (for the test's short while)
+    root = host_dir / f"statecore-hosts-{os.getuid()}"
+    old, recent, alive = root / str(ended.pid), root / "4194304", root / str(os.getpid())
+    root.mkdir(mode=0o700)
+    for folder in (old, recent, alive):
+        folder.mkdir(mode=0o700)
+        (folder / "x.sock.log").write_text("a host's log\n")
+    for path in (old, old / "x.sock.log", alive, alive / "x.sock.log"):
+        os.utime(path, (time.time() - 2 * 86_400,) * 2)
+    run(statecore_home, events(1), job="swept", checkpoint_id=1, parallelism=1, runner=hosted)
+    assert not old.exists()
+    assert (recent / "x.sock.log").exists(), "gone for less than a day: kept"
+    assert (alive / "x.sock.log").exists(), "its executor runs: kept"
 
 
 def test_warm_state_host_folders_open_to_others_or_too_long_are_refused(
