@@ -7,20 +7,17 @@ deletes the merged-away objects once no retained version needs them
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
 
 import pyarrow.fs as pafs
 
 from statecore.catalog import Catalog
 from statecore.config import StatecoreConfig
-from statecore.ops.retention import apply_retention
 from statecore.snapshot.output import output_version_at
 from statecore.snapshot.output_compaction import COMPACTED_PREFIX
 from statecore.snapshot.storage import open_table
-from tests.checkpoint.test_long_stream import commit_output, run_micro_batch
 from tests.object_store.conftest import S3Server
+from tests.ops.test_output_compaction import maintain, stream
 
-JOB = "compacted"
 RETAIN = 2
 
 
@@ -41,27 +38,10 @@ def test_object_store_output_compaction_merges_and_vacuums(
 ) -> None:
     output = f"s3://output/{s3_home.warehouse.rsplit('/', 1)[1]}/out"
     with Catalog.connect(s3_home.catalog_url) as catalog:
-
-        def stream(ids: range) -> None:
-            for i in ids:
-                out, _ = run_micro_batch(s3_home, catalog, JOB, i)
-                commit_output(output, out, i)
-
-        def maintain() -> dict[str, object]:
-            return apply_retention(
-                s3_home,
-                catalog,
-                JOB,
-                retain=RETAIN,
-                vacuum_after=timedelta(0),
-                log_grace=None,
-                outputs=[output],
-            ).to_dict()
-
-        stream(range(6))
+        stream(s3_home, catalog, output, range(6))
         before = rows(output)
         at = {i: rows(output, output_version_at(output, i)) for i in (4, 5)}
-        report = maintain()
+        report = maintain(s3_home, catalog, output, retain=RETAIN)
         assert report["retained"] == [4, 5]
         assert report["compacted"] == [{"path": output, "files_merged": 4, "files_written": 1}]
         live = {u.rsplit("/", 1)[-1] for u in open_table(output).file_uris()}
@@ -72,9 +52,9 @@ def test_object_store_output_compaction_merges_and_vacuums(
         assert len(objects(s3_server, output)) == 7  # the retained versions still read them
 
         # two micro-batches on, no retained version reads the files of 0..3: VACUUM deletes them
-        stream(range(6, 8))
+        stream(s3_home, catalog, output, range(6, 8))
         after = rows(output)
-        maintain()
+        maintain(s3_home, catalog, output, retain=RETAIN)
         assert rows(output) == after
         kept = objects(s3_server, output)
         assert not any(f"cp{i:012d}" in name for name in kept for i in range(4)), kept

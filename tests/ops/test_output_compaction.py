@@ -42,12 +42,15 @@ def parquet_files(uri: str) -> set[str]:
     return {p.name for p in root.glob("*.parquet")}
 
 
-def maintain(config: StatecoreConfig, catalog: Catalog, output: str) -> dict[str, object]:
+def maintain(
+    config: StatecoreConfig, catalog: Catalog, output: str, retain: int = RETAIN
+) -> dict[str, object]:
+    """The scheduled maintenance of ``JOB`` with ``output``: its report."""
     report = apply_retention(
         config,
         catalog,
         JOB,
-        retain=RETAIN,
+        retain=retain,
         vacuum_after=timedelta(0),
         log_grace=None,
         outputs=[output],
