@@ -75,8 +75,8 @@ __all__ = [
     "hosts_root",
     "hosted",
     "hosting",
-    "stop_hosts",
     "running",
+    "stop_hosts",
     "stop_rescaled_hosts",
     "to_ipc",
 ]
