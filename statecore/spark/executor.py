@@ -28,7 +28,7 @@ from statecore.runtime.collector import task_gc_policy
 from statecore.runtime.latency import LatencyTracking
 from statecore.runtime.lateness import EventTimeGate, LateData
 from statecore.runtime.live import LIVE
-from statecore.runtime.restore import RestorePlan, TaskFiles
+from statecore.runtime.restore import RestorePlan, TaskFiles, fingerprint
 from statecore.runtime.task import KeyedOperatorTask, TableUris
 from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmScope, snapshot_token
 from statecore.snapshot.changelog import ChangelogConfig
@@ -378,9 +378,7 @@ class _TaskState:
         files = spec.restore.task_files(scope.key_groups, index)
         clock, warm = RunClock(spec.processing_time), None
         if spec.keep_warm:
-            warm = WARM_POOL.take(
-                scope, spec.restore.fingerprint(scope.key_groups, index), spec.is_stale
-            )
+            warm = WARM_POOL.take(scope, fingerprint(files), spec.is_stale)
             if warm is not None:
                 warm.clock.target = clock.target
                 clock = warm.clock
