@@ -141,30 +141,56 @@ class _TtlSingleValue(_TtlDecorator):
     def _put(self, value: Any) -> None:
         self._raw.update(self._wrap(value, self._clock.current_timestamp()))
 
-    def _take(self, namespace: str) -> Any:
-        """Remove and return the unexpired value of ``namespace`` (for merging namespaces)."""
+    def _take_stored(self, namespace: str) -> dict[str, Any] | None:
+        """Remove and return the stored value of ``namespace``, expired or not."""
         self._raw.set_current_namespace(namespace)
         stored = self._raw.value()
-        if stored is None:
-            return _MISSING
-        self._raw.clear()
-        if self._expired(stored, self._clock.current_timestamp()):
-            return _MISSING
-        return self._unwrap(stored)
+        if stored is not None:
+            self._raw.clear()
+        return cast("dict[str, Any] | None", stored)
+
+    def _merge_stored(
+        self,
+        merge: Callable[[Any, Any], Any],
+        a: dict[str, Any],
+        b: dict[str, Any],
+        now: int,
+    ) -> dict[str, Any] | None:
+        """Flink's ``TtlReduceFunction.reduce`` and ``TtlAggregateFunction.merge`` over two
+        stored values: the sides that count (an expired one only under
+        ``RETURN_EXPIRED_IF_NOT_CLEANED_UP``) merged, or the one that counts, stamped ``now``;
+        ``None`` when neither counts."""
+        counts_a = self._return_expired or not self._expired(a, now)
+        counts_b = self._return_expired or not self._expired(b, now)
+        if counts_a and counts_b:
+            return self._wrap(merge(self._unwrap(a), self._unwrap(b)), now)
+        if counts_a or counts_b:
+            return {VALUE: (a if counts_a else b)[VALUE], TTL_TIMESTAMP: now}
+        return None
 
     def _merge_namespaces(
         self, target: str, sources: Iterable[str], merge: Callable[[Any, Any], Any]
     ) -> None:
+        """Flink's ``mergeNamespaces`` of a TTL state: the sources' stored values folded in
+        order (the first as it is, timestamp included), then into the target's, each step
+        through :meth:`_merge_stored`; a target whose merge leaves nothing is cleared."""
         current = self._namespace
+        now = self._clock.current_timestamp()
         try:
-            merged = _MISSING
+            merged: dict[str, Any] | None = None
             for source in sources:
-                value = self._take(source)
-                if value is not _MISSING:
-                    merged = value if merged is _MISSING else merge(merged, value)
-            if merged is not _MISSING:
-                existing = self._take(target)
-                self._put(merged if existing is _MISSING else merge(existing, merged))
+                stored = self._take_stored(source)
+                if stored is not None:
+                    merged = (
+                        stored if merged is None else self._merge_stored(merge, merged, stored, now)
+                    )
+            if merged is None:
+                return
+            existing = self._take_stored(target)  # the raw state is at the target now
+            if existing is not None:
+                merged = self._merge_stored(merge, existing, merged, now)
+            if merged is not None:
+                self._raw.update(merged)
         finally:
             self._raw.set_current_namespace(current)
 
@@ -291,17 +317,20 @@ class TtlListState(_TtlDecorator, ListState):
         self._raw.update(self._wrap_all(values))
 
     def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
+        """Flink's: the sources' stored elements appended to the target's as they are (expired
+        ones too, with their timestamps: a read cleans them up)."""
         current = self._namespace
-        now = self._clock.current_timestamp()
         try:
             merged: list[dict[str, Any]] = []
             for source in sources:
                 self._raw.set_current_namespace(source)
-                merged.extend(self._alive(self._raw.get(), now))
-                self._raw.clear()
+                stored = self._raw.get()
+                if stored:
+                    merged.extend(stored)
+                    self._raw.clear()
             if merged:
                 self._raw.set_current_namespace(target)
-                self._raw.update(self._alive(self._raw.get(), now) + merged)
+                self._raw.update([*(self._raw.get() or []), *merged])
         finally:
             self._raw.set_current_namespace(current)
 

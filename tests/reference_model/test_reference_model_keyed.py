@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from hypothesis import Phase, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from statecore.backends import backend_names
@@ -107,27 +107,16 @@ def test_reference_model_ttl_checkpoint_restore_rescale(
     run(program, backend=start, ttl=ttl, parallelism=parallelism, max_parallelism=4)
 
 
-# statecore's TTL merge differs from Flink's (TtlReduceFunction / TtlAggregateFunction merge
-# the stored values; a TTL list merges its stored elements, expired ones too): it drops expired
-# values of the sources and target under either visibility and stamps every merged value now,
-# where Flink moves a lone source's value to an empty target with its timestamp. Both programs
-# below were found by this property (the first one shrunk by Hypothesis).
-TTL_MERGE_DIFFERENCES = (
-    "statecore/ttl/states.py's merge_namespaces differs from Flink's TTL merge: "
-    "(1) [('reducing', 'add', 0), ('advance', 10), ('reducing', 'merge', '', ['']), "
-    "('keys', 'reducing', '')]: Flink keeps the expired value (moved as it is), statecore drops "
-    "it; (2) [('reducing', 'add', 1), ('advance', 5), ('reducing', 'merge', 'w1', ['']), "
-    "('advance', 5), ('ns', 'reducing', 'w1'), ('reducing', 'get')]: Flink 'None' (the value "
-    "kept its timestamp 0 and expired at 10), statecore 1 (re-stamped at 5). A known "
-    "difference, listed in docs/state.md ('Where statecore differs from Flink'); strict, so "
-    "this test fails (and the mark must go) once the merge follows Flink"
-)
+# statecore's TTL merge follows Flink's (TtlReduceFunction / TtlAggregateFunction merge the
+# stored values; a TTL list merges its stored elements, expired ones too). The two examples are
+# the programs that showed where it once differed: it dropped expired values and stamped every
+# merged value now, where Flink moves a lone source's value to an empty target with its
+# timestamp (the first one shrunk by Hypothesis).
 DEFAULT_TTL = StateTtlConfig(ttl=timedelta(milliseconds=10))
 
 
-@pytest.mark.xfail(strict=True, reason=TTL_MERGE_DIFFERENCES)
 @pytest.mark.parametrize("backend", BACKENDS)
-@settings(PROFILE, phases=[Phase.explicit, Phase.generate])  # no shrinking: it fails anyway
+@settings(PROFILE)
 @example(
     ttl=DEFAULT_TTL,
     program=[
