@@ -86,6 +86,15 @@ class KafkaBroker:
             self.restart()
 
 
+def _cluster_id() -> str:
+    """A random cluster id, as Kafka's ``Uuid.randomUuid`` makes one: never starting with ``-``
+    (``kafka-storage format -t -x...`` takes it for an option: 1 id in 64 did)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def start(folder: Path, jars: Path = BROKER_JARS) -> KafkaBroker:
     """Format ``folder`` and start a broker on it (see the module)."""
     if not any(jars.glob("kafka_2.13-*.jar")):
@@ -94,7 +103,7 @@ def start(folder: Path, jars: Path = BROKER_JARS) -> KafkaBroker:
             "jars/kafka-broker/pom.xml there)"
         )
     port, controller_port = _free_port(), _free_port()
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = _cluster_id()
     log_dir = folder / "data"
     properties = folder / _PROPERTIES
     properties.write_text(

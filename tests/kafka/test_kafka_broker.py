@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from tests.kafka import broker as broker_module
 from tests.kafka.broker import BROKER_JARS, KafkaBroker
 
 
@@ -102,3 +103,11 @@ def test_kafka_broker_jars_stay_off_sparks_classpath(spark: Any) -> None:
     assert not any(str(BROKER_JARS) in j for j in spark.conf.get("spark.jars", "").split(","))
     clients = [j for j in jars if j.startswith("kafka-clients-")]
     assert len(clients) == 1 and not clients[0].startswith("kafka-clients-4."), clients
+
+
+def test_kafka_broker_cluster_ids_never_start_with_a_dash() -> None:
+    """``kafka-storage format -t ID`` takes an id starting with ``-`` for an option (1 random id
+    in 64 starts so): the fixture draws ids as Kafka does, never one of those."""
+    ids = [broker_module._cluster_id() for _ in range(2000)]
+    assert not any(i.startswith("-") for i in ids)
+    assert len(set(ids)) == len(ids) and all(len(i) == 22 for i in ids)
