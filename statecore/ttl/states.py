@@ -317,22 +317,9 @@ class TtlListState(_TtlDecorator, ListState):
         self._raw.update(self._wrap_all(values))
 
     def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
-        """Flink's: the sources' stored elements appended to the target's as they are (expired
-        ones too, with their timestamps: a read cleans them up)."""
-        current = self._namespace
-        try:
-            merged: list[dict[str, Any]] = []
-            for source in sources:
-                self._raw.set_current_namespace(source)
-                stored = self._raw.get()
-                if stored:
-                    merged.extend(stored)
-                    self._raw.clear()
-            if merged:
-                self._raw.set_current_namespace(target)
-                self._raw.update([*(self._raw.get() or []), *merged])
-        finally:
-            self._raw.set_current_namespace(current)
+        """Flink's: the backend's list merge of the stored elements, which appends them as they
+        are (expired ones too, with their timestamps: a read cleans them up)."""
+        self._raw.merge_namespaces(target, sources)
 
 
 class TtlMapState(_TtlDecorator, MapState):
