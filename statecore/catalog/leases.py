@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from datetime import datetime, timedelta
 
@@ -14,6 +13,7 @@ from statecore.catalog.records import MaintenanceLock
 from statecore.catalog.store import Store, now
 from statecore.config import DEFAULT_LEASE_TIMEOUT
 from statecore.errors import ConcurrentRunError, MaintenanceLockedError
+from statecore.processes import process_exists
 
 __all__ = ["RUN_OPERATION", "LeaseStore", "check_epoch"]
 
@@ -126,13 +126,7 @@ def _gone(owner: str) -> bool:
     pid = rest.partition(":")[0]
     if host != socket.gethostname() or not pid.isdigit():
         return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
+    return not process_exists(int(pid))
 
 
 def _describe(lease: MaintenanceLock) -> str:

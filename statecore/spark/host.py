@@ -58,6 +58,7 @@ import pyarrow as pa
 from pyspark import cloudpickle
 
 from statecore.errors import ConfigError
+from statecore.processes import process_exists
 
 __all__ = [
     "BATCH",
@@ -75,7 +76,6 @@ __all__ = [
     "hosts_root",
     "hosted",
     "hosting",
-    "running",
     "stop_hosts",
     "stop_rescaled_hosts",
     "to_ipc",
@@ -295,7 +295,7 @@ def _sweep(root: Path) -> None:
     """Remove the folders of executors that are gone, once nothing in them changed for
     :data:`SWEEP_AFTER` seconds (their hosts' logs, for a look after a failure meanwhile)."""
     for folder in root.iterdir():
-        if not folder.name.isdigit() or running(int(folder.name)):
+        if not folder.name.isdigit() or process_exists(int(folder.name)):
             continue
         files = list(folder.iterdir())
         if any(time.time() - _mtime(f) < SWEEP_AFTER for f in [folder, *files]):
@@ -304,17 +304,6 @@ def _sweep(root: Path) -> None:
             for f in files:
                 f.unlink()
             folder.rmdir()
-
-
-def running(pid: int) -> bool:
-    """Whether a process ``pid`` exists (under any user)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, under another user
-    return True
 
 
 def _mtime(path: Path) -> float:

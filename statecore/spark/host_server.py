@@ -17,6 +17,7 @@ import time
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 
+from statecore.processes import process_exists
 from statecore.runtime.collector import task_gc_policy
 from statecore.runtime.warm import WARM_POOL
 from statecore.spark.executor import run_task
@@ -28,7 +29,6 @@ from statecore.spark.host import (
     EXIT,
     IDLE_ENV,
     from_ipc,
-    running,
     stop_rescaled_hosts,
     to_ipc,
 )
@@ -112,7 +112,7 @@ class Host:
         while True:
             time.sleep(1.0)
             with self.busy:
-                if not running(self.executor):
+                if not process_exists(self.executor):
                     self.exit(f"executor process {self.executor} is gone")
                 if time.monotonic() - self.last_task > self.idle:
                     self.exit(f"no task for {self.idle:g} s")
