@@ -6,8 +6,6 @@ deletes the merged-away objects once no retained version needs them
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pyarrow.fs as pafs
 
 from statecore.catalog import Catalog
@@ -16,14 +14,9 @@ from statecore.snapshot.output import output_version_at
 from statecore.snapshot.output_compaction import COMPACTED_PREFIX
 from statecore.snapshot.storage import open_table
 from tests.object_store.conftest import S3Server
-from tests.ops.test_output_compaction import maintain, stream
+from tests.ops.test_output_compaction import maintain, rows, stream
 
 RETAIN = 2
-
-
-def rows(uri: str, version: int | None = None) -> Counter[tuple[str, int]]:
-    table = open_table(uri, version).to_pyarrow_table()
-    return Counter(zip(table.column("key").to_pylist(), table.column("count").to_pylist()))
 
 
 def objects(server: S3Server, uri: str) -> set[str]:

@@ -20,6 +20,7 @@ from statecore.config import StatecoreConfig
 from statecore.ops.retention import apply_retention
 from statecore.snapshot.output import OutputTable, output_version_at, output_versions_at
 from statecore.snapshot.output_compaction import compact_output
+from statecore.snapshot.storage import open_table
 from tests.checkpoint.test_long_stream import OUTPUT, commit_output, run_micro_batch
 
 JOB = "compacted"
@@ -33,7 +34,8 @@ def stream(config: StatecoreConfig, catalog: Catalog, output: str, ids: range) -
 
 
 def rows(uri: str, version: int | None = None) -> Counter[tuple[str, int]]:
-    table = DeltaTable(uri, version=version).to_pyarrow_table()
+    """The output's (key, count) rows at ``version`` (the latest by default), on any store."""
+    table = open_table(uri, version).to_pyarrow_table()
     return Counter(zip(table.column("key").to_pylist(), table.column("count").to_pylist()))
 
 

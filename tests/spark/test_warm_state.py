@@ -306,12 +306,10 @@ def test_warm_state_hosts_of_subtasks_a_rescale_dropped_exit(
     assert [s.name for s in sockets()] == sorted(
         host_address("shrunk", "main", i).name for i in (0, 1)
     )
-    assert (
-        run(statecore_home, events(3), job="shrunk", checkpoint_id=3, parallelism=2, runner=hosted)[
-            1
-        ]["warm_tasks"]
-        == 2
+    _, restore = run(
+        statecore_home, events(3), job="shrunk", checkpoint_id=3, parallelism=2, runner=hosted
     )
+    assert restore["warm_tasks"] == 2
 
 
 def test_warm_state_host_start_removes_folders_of_executors_gone_for_a_day(
