@@ -19,10 +19,7 @@ a job run that completed meanwhile is never overwritten.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -41,6 +38,7 @@ from statecore.errors import (
     ConfigError,
     MaintenanceLockedError,
 )
+from statecore.processes import process_owner
 from statecore.snapshot import Fence
 
 __all__ = [
@@ -58,10 +56,6 @@ log = logging.getLogger(__name__)
 
 MAINTENANCE_ID_BASE = 10**18
 """Maintenance checkpoints are numbered from here up (the catalog's ids are 64-bit)."""
-
-
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class JobLease:
@@ -146,7 +140,7 @@ def hold_lease(
     """
     timeout = timeout or StatecoreConfig.resolve().lease_timeout
     record = catalog.acquire_lease(
-        job, operation=operation, owner=_owner(), timeout=timeout, stale_after=stale_after
+        job, operation=operation, owner=process_owner(), timeout=timeout, stale_after=stale_after
     )
     lease = JobLease(catalog, record, timeout)
     try:
