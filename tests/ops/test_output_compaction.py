@@ -193,7 +193,7 @@ def test_output_compaction_of_a_daily_job_with_ttl_cleanup_keeps_retained_checkp
             job,
             retain=3,
             vacuum_after=timedelta(0),
-            log_grace=None,
+            log_grace=timedelta(0),
             outputs=[output],
         )
         kinds = {c.checkpoint_id: c.kind for c in done}
@@ -205,6 +205,7 @@ def test_output_compaction_of_a_daily_job_with_ttl_cleanup_keeps_retained_checkp
         fs, path = pafs.FileSystem.from_uri(own)
         assert pq.read_table(path, filesystem=fs).num_rows == 4
     assert rows(output) == every  # every row once
+    assert rows(output, output_version_at(output, FIRST_DAY + 5)) == every  # its version opens
     assert report.to_dict()["compacted"] == [
         {"path": output, "files_merged": 5, "files_written": 1}  # days 0..4's files
     ]
