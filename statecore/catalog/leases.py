@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
@@ -10,10 +9,10 @@ from sqlalchemy.orm import Session
 from statecore.catalog.lookup import load_job
 from statecore.catalog.models import JobRow, MaintenanceLockRow
 from statecore.catalog.records import MaintenanceLock
-from statecore.catalog.store import Store, now
+from statecore.catalog.store import Store, database_now
 from statecore.config import DEFAULT_LEASE_TIMEOUT
 from statecore.errors import ConcurrentRunError, MaintenanceLockedError
-from statecore.processes import process_exists
+from statecore.processes import owner_gone
 
 __all__ = ["RUN_OPERATION", "LeaseStore", "check_epoch"]
 
@@ -37,14 +36,18 @@ class LeaseStore(Store):
         a new fencing epoch, one more than any before.
 
         A lease that is held is taken over only once it expired, once it is older than
-        ``stale_after``, or when its holder is a process of this host that is gone; otherwise
+        ``stale_after``, or when its holder is provably a process that is gone (of this host
+        and pid space: :func:`statecore.processes.owner_gone`); otherwise
         :class:`ConcurrentRunError` (:class:`MaintenanceLockedError` when a maintenance
-        operation holds it) names the holder.
+        operation holds it) names the holder. Times are the catalog database's
+        (:func:`~statecore.catalog.store.database_now`), never this client's: a client whose
+        clock runs ahead does not take a live lease, one whose clock lags does not wait for an
+        expired one.
         """
         with self._write.begin() as session:
             job_row = load_job(session, job, lock=True)
             row = session.get(MaintenanceLockRow, job_row.id)
-            acquired_at = now()
+            acquired_at = database_now(session)
             if row is not None:
                 held = row.to_record(job)
                 if not _may_take_over(held, acquired_at, stale_after):
@@ -64,13 +67,14 @@ class LeaseStore(Store):
             return row.to_record(job)
 
     def renew(self, job: str, *, epoch: int, timeout: timedelta) -> MaintenanceLock | None:
-        """Extend the lease of ``epoch`` to ``timeout`` from now; ``None`` if it was lost."""
+        """Extend the lease of ``epoch`` to ``timeout`` from now (the catalog's clock);
+        ``None`` if it was lost."""
         with self._write.begin() as session:
             job_row = load_job(session, job, lock=True)
             row = session.get(MaintenanceLockRow, job_row.id)
             if row is None or row.epoch != epoch:
                 return None
-            row.expires_at = now() + timeout
+            row.expires_at = database_now(session) + timeout
             return row.to_record(job)
 
     def check(self, job: str, *, epoch: int) -> None:
@@ -117,16 +121,7 @@ def _may_take_over(held: MaintenanceLock, at: datetime, stale_after: timedelta |
         return True
     if stale_after is not None and at - held.acquired_at >= stale_after:
         return True
-    return _gone(held.owner)
-
-
-def _gone(owner: str) -> bool:
-    """Whether ``owner`` (``host:pid:...``) is a process of this host that no longer exists."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    return not process_exists(int(pid))
+    return owner_gone(held.owner)
 
 
 def _describe(lease: MaintenanceLock) -> str:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from statecore.catalog.engine import WRITE
 
-__all__ = ["Sessions", "Store", "now"]
+__all__ = ["Sessions", "Store", "database_now", "now"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +45,19 @@ class Store:
 def now() -> datetime:
     """The current time, aware UTC, as the catalog stores it."""
     return datetime.now(UTC)
+
+
+def database_now(session: Session) -> datetime:
+    """The current time on the catalog database's own clock, aware UTC: what every client of
+    the catalog agrees on, whatever its own clock says (a lease's expiry is judged on it).
+    PostgreSQL's ``clock_timestamp()``; SQLite's ``'now'`` (one file: the clock of the machine
+    its clients share)."""
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        text = session.scalar(sa.text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"))
+        return datetime.fromisoformat(str(text)).replace(tzinfo=UTC)
+    function = sa.func.clock_timestamp() if dialect == "postgresql" else sa.func.current_timestamp()
+    value = session.scalar(sa.select(function))
+    if not isinstance(value, datetime):
+        raise TypeError(f"the catalog's clock answered {value!r}, not a timestamp")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

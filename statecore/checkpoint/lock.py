@@ -5,9 +5,10 @@ maintenance operation (savepoint, rescale, TTL cleanup, retention, restore, repa
 job's lease in the catalog for their whole duration (:func:`hold_lease`), so no two of them
 interleave. A daemon thread renews it at a third of the lease timeout; a holder that stops
 renewing (a dead process) is taken over once its lease expired, with a larger fencing epoch.
-Every Delta commit and catalog completion of a run checks that its epoch is still the current
-one, so a writer that was taken over fails with :class:`~statecore.errors.ConcurrentRunError`
-and nothing it wrote becomes visible.
+Every Delta commit and catalog completion of a run, and of a maintenance checkpoint
+(:func:`commit_maintenance_checkpoint`), checks that its epoch is still the current one, so a
+writer that was taken over fails with :class:`~statecore.errors.ConcurrentRunError` and nothing
+it wrote becomes visible.
 
 An operation that changes the state commits it as a new MAINTENANCE checkpoint: numbered from
 :data:`MAINTENANCE_ID_BASE` so it never takes an id the job will use (dates, micro-batch ids),
@@ -18,10 +19,7 @@ a job run that completed meanwhile is never overwritten.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -34,7 +32,14 @@ from statecore.catalog import (
     TableVersion,
 )
 from statecore.config import StatecoreConfig, check_name
-from statecore.errors import CheckpointCommitError, ConcurrentRunError, MaintenanceLockedError
+from statecore.errors import (
+    CheckpointCommitError,
+    ConcurrentRunError,
+    ConfigError,
+    MaintenanceLockedError,
+)
+from statecore.processes import process_owner
+from statecore.snapshot import Fence
 
 __all__ = [
     "MAINTENANCE_ID_BASE",
@@ -42,6 +47,7 @@ __all__ = [
     "check_not_locked",
     "hold_lease",
     "commit_maintenance_checkpoint",
+    "fail_quietly",
     "maintenance_lock",
     "next_maintenance_checkpoint_id",
 ]
@@ -50,10 +56,6 @@ log = logging.getLogger(__name__)
 
 MAINTENANCE_ID_BASE = 10**18
 """Maintenance checkpoints are numbered from here up (the catalog's ids are 64-bit)."""
-
-
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class JobLease:
@@ -85,6 +87,12 @@ class JobLease:
     @property
     def holder(self) -> str:
         return self.lease.owner
+
+    @property
+    def fence(self) -> Fence:
+        """This lease's epoch for the Delta commits of its holder (checked against the
+        catalog before each)."""
+        return Fence(self.job, self.epoch, self.check)
 
     def check(self) -> None:
         """:class:`ConcurrentRunError` unless this lease still holds the job (asks the
@@ -132,7 +140,7 @@ def hold_lease(
     """
     timeout = timeout or StatecoreConfig.resolve().lease_timeout
     record = catalog.acquire_lease(
-        job, operation=operation, owner=_owner(), timeout=timeout, stale_after=stale_after
+        job, operation=operation, owner=process_owner(), timeout=timeout, stale_after=stale_after
     )
     lease = JobLease(catalog, record, timeout)
     try:
@@ -144,11 +152,12 @@ def hold_lease(
 @contextmanager
 def maintenance_lock(
     catalog: Catalog, job: str, operation: str, *, stale_after: timedelta | None = None
-) -> Iterator[MaintenanceLock]:
-    """Hold ``job``'s lease for the maintenance ``operation`` (:func:`hold_lease`)."""
+) -> Iterator[JobLease]:
+    """Hold ``job``'s lease for the maintenance ``operation`` (:func:`hold_lease`): the lease
+    whose epoch fences the operation's commits (:func:`commit_maintenance_checkpoint`)."""
     check_name("job", job)
     with hold_lease(catalog, job, operation, stale_after=stale_after) as lease:
-        yield lease.lease
+        yield lease
 
 
 def check_not_locked(catalog: Catalog, job: str) -> None:
@@ -175,16 +184,26 @@ def commit_maintenance_checkpoint(
     catalog: Catalog,
     job: str,
     *,
+    lease: JobLease,
     base: CheckpointRecord | None,
     parallelism: int,
     max_parallelism: int,
-    commit: Callable[[int], Sequence[TableVersion]],
+    commit: Callable[[int, Fence], Sequence[TableVersion]],
     watermark: int | None = None,
     input_identity: str | None = None,
 ) -> CheckpointRecord:
-    """Begin a MAINTENANCE checkpoint on ``base``, run ``commit(checkpoint_id)`` (the Delta
-    commits; it returns every table of the new checkpoint) and complete it with the event-time
-    ``watermark`` of the state it holds (the base's, or the restored point's).
+    """Begin a MAINTENANCE checkpoint on ``base``, run ``commit(checkpoint_id, fence)`` (the
+    Delta commits, each fenced by ``fence``; it returns every table of the new checkpoint) and
+    complete it with the event-time ``watermark`` of the state it holds (the base's, or the
+    restored point's).
+
+    It is fenced as a run is: ``lease`` (the job's, held by the operation) must still hold the
+    job when the checkpoint begins, at every Delta commit and when it completes; a writer that
+    lost it fails with :class:`~statecore.errors.ConcurrentRunError` and nothing it wrote
+    becomes visible (the catalog does not complete the checkpoint, and the tables' next writer
+    rolls back what it committed). On any error the checkpoint is marked FAILED (unless a newer
+    writer began it again) and the original error propagates: a failure of the catalog while
+    marking it is a note on that error.
 
     ``input_identity`` is the input the state it holds reflects, carried over from the base (or
     the restored point): a maintenance checkpoint processes no input of its own, and a savepoint
@@ -195,6 +214,11 @@ def commit_maintenance_checkpoint(
     It fails, and nothing builds on it, if ``commit`` fails or another checkpoint completed since
     ``base``.
     """
+    if lease.job != job:
+        raise ConfigError(
+            f"a maintenance checkpoint of job {job!r} needs that job's lease, not the lease "
+            f"of job {lease.job!r}"
+        )
     checkpoint_id = next_maintenance_checkpoint_id(catalog, job)
     catalog.begin_checkpoint(
         job,
@@ -203,10 +227,11 @@ def commit_maintenance_checkpoint(
         parallelism=parallelism,
         max_parallelism=max_parallelism,
         restored_from=None if base is None else base.checkpoint_id,
+        epoch=lease.epoch,
         input_identity=input_identity,
     )
     try:
-        tables = commit(checkpoint_id)
+        tables = commit(checkpoint_id, lease.fence)
         latest = catalog.latest_restorable(job)
         if (latest and latest.checkpoint_id) != (base and base.checkpoint_id):
             raise CheckpointCommitError(
@@ -214,7 +239,27 @@ def commit_maintenance_checkpoint(
                 f"maintenance checkpoint {checkpoint_id} was being written on checkpoint "
                 f"{base and base.checkpoint_id}; run the operation again"
             )
-        return catalog.complete_checkpoint(job, checkpoint_id, tables=tables, watermark=watermark)
+        lease.check()  # a lease lost in the renewer is refused here already
+        return catalog.complete_checkpoint(
+            job, checkpoint_id, tables=tables, epoch=lease.epoch, watermark=watermark
+        )
     except BaseException as exc:
-        catalog.fail_checkpoint(job, checkpoint_id, error=f"{type(exc).__name__}: {exc}")
+        fail_quietly(catalog, job, checkpoint_id, exc, epoch=lease.epoch)
         raise
+
+
+def fail_quietly(
+    catalog: Catalog, job: str, checkpoint_id: int, exc: BaseException, *, epoch: int | None
+) -> None:
+    """Mark ``checkpoint_id`` FAILED for ``exc`` (unless the writer of another epoch began it
+    again). Never raises: when the catalog fails, ``exc`` (the error that failed the
+    checkpoint, which the caller re-raises) gets a note of it, and it is logged; the
+    checkpoint then stays IN_PROGRESS and the job's next writer fails it."""
+    try:
+        catalog.fail_checkpoint(
+            job, checkpoint_id, error=f"{type(exc).__name__}: {exc}", epoch=epoch
+        )
+    except Exception as error:
+        note = f"job {job}: checkpoint {checkpoint_id} could not be marked FAILED: {error!r}"
+        log.error("%s (while failing on %s: %s)", note, type(exc).__name__, exc)
+        exc.add_note(note)

@@ -322,7 +322,7 @@ def recover_catalog(
     if dry_run:
         return replace(found, recorded=recorded)
     catalog.ensure_job(job, parallelism=found.parallelism, max_parallelism=found.max_parallelism)
-    with maintenance_lock(catalog, job, "catalog-recover"):
+    with maintenance_lock(catalog, job, "catalog-recover") as lease:
         for operator in sorted({s.operator for s in found.states}):
             catalog.register_states(
                 job, operator, [s for s in found.states if s.operator == operator]
@@ -337,11 +337,13 @@ def recover_catalog(
                     parallelism=checkpoint.parallelism,
                     max_parallelism=checkpoint.max_parallelism,
                     restored_from=previous,
+                    epoch=lease.epoch,
                 )
                 catalog.complete_checkpoint(
                     job,
                     checkpoint.checkpoint_id,
                     tables=checkpoint.tables,
+                    epoch=lease.epoch,
                     watermark=checkpoint.watermark,
                 )
             previous = checkpoint.checkpoint_id

@@ -4,7 +4,9 @@ micro-batch), applied by the run itself right after it completed a checkpoint.
 A run given ``retain_checkpoints=N`` keeps the job's last ``N`` completed checkpoints, marks the
 older ones EXPIRED (as ``statecore retention`` does: they name no table version any more, and
 their ids still replay as no-ops), and deletes the rows of EXPIRED checkpoints beyond the newest
-``N`` of them, and of FAILED checkpoints older than the oldest retained one. So the catalog holds
+``N`` of them (never the row of the highest completed CHECKPOINT, whatever maintenance
+checkpoints completed after it: it keeps a replay of that id a no-op), and of FAILED
+checkpoints older than the oldest retained one. So the catalog holds
 at most about ``2 N`` rows per job (plus one in progress), whatever the number of micro-batches.
 
 A deleted row's id is no longer known to the catalog: replaying it (an old Spark offset log
@@ -19,10 +21,11 @@ the oldest version a retained checkpoint needs are deleted, once older than
 :data:`~statecore.snapshot.log.LOG_GRACE`. So each ``_delta_log`` holds the commits of the
 retained checkpoints, of the last grace period and of one log checkpoint interval, whatever the
 number of micro-batches. A state table's needed version is the one the catalog names; an output
-table's is the version its commit of the oldest retained checkpoint made
-(:func:`~statecore.snapshot.output.output_version_at`). Savepoints have tables of their own,
-which this never touches. A table no retained checkpoint names (one a checkpoint in progress
-created, or of a dropped state) is left alone.
+table's is the version its commit of the oldest retained CHECKPOINT made
+(:func:`~statecore.snapshot.output.output_version_at`; maintenance checkpoints commit no
+output, and their ids, from 10^18, say nothing of where the output stood). Savepoints have
+tables of their own, which this never touches. A table no retained checkpoint names (one a
+checkpoint in progress created, or of a dropped state) is left alone.
 
 No data file is deleted: VACUUM stays an explicit operation (``statecore retention`` or the
 ``state_maintenance`` DAG), since only it knows a grace period for files other readers may use.
@@ -38,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
+from statecore.catalog import Catalog, CheckpointKind, CheckpointRecord, CheckpointStatus
 from statecore.errors import ConfigError
 from statecore.snapshot.log import LOG_GRACE, LogCleanup, cleanup_log
 from statecore.snapshot.output import output_version_at
@@ -95,7 +98,14 @@ def retain_checkpoints(
     expired = _by_completion(
         [c for c in every if c.status == CheckpointStatus.EXPIRED] + list(expire)
     )
-    delete = [c.checkpoint_id for c in expired[: max(0, len(expired) - retain)]]
+    # the highest completed CHECKPOINT's row stays whatever came after it: while it is known,
+    # a replay of its id (or an older one) is a no-op or refused, never run as new
+    guard = catalog.highest_completed_id(job)
+    delete = [
+        c.checkpoint_id
+        for c in expired[: max(0, len(expired) - retain)]
+        if c.checkpoint_id != guard
+    ]
     delete += [
         c.checkpoint_id
         for c in every
@@ -135,10 +145,15 @@ def clean_logs(
         for table in checkpoint.tables:
             uri = table.path.rstrip("/")
             needed[uri] = min(needed.get(uri, table.version), table.version)
-    oldest = min(c.checkpoint_id for c in retained)
+    # an output holds what CHECKPOINTs committed: its bound is the oldest retained one's (a
+    # MAINTENANCE id, from 10^18, is above every run's and would name the head: perhaps a
+    # commit not completed yet, whose roll-back needs the entries before it)
+    runs = [c.checkpoint_id for c in retained if c.kind is CheckpointKind.CHECKPOINT]
+    oldest = min(runs) if runs else catalog.highest_completed_id(job)
     bounds: dict[str, int | Callable[[], int | None]] = dict(needed)
-    for uri in outputs:
-        bounds[uri.rstrip("/")] = functools.partial(output_version_at, uri, oldest)
+    if oldest is not None:
+        for uri in outputs:
+            bounds[uri.rstrip("/")] = functools.partial(output_version_at, uri, oldest)
     cleaned = []
     for uri, bound in sorted(bounds.items()):
         try:

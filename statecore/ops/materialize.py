@@ -17,7 +17,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from statecore.catalog import Catalog, CheckpointRecord, TableVersion
-from statecore.checkpoint.lock import commit_maintenance_checkpoint, maintenance_lock
+from statecore.checkpoint.lock import JobLease, commit_maintenance_checkpoint, maintenance_lock
 from statecore.checkpoint.points import RestorePoint, checkpoint_point
 from statecore.checkpoint.recover import commit_metadata
 from statecore.errors import ConfigError
@@ -32,7 +32,7 @@ from statecore.snapshot.rewrite import (
     table_layout,
     write_partition_file,
 )
-from statecore.snapshot.table import TableFile
+from statecore.snapshot.table import Fence, TableFile
 
 __all__ = ["materialize_changes", "pending_changes", "require_materialized"]
 
@@ -66,7 +66,12 @@ def _versioned(table: TableVersion, version: int) -> TableVersion:
 
 
 def _materialize_table(
-    point: RestorePoint, state: TableVersion, changes: TableVersion, checkpoint_id: int, job: str
+    point: RestorePoint,
+    state: TableVersion,
+    changes: TableVersion,
+    checkpoint_id: int,
+    job: str,
+    fence: Fence,
 ) -> tuple[TableVersion, TableVersion]:
     layout = table_layout(state.path, state.version)
     by_kg: dict[int, list[TableFile]] = {}
@@ -100,6 +105,7 @@ def _materialize_table(
         app_id=app_id,
         checkpoint_id=checkpoint_id,
         metadata=commit_metadata(point, state, checkpoint_id),
+        fence=fence,
     )
     changes_version = commit_files(
         changes.path,
@@ -110,21 +116,22 @@ def _materialize_table(
         app_id=app_id,
         checkpoint_id=checkpoint_id,
         metadata=commit_metadata(point, changes, checkpoint_id),
+        fence=fence,
     )
     return _versioned(state, state_version), _versioned(changes, changes_version)
 
 
 def materialize_changes(
-    catalog: Catalog, job: str, *, progress: Progress = silent, locked: bool = False
+    catalog: Catalog, job: str, *, progress: Progress = silent, lease: JobLease | None = None
 ) -> CheckpointRecord | None:
     """Apply every pending change of ``job``'s latest checkpoint to its state tables, as a
     MAINTENANCE checkpoint; that checkpoint, or ``None`` when nothing was pending.
 
-    ``locked``: the caller holds the job's lease already (an operation that materializes
-    first)."""
-    if not locked:
-        with maintenance_lock(catalog, job, "materialize"):
-            return materialize_changes(catalog, job, progress=progress, locked=True)
+    ``lease``: the job's lease, which the caller holds already (an operation that materializes
+    first); without it, the job's lease is taken for the operation."""
+    if lease is None:
+        with maintenance_lock(catalog, job, "materialize") as held:
+            return materialize_changes(catalog, job, progress=progress, lease=held)
     base = catalog.latest_checkpoint(job)
     if base is None:
         return None
@@ -134,13 +141,13 @@ def materialize_changes(
         return None
     states = {(t.operator, t.state): t for t in point.tables if t.table_kind == "keyed"}
 
-    def commit(checkpoint_id: int) -> Sequence[TableVersion]:
+    def commit(checkpoint_id: int, fence: Fence) -> Sequence[TableVersion]:
         new: dict[tuple[str, str, str], TableVersion] = {}
         for i, changes in enumerate(pending, 1):
             progress(f"materialize {job}: {i}/{len(pending)} {changes.operator}/{changes.state}")
             state = states[changes.operator, changes.state]
             state_table, changes_table = _materialize_table(
-                point, state, changes, checkpoint_id, job
+                point, state, changes, checkpoint_id, job, fence
             )
             new[state.operator, "keyed", state.state] = state_table
             new[changes.operator, CHANGES, changes.state] = changes_table
@@ -149,6 +156,7 @@ def materialize_changes(
     return commit_maintenance_checkpoint(
         catalog,
         job,
+        lease=lease,
         base=base,
         parallelism=base.parallelism,
         max_parallelism=base.max_parallelism,

@@ -180,9 +180,9 @@ def apply_sql(
     """Run ``UPDATE``/``DELETE`` statements over a copy of ``job``'s state (views
     ``<job>.<state>``, as in ``statecore sql``, and in its sandbox: see
     :mod:`statecore.query.apply`) and write the result as a new savepoint."""
-    with maintenance_lock(catalog, job, "state-apply"):
+    with maintenance_lock(catalog, job, "state-apply") as lease:
         if source is None:  # statements rewrite whole key groups of plain state tables
-            materialize_changes(catalog, job, progress=progress, locked=True)
+            materialize_changes(catalog, job, progress=progress, lease=lease)
         point = _source(catalog, job, source)
         require_materialized(point, "state apply")
         plans = {

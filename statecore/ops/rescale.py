@@ -173,7 +173,7 @@ def rescale(
     """
     record = catalog.get_job(job)
     target = check_rescale(record, parallelism, max_parallelism)
-    with maintenance_lock(catalog, job, "rescale"):
+    with maintenance_lock(catalog, job, "rescale") as lease:
         latest = catalog.latest_checkpoint(job)
         current_max = latest.max_parallelism if latest else record.max_parallelism
         base: dict[str, Any] = {
@@ -184,6 +184,7 @@ def rescale(
             "max_parallelism": target,
         }
         if latest is None:
+            lease.check()
             catalog.set_job_parallelism(job, parallelism=parallelism, max_parallelism=target)
             progress(f"rescale {job}: no checkpoint yet, parallelism set to {parallelism}")
             return RescaleResult(
@@ -204,6 +205,7 @@ def rescale(
         else:
             taken = write_savepoint(catalog, config, point, reason="rescale", progress=progress)
         if target == current_max:
+            lease.check()
             catalog.set_job_parallelism(job, parallelism=parallelism, max_parallelism=target)
             progress(
                 f"rescale {job}: parallelism {record.parallelism} -> {parallelism}; the next "
@@ -227,7 +229,7 @@ def rescale(
             progress=progress,
         )
         checkpoint = import_point(
-            config, catalog, regrouped, parallelism=parallelism, progress=progress
+            config, catalog, regrouped, lease=lease, parallelism=parallelism, progress=progress
         )
         rewritten = sum(
             t.bytes for t in regrouped.tables if _has_keys(table_layout(t.path, t.version))

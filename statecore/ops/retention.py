@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
+from statecore.catalog import Catalog, CheckpointKind, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint.lock import maintenance_lock
 from statecore.checkpoint.recover import check_catalog_not_behind
 from statecore.checkpoint.retain import clean_logs
@@ -163,9 +163,13 @@ def _vacuum(
     protected_since = min(c.started_at for c in running) - MAX_CLOCK_SKEW if running else None
     latest = catalog.latest_checkpoint(job)
     named = {t.path.rstrip("/"): t.version for t in (latest.tables if latest else ())}
-    for uri in outputs if retained else ():
-        at = output_versions_at(uri, [c.checkpoint_id for c in retained])
-        if at[retained[-1].checkpoint_id] is None:
+    runs = output_checkpoints(retained)
+    if retained and not runs:  # only maintenance checkpoints: the output stands at the last run
+        highest = catalog.highest_completed_id(job)
+        runs = [] if highest is None else [highest]
+    for uri in outputs if runs else ():
+        at = output_versions_at(uri, runs)
+        if at[runs[-1]] is None:
             continue  # no commit of the latest retained checkpoint in the log: keep everything
         versions[uri.rstrip("/")] = {v for v in at.values() if v is not None}
         named[uri.rstrip("/")] = max(versions[uri.rstrip("/")])
@@ -216,6 +220,25 @@ def _expirable(completed: list[CheckpointRecord], retain: int) -> list[Checkpoin
     return completed[: max(0, len(completed) - retain)]
 
 
+def output_checkpoints(retained: Sequence[CheckpointRecord]) -> list[int]:
+    """The ids of the CHECKPOINTs among ``retained``, in id order: the checkpoints that
+    committed output. A MAINTENANCE checkpoint (numbered from 10^18, above every run's id)
+    commits none, and its id says nothing of where the output stood when it completed."""
+    return sorted(c.checkpoint_id for c in retained if c.kind is CheckpointKind.CHECKPOINT)
+
+
+def _oldest_output_checkpoint(
+    retained: Sequence[CheckpointRecord], completed: int | None
+) -> int | None:
+    """The id below which an output table's files belong to checkpoints no longer retained:
+    the oldest retained CHECKPOINT, or (only maintenance checkpoints retained) one above the
+    job's latest completed CHECKPOINT ``completed``; ``None`` when the job completed none."""
+    ids = output_checkpoints(retained)
+    if ids:
+        return ids[0]
+    return None if completed is None else completed + 1
+
+
 def apply_retention(
     config: StatecoreConfig,
     catalog: Catalog,
@@ -258,12 +281,14 @@ def apply_retention(
                 catalog.expire_checkpoints(job, [c.checkpoint_id for c in expired])
             for checkpoint in failed:
                 catalog.delete_checkpoint(job, checkpoint.checkpoint_id)
-        compacted = [
-            compact_output(
-                uri, before=kept[0].checkpoint_id, completed=kept[-1].checkpoint_id, dry_run=dry_run
-            )
-            for uri in (outputs if kept else ())
-        ]
+        completed_id = catalog.highest_completed_id(job)
+        before = _oldest_output_checkpoint(kept, completed_id)
+        compacted = []
+        if before is not None:
+            compacted = [
+                compact_output(uri, before=before, completed=completed_id, dry_run=dry_run)
+                for uri in outputs
+            ]
         for done in compacted:
             if done.skipped:
                 progress(f"compaction {job}: not {done.uri} now: {done.skipped}")

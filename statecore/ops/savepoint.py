@@ -46,7 +46,7 @@ from statecore.checkpoint.recover import check_catalog_not_behind, commit_metada
 from statecore.config import StatecoreConfig, check_name
 from statecore.errors import ConfigError, JobNotFoundError, RestoreWouldDiscardError
 from statecore.progress import Progress, silent
-from statecore.snapshot import state_table_uri
+from statecore.snapshot import Fence, state_table_uri
 from statecore.snapshot.files import table_filesystem
 from statecore.snapshot.rewrite import (
     TableLayout,
@@ -299,12 +299,14 @@ def import_point(
     catalog: Catalog,
     point: RestorePoint,
     *,
+    lease: JobLease,
     parallelism: int | None = None,
     force: bool = False,
     progress: Progress = silent,
 ) -> CheckpointRecord:
     """Make ``point`` the latest checkpoint of ``point.job``: its tables are copied into the
-    job's own tables and completed as a MAINTENANCE checkpoint. No lock is taken.
+    job's own tables and completed as a MAINTENANCE checkpoint, fenced by ``lease`` (the
+    job's, which the caller holds: :func:`commit_maintenance_checkpoint`).
 
     The job is registered if the catalog does not know it; its parallelism becomes
     ``parallelism`` (default: the job's, else the point's) and its max parallelism the point's.
@@ -323,7 +325,7 @@ def import_point(
         progress(f"restore {job}: discarding checkpoint(s) {[c.checkpoint_id for c in discarded]}")
     base = catalog.latest_checkpoint(job)
 
-    def commit(checkpoint_id: int) -> list[TableVersion]:
+    def commit(checkpoint_id: int, fence: Fence) -> list[TableVersion]:
         tables = []
         for i, table in enumerate(point.tables, 1):
             progress(
@@ -351,6 +353,7 @@ def import_point(
                 app_id=f"{job}/{table.operator}/{table.state}",
                 checkpoint_id=checkpoint_id,
                 metadata=commit_metadata(point, table, checkpoint_id),
+                fence=fence,
             )
             tables.append(replace(table, path=uri, version=version))
         for operator in point.operators:
@@ -362,6 +365,7 @@ def import_point(
     record = commit_maintenance_checkpoint(
         catalog,
         job,
+        lease=lease,
         base=base,
         parallelism=point.parallelism,
         max_parallelism=point.max_parallelism,
@@ -412,9 +416,15 @@ def restore_savepoint(
     the job (a run restoring before it processes: no other writer comes in between)."""
     point = register_savepoint_job(catalog, path, job=job, parallelism=parallelism)
     if lease is None:
-        with maintenance_lock(catalog, point.job, "restore"):
+        with maintenance_lock(catalog, point.job, "restore") as held:
             return import_point(
-                config, catalog, point, parallelism=parallelism, force=force, progress=progress
+                config,
+                catalog,
+                point,
+                lease=held,
+                parallelism=parallelism,
+                force=force,
+                progress=progress,
             )
     if lease.job != point.job:
         raise ConfigError(
@@ -423,5 +433,5 @@ def restore_savepoint(
         )
     lease.check()
     return import_point(
-        config, catalog, point, parallelism=parallelism, force=force, progress=progress
+        config, catalog, point, lease=lease, parallelism=parallelism, force=force, progress=progress
     )

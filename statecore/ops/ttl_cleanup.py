@@ -42,7 +42,7 @@ from statecore.snapshot.rewrite import (
     table_layout,
     write_partition_file,
 )
-from statecore.snapshot.table import TableFile
+from statecore.snapshot.table import Fence, TableFile
 from statecore.ttl.storage import TTL_TIMESTAMP
 from statecore.ttl.time import SystemTimeProvider, TtlTimeProvider
 
@@ -231,7 +231,7 @@ def _plan_table(
 
 
 def _commit_table(
-    plan: _TablePlan, checkpoint_id: int, job: str, point: RestorePoint
+    plan: _TablePlan, checkpoint_id: int, job: str, point: RestorePoint, fence: Fence
 ) -> TableVersion:
     table = plan.table
     version = commit_files(
@@ -243,6 +243,7 @@ def _commit_table(
         app_id=f"{job}/{table.operator}/{table.state}",
         checkpoint_id=checkpoint_id,
         metadata=commit_metadata(point, table, checkpoint_id),
+        fence=fence,
     )
     key_groups = partition_sizes(table.path, version)
     return replace(
@@ -274,9 +275,9 @@ def ttl_cleanup(
     """
     catalog.get_job(job)
     now = (time_provider or SystemTimeProvider()).current_timestamp()
-    with maintenance_lock(catalog, job, "ttl-cleanup"):
+    with maintenance_lock(catalog, job, "ttl-cleanup") as lease:
         if not dry_run:  # expire rows of plain state tables, not of change files
-            materialize_changes(catalog, job, progress=progress, locked=True)
+            materialize_changes(catalog, job, progress=progress, lease=lease)
         base = catalog.latest_checkpoint(job)
         if base is None:
             progress(f"ttl-cleanup {job}: no completed checkpoint, nothing to clean")
@@ -311,10 +312,10 @@ def ttl_cleanup(
         checkpoint_id = None
         if plans and not dry_run:
 
-            def commit(new_id: int) -> Sequence[TableVersion]:
+            def commit(new_id: int, fence: Fence) -> Sequence[TableVersion]:
                 changed = {
                     (p.table.operator, p.table.table_kind, p.table.state): _commit_table(
-                        p, new_id, job, point
+                        p, new_id, job, point, fence
                     )
                     for p in plans
                 }
@@ -323,6 +324,7 @@ def ttl_cleanup(
             record = commit_maintenance_checkpoint(
                 catalog,
                 job,
+                lease=lease,
                 base=base,
                 parallelism=base.parallelism,
                 max_parallelism=base.max_parallelism,

@@ -33,7 +33,7 @@ from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
 from statecore.snapshot.log import checkpoint_log
 from statecore.snapshot.storage import POST_COMMIT, create_table, open_table
-from statecore.snapshot.table import TableFile, read_table_files
+from statecore.snapshot.table import Fence, TableFile, fenced_failure, read_table_files
 
 __all__ = [
     "TableLayout",
@@ -265,20 +265,28 @@ def commit_files(
     app_id: str,
     checkpoint_id: int,
     metadata: CommitMetadata | None = None,
+    fence: Fence | None = None,
 ) -> int:
     """Commit ``files``; the new version.
 
     ``replaced`` names the partitions whose files of ``base_version`` are removed (every
     partition when ``None``: the table becomes exactly ``files``, in ``layout``). A table that
     moved past ``base_version`` (a failed attempt) is restored to it first, as checkpoints do.
-    ``metadata`` is recorded in the commit.
+    ``metadata`` is recorded in the commit. With ``fence`` (the lease of the maintenance
+    operation that commits), the commit and the restore carry its epoch and are refused with
+    :class:`~statecore.errors.ConcurrentRunError` once its lease is lost or a newer writer
+    committed here, as a run's commits are (:class:`~statecore.snapshot.table.Fence`).
     """
     files = list(files)
     partition = layout.partition
+    transactions = [Transaction(app_id, checkpoint_id)]
+    if fence is not None:
+        transactions.append(fence.transaction())
     properties = CommitProperties(
-        app_transactions=[Transaction(app_id, checkpoint_id)],
+        app_transactions=transactions,
         custom_metadata=None if metadata is None else metadata.to_properties(),
     )
+    where = f"checkpoint {checkpoint_id}: {app_id} at {uri}"
     adds: list[AddAction | RemoveAction] = [
         AddAction(f.path, f.size, {partition: str(f.key_group)}, f.modification_time, True, f.stats)
         for f in files
@@ -287,8 +295,16 @@ def commit_files(
         if table_version(uri) is None:
             create_table(uri, layout.schema, partition_by=[partition], mode="ignore")
         table = open_table(uri)
+        if fence is not None:
+            fence.verify(table, where)
         if base_version is not None and table.version() != base_version:
-            table.restore(base_version, post_commithook_properties=POST_COMMIT)
+            table.restore(
+                base_version,
+                commit_properties=(
+                    None if fence is None else CommitProperties(app_transactions=transactions[1:])
+                ),
+                post_commithook_properties=POST_COMMIT,
+            )
             table = open_table(uri)
         if replaced is None:
             table.create_write_transaction(
@@ -319,6 +335,9 @@ def commit_files(
             )
         return _committed(uri)
     except DeltaError as exc:
+        fenced = fenced_failure(exc, uri, fence, where)
+        if fenced is not None:
+            raise fenced from exc
         raise CheckpointCommitError(
             f"checkpoint {checkpoint_id}: commit of {app_id} at {uri} failed: {exc}"
         ) from exc

@@ -1,5 +1,6 @@
 """The job's lease in the catalog (SQLite and Postgres): one holder at a time, a fencing epoch
-that increases with every acquisition, takeover only once expired (or its process is gone), and
+that increases with every acquisition, takeover only once expired on the catalog's clock (or
+its process provably gone: this host and pid space), and
 commits of a writer whose epoch is stale refused; checkpoint ids that must increase, and replays
 whose input differs."""
 
@@ -9,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -20,6 +21,7 @@ from statecore.errors import (
     MaintenanceLockedError,
     ReplayMismatchError,
 )
+from statecore.processes import process_owner
 
 JOB = "clicks"
 SHORT = timedelta(seconds=0.5)
@@ -95,18 +97,70 @@ def test_fencing_a_stale_writer_neither_begins_completes_nor_fails(job_catalog: 
     assert done.status is CheckpointStatus.COMPLETED and done.tables == (_table(2),)
 
 
+def _gone_pid() -> int:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    return int(gone.stdout.strip())
+
+
 def test_fencing_a_lease_of_a_process_gone_from_this_host_is_taken_over(
     job_catalog: Catalog,
 ) -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
-                          capture_output=True, text=True)  # fmt: skip
-    owner = f"{socket.gethostname()}:{gone.stdout.strip()}:dead"
+    owner = process_owner(_gone_pid())  # this host, this pid space, a pid that is gone
     job_catalog.acquire_lease(JOB, operation="run 1", owner=owner, timeout=timedelta(hours=1))
-    alive = f"{socket.gethostname()}:{1}:init"  # pid 1 exists
+    alive = process_owner(1)  # pid 1 exists
     taken = job_catalog.acquire_lease(JOB, operation="run 2", owner=alive, timeout=SHORT)
     assert taken.epoch == 2
     with pytest.raises(ConcurrentRunError):
         job_catalog.acquire_lease(JOB, operation="run 3", owner="x", timeout=SHORT)
+
+
+def test_fencing_containers_sharing_a_hostname_and_pid_do_not_take_each_others_live_lease(
+    job_catalog: Catalog,
+) -> None:
+    """Two containers named alike (``hostname: worker``), each its holder's pid in a pid
+    namespace of its own: a pid of the other container is not one to look up here, so its
+    live lease stands until it expires (before, a pid absent here judged the holder gone)."""
+    host, pid = socket.gethostname(), _gone_pid()
+    for other in (f"{host}:{pid}:a1b2c3d4:0123456789ab", f"{host}:{pid}:a1b2c3d4"):
+        job_catalog.acquire_lease(JOB, operation="run 1", owner=other, timeout=SHORT)
+        with pytest.raises(ConcurrentRunError, match="'run 1'"):  # same host name, same pid
+            job_catalog.acquire_lease(JOB, operation="run 2", owner=process_owner(pid))
+        time.sleep(0.6)  # its lease expired: taken over
+        taken = job_catalog.acquire_lease(JOB, operation="run 2", owner=process_owner())
+        assert job_catalog.release_maintenance_lock(JOB, owner=taken.owner) == taken
+
+
+def _client_clock(monkeypatch: pytest.MonkeyPatch, offset: timedelta) -> None:
+    """This client's clock (``now`` of the catalog's modules) runs ``offset`` off."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("statecore.catalog") and callable(getattr(module, "now", None)):
+            monkeypatch.setattr(module, "now", lambda: datetime.now(UTC) + offset)
+
+
+def test_fencing_a_client_clock_ahead_does_not_take_a_live_lease(
+    job_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = job_catalog.acquire_lease(
+        JOB, operation="run 1", owner="host-a:1:x", timeout=timedelta(minutes=5)
+    )
+    _client_clock(monkeypatch, timedelta(hours=1))  # its expiry is in this client's past
+    with pytest.raises(ConcurrentRunError, match="'run 1'"):
+        job_catalog.acquire_lease(JOB, operation="run 2", owner="host-b:2:y", timeout=SHORT)
+    assert job_catalog.renew_lease(JOB, epoch=held.epoch, timeout=SHORT) is not None
+    renewed = job_catalog.maintenance_lock(JOB)
+    assert renewed is not None and renewed.expires_at is not None
+    assert renewed.expires_at < datetime.now(UTC) + timedelta(minutes=1)  # the catalog's time
+
+
+def test_fencing_a_client_clock_behind_takes_an_expired_lease(
+    job_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_catalog.acquire_lease(JOB, operation="run 1", owner="host-a:1:x", timeout=SHORT)
+    time.sleep(0.6)  # expired on the catalog's clock
+    _client_clock(monkeypatch, -timedelta(hours=1))  # not yet on this client's
+    taken = job_catalog.acquire_lease(JOB, operation="run 2", owner="host-b:2:y", timeout=SHORT)
+    assert taken.epoch == 2
 
 
 def test_fencing_checkpoint_ids_increase_when_asked(job_catalog: Catalog) -> None:
