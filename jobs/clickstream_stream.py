@@ -193,7 +193,7 @@ def run(
     started by ``run_id``), start the query and :func:`watch` it to its end, then stop Spark;
     the final state. A query that fails to start is recorded FAILED with its error (not left
     RUNNING, which would read as STALE once the heartbeat stops)."""
-    check_location(checkpoint_location, job=job)
+    check_location(checkpoint_location, job=job, run_id=run_id)
     clear_stop(checkpoint_location)
     write_status(
         checkpoint_location,

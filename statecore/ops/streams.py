@@ -123,13 +123,20 @@ def read_status(checkpoint_location: str) -> StreamStatus | None:
 
 
 def check_location(
-    checkpoint_location: str, *, job: str, stale_after: timedelta = timedelta(seconds=60)
+    checkpoint_location: str,
+    *,
+    job: str,
+    run_id: str | None = None,
+    stale_after: timedelta = timedelta(seconds=60),
 ) -> None:
     """Refuse (:class:`~statecore.errors.ConfigError`) ``checkpoint_location`` for a new query of
-    ``job`` when another query owns it: it holds the stream of another job, or a query runs
-    there now (its status RUNNING and fresh, its driver alive where it is on this host). A
-    driver calls this before it writes anything there, so the other query's files stay as
-    they were."""
+    ``job`` (started by ``run_id``) when another query owns it: it holds the stream of another
+    job; or its queries were started by another DAG (the ``<dag_id>/`` of the status's run id
+    differs from ``run_id``'s: two DAGs' queries of one job on one location would read the same
+    input twice, and Spark refuses a query of another shape, e.g. a continuous one after an
+    ``availableNow`` one); or a query runs there now (its status RUNNING and fresh, its driver
+    alive where it is on this host). A driver calls this before it writes anything there, so
+    the other query's files stay as they were."""
     fs, root = table_filesystem(checkpoint_location.rstrip("/"))
     try:
         with fs.open_input_stream(f"{root}/{STREAM_METADATA}") as f:
@@ -142,6 +149,14 @@ def check_location(
             f"{owner!r}, not {job!r}: give each query a location of its own"
         )
     status = read_status(checkpoint_location)
+    last_run = None if status is None else status.run_id
+    theirs, ours = _dag_of(last_run), _dag_of(run_id)
+    if theirs is not None and ours is not None and theirs != ours:
+        raise ConfigError(
+            f"checkpoint location {checkpoint_location} belongs to the query of job {job!r} "
+            f"that the DAG {theirs!r} runs (its last run: {last_run}), not {ours!r}: give "
+            f"{ours!r} a job or location of its own"
+        )
     if status is None or status.state != RUNNING:
         return
     if time.time() - status.updated_at > stale_after.total_seconds():
@@ -154,6 +169,13 @@ def check_location(
         f"{status.host}); stop it first (the DAG streaming_query_stop, or request_stop), or "
         "give this query a location of its own"
     )
+
+
+def _dag_of(run_id: str | None) -> str | None:
+    """The DAG of a run id ``<dag_id>/<run_id>`` (``None`` for another form)."""
+    if run_id is None or "/" not in run_id:
+        return None
+    return run_id.split("/", 1)[0] or None
 
 
 def request_stop(checkpoint_location: str) -> str:

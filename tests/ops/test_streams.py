@@ -132,10 +132,10 @@ def test_a_stream_job_whose_query_fails_to_start_is_failed_not_stale(tmp_path: P
 def test_own_query_a_location_another_query_owns_is_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
-    """A stream job's run refuses a location that holds another job's stream, or where another
-    query runs now (fresh RUNNING status, its driver alive), before it writes there: the other
-    query's status and stop marker stay as they were. A location whose query died (its driver
-    gone, or silent) is taken over."""
+    """A stream job's run refuses a location that holds another job's stream, whose queries
+    another DAG starts, or where another query runs now (fresh RUNNING status, its driver
+    alive), before it writes there: the other query's status and stop marker stay as they were.
+    A location whose query died (its driver gone, or silent) is taken over."""
     import os
 
     from jobs.clickstream_stream import run
@@ -164,6 +164,18 @@ def test_own_query_a_location_another_query_owns_is_refused_before_anything_is_w
         run(object(), start, checkpoint_location=busy, job="j", run_id="r2")  # type: ignore[arg-type]
     assert read_status(busy) == live and stop_requested(busy)
     assert started == []
+
+    # the same job's location, its queries started by another DAG: refused whatever its state
+    pipeline = dataclasses.replace(theirs, job="j", run_id="streaming_pipeline/scheduled__1")
+    write_status(busy, pipeline)
+    with pytest.raises(ConfigError, match="that the DAG 'streaming_pipeline' runs"):
+        run(object(), start, checkpoint_location=busy, job="j", run_id="streaming_query/m1")  # type: ignore[arg-type]
+    assert read_status(busy) == pipeline and started == []
+    again = "streaming_pipeline/scheduled__2"  # the same DAG's next run takes it
+    with pytest.raises(ConfigError, match="not started in this test"):
+        run(object(), start, checkpoint_location=busy, job="j", run_id=again)  # type: ignore[arg-type]
+    assert started == ["query"]
+    started.clear()
 
     silent = dataclasses.replace(live, updated_at=time.time() - 3600)  # its driver went silent
     gone = dataclasses.replace(live, pid=2**22 + 12345)  # no such process on this host
