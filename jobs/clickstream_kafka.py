@@ -141,6 +141,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--retain-checkpoints", type=int, default=clickstream_stream.RETAIN_CHECKPOINTS
     )
+    parser.add_argument(
+        "--run-id", help="the run starting the query, kept in its status (a DAG's run)"
+    )
     args = parser.parse_args(argv)
     if not args.bootstrap_servers.strip() or not args.topic.strip():
         parser.error("--bootstrap-servers and --topic must not be empty")
@@ -171,6 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
         checkpoint_location=checkpoint_location,
         job=args.job,
+        run_id=args.run_id or None,
     )
 
 

@@ -56,6 +56,7 @@ from statecore.catalog import Catalog
 from statecore.checkpoint.points import RestorePoint, load_savepoint
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
+from statecore.ops import streams
 from statecore.ops.savepoint import check_restore
 from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.vectorized import KeyedBatchFunction
@@ -76,7 +77,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STREAM_METADATA = "statecore.json"
+STREAM_METADATA = streams.STREAM_METADATA
 """The file in the query's checkpoint location that fixes its checkpoint id base."""
 
 _TICK = "__statecore_tick"
