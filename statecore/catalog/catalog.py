@@ -299,10 +299,13 @@ class Catalog:
 
     # output tables: their writer, and checkpoints' pending output commits
 
-    def bind_output(self, uri: str, *, job: str, operator: str, kind: str) -> OutputOwner:
-        """Bind the output (or late-data, ``kind``) table at ``uri`` to ``job`` and ``operator``
-        at their first run; :class:`OutputOwnedError` when another writer has it."""
-        return self.outputs.bind(uri, job=job, operator=operator, kind=kind)
+    def bind_outputs(
+        self, tables: Sequence[tuple[str, str]], *, job: str, operator: str
+    ) -> list[OutputOwner]:
+        """Bind the output and late-data tables ``tables`` (``(uri, kind)``) to ``job`` and
+        ``operator`` at their first run, all or none: :class:`OutputOwnedError` when another
+        writer has one of them."""
+        return self.outputs.bind(tables, job=job, operator=operator)
 
     def output_owner(self, uri: str) -> OutputOwner | None:
         """The writer the table at ``uri`` is bound to, or ``None``."""

@@ -33,30 +33,38 @@ _DONE = (CheckpointStatus.COMPLETED.name, CheckpointStatus.EXPIRED.name)
 class OutputStore(Store):
     """Output tables' writers, and checkpoints' pending output commits."""
 
-    def bind(self, uri: str, *, job: str, operator: str, kind: str) -> OutputOwner:
-        """Bind the table at ``uri`` to ``job``, ``operator`` and ``kind`` if it is unbound;
-        :class:`OutputOwnedError` when it is bound to another writer."""
-        asking = OutputOwner(uri=uri, job=job, operator=operator, kind=kind)
+    def bind(
+        self, tables: Sequence[tuple[str, str]], *, job: str, operator: str
+    ) -> list[OutputOwner]:
+        """Bind each table of ``tables`` (``(uri, kind)``) that is unbound to ``job`` and
+        ``operator``, all or none: :class:`OutputOwnedError` when one is bound to another
+        writer (then none is bound)."""
         for attempt in range(2):
             try:
                 with self._write.begin() as session:
-                    row = session.get(OutputOwnerRow, uri)
-                    if row is None:
-                        row = OutputOwnerRow(
-                            uri=uri, job=job, operator=operator, kind=kind, bound_at=now()
-                        )
-                        session.add(row)
-                    owner = row.to_record()
-                break
+                    owners = []
+                    for uri, kind in tables:
+                        row = session.get(OutputOwnerRow, uri)
+                        if row is None:
+                            row = OutputOwnerRow(
+                                uri=uri, job=job, operator=operator, kind=kind, bound_at=now()
+                            )
+                            session.add(row)
+                        owner = row.to_record()
+                        if (owner.job, owner.operator, owner.kind) != (job, operator, kind):
+                            asking = OutputOwner(uri=uri, job=job, operator=operator, kind=kind)
+                            raise OutputOwnedError(
+                                f"the {kind} table {uri} is written by {owner.writer}; "
+                                f"{asking.writer} cannot write it too (one table has one "
+                                "writer: name another table)"
+                            )
+                        owners.append(owner)
+                    session.flush()
+                return owners
             except sa.exc.IntegrityError:  # bound concurrently by another process
                 if attempt:
                     raise
-        if (owner.job, owner.operator, owner.kind) != (job, operator, kind):
-            raise OutputOwnedError(
-                f"the {kind} table {uri} is written by {owner.writer}; {asking.writer} cannot "
-                "write it too (one table has one writer: name another table)"
-            )
-        return owner
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def owner(self, uri: str) -> OutputOwner | None:
         """The writer the table at ``uri`` is bound to, or ``None``."""

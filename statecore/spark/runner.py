@@ -162,13 +162,9 @@ class KeyedRunner:
         """Bind the output and late-data tables to this job and operator (at its first run);
         :class:`~statecore.errors.OutputOwnedError` before anything is written when another
         job, operator or kind writes one of them."""
-        for sink in self.sinks():
-            catalog.bind_output(
-                output_table_key(sink.table.uri),
-                job=self.job.job,
-                operator=self.job.operator,
-                kind=sink.kind,
-            )
+        tables = [(output_table_key(s.table.uri), s.kind) for s in self.sinks()]
+        if tables:
+            catalog.bind_outputs(tables, job=self.job.job, operator=self.job.operator)
 
     def run(self) -> KeyedRun:
         job = self.job
