@@ -12,7 +12,7 @@ import pytest
 from statecore.catalog import Catalog
 from statecore.errors import OutputOwnedError
 from statecore.snapshot.output import output_table_key
-from statecore.spark import keyed_process
+from statecore.spark import keyed_process, keyed_stream
 
 from .test_output_table import run_per_record, table_rows
 from .test_vectorized import INPUT, OUTPUT, PerRecordSum, events
@@ -74,3 +74,24 @@ def test_output_owner_a_second_operator_or_a_late_data_table_is_refused(
     assert not (tmp_path / "other").exists()
     with Catalog.connect(statecore_home.catalog_url) as catalog:  # all bound, or none
         assert catalog.output_owner(output_table_key(str(tmp_path / "other"))) is None
+
+
+def test_output_owner_a_stream_is_refused_before_its_query_starts(
+    spark: Any, statecore_home: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    run_per_record(spark, events(0, 100), 1, out)
+    (tmp_path / "input").mkdir()
+    active = len(spark.streams.active)
+    with pytest.raises(OutputOwnedError, match="job 'clicks', operator 'main'"):
+        keyed_stream(
+            spark.readStream.schema(INPUT).json(str(tmp_path / "input")),
+            key="user",
+            function=PerRecordSum(),
+            output_schema=OUTPUT,
+            job="clicks",
+            checkpoint_location=str(tmp_path / "query"),
+            output_table=str(out),
+        )
+    assert len(spark.streams.active) == active
+    assert not (tmp_path / "query").exists()
