@@ -305,3 +305,24 @@ def test_roll_forward_an_output_commit_that_failed_after_the_completion(
     assert catalog.pending_outputs(JOB) == []
     assert run.checkpoint(2) is CheckpointStatus.COMPLETED  # once more: nothing twice
     _assert_exactly(run, config, expected)
+
+
+def test_roll_forward_pending_output_files_survive_a_vacuum(
+    config: StatecoreConfig, catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A VACUUM (retention 0) of the output tables while a checkpoint's output is pending keeps
+    its files: the next run commits them, and the table reads back whole."""
+    from datetime import timedelta
+
+    from statecore.snapshot.rewrite import vacuum
+
+    run = Run(config, catalog, tmp_path)
+    assert run.checkpoint(1) is CheckpointStatus.COMPLETED
+    _output_commit_fails(monkeypatch)
+    with pytest.raises(OutputCommitPendingError):
+        run.checkpoint(2)
+    monkeypatch.undo()
+    for table in (run.output, run.late):
+        vacuum(table.uri, [], older_than=timedelta(0))
+    assert run.checkpoint(3) is CheckpointStatus.COMPLETED
+    _assert_exactly(run, config, [1, 2, 3])
