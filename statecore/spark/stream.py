@@ -291,8 +291,10 @@ def _start(
     _check_trigger(template.job, trigger)
     if _TICK in stream_df.columns:
         raise ConfigError(f"job {template.job!r}: the column name {_TICK!r} is reserved")
-    _KeyedRunner(stream_df, template)  # the checks of a run: names, key, order_by, event time
+    runner = _KeyedRunner(stream_df, template)  # a run's checks: names, key, order_by, event time
     config = template.config or StatecoreConfig.resolve()
+    with Catalog.connect(config.catalog_url) as catalog:  # one writer per output table
+        runner.bind_outputs(catalog)
     base, restore_from = _query_start(config, template, checkpoint_location)
     template = dataclasses.replace(template, config=config, restore_from=None, force_restore=False)
     source = stream_df
