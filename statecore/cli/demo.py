@@ -9,7 +9,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["EVENT_TYPES", "add_demo_day", "airflow_environment", "generate_clickstream", "run_demo"]
+__all__ = [
+    "EVENT_TYPES",
+    "add_demo_day",
+    "airflow_environment",
+    "generate_clickstream",
+    "next_steps",
+    "run_demo",
+]
 
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
 
@@ -137,3 +144,17 @@ def run_demo(
         airflow(["dags", "test", "stateful_pipeline", "-c", conf], f"stateful_pipeline-{day}.log")
         ran.append(day)
     return ran
+
+
+def next_steps(latest_checkpoint: int) -> str:
+    """What to try after the demo: the commands of the README's tour on the demo's job (its
+    latest checkpoint ``latest_checkpoint``), then ``make up`` for the Airflow UI."""
+    return (
+        'Next (the README\'s "A ten-minute tour" goes on from here):\n'
+        '  .venv/bin/statecore sql "SELECT key, value FROM clickstream.total_amount'
+        ' ORDER BY value DESC LIMIT 3"\n'
+        f"  .venv/bin/statecore checkpoints show clickstream {latest_checkpoint} --key-groups\n"
+        "  .venv/bin/statecore state get clickstream total_amount user-42\n"
+        "  make up    # Airflow's UI on http://localhost:8080: trigger stateful_pipeline, read its"
+        " task logs"
+    )
