@@ -22,6 +22,9 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 unexport PYTHONDONTWRITEBYTECODE
 # Every Spark this project starts binds to loopback (driver, block manager, cluster daemons).
 export SPARK_LOCAL_IP ?= 127.0.0.1
+# So does the Airflow of `make up` (its API server and UI; Airflow's default is every interface):
+# `make up AIRFLOW__API__HOST=0.0.0.0` serves other machines too.
+export AIRFLOW__API__HOST ?= 127.0.0.1
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
 export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
@@ -48,7 +51,7 @@ demo: $(STAMP)
 # does `make down` (from another terminal, for a `make up &`).
 up: $(STAMP)
 	@mkdir -p $(AIRFLOW_HOME)
-	@echo "Airflow UI: http://localhost:8080  (user admin; password in" \
+	@echo "Airflow UI: http://$(AIRFLOW__API__HOST):$${AIRFLOW__API__PORT:-8080}  (user admin; password in" \
 	      "$(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated once started)"
 	@echo "Run 'make demo' first for data. Ctrl-C (or 'make down') stops every Airflow process."
 	bash scripts/airflow_standalone.sh up
