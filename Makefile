@@ -28,7 +28,7 @@ export AIRFLOW__API__HOST ?= 127.0.0.1
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
 export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
-.PHONY: setup demo up down lint test test-serial test-parallel test-quick fuzz bench bench-quick typecheck helm chromium postgres jars clean
+.PHONY: setup demo up down kafka kafka-down lint test test-serial test-parallel test-quick fuzz bench bench-quick typecheck helm chromium postgres jars clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
@@ -58,6 +58,18 @@ up: $(STAMP)
 
 down:
 	bash scripts/airflow_standalone.sh down
+
+# A local Kafka broker for the streaming_kafka DAG (docs/streaming.md): the tests' broker
+# (scripts/kafka_broker.py: one KRaft node from the JARs `make jars` resolves), in the background
+# on 127.0.0.1:$(KAFKA_PORT), its files in $(STATECORE_HOME)/kafka, with the topic `clicks`; it
+# prints the bootstrap address and how to point the DAG at it. `make kafka-down` stops it.
+KAFKA_PORT ?= 9092
+kafka: $(STAMP)
+	@ls $(VENV)/kafka-broker-jars/kafka_2.13-*.jar >/dev/null 2>&1 || $(MAKE) jars
+	$(PY) scripts/kafka_broker.py start --port $(KAFKA_PORT)
+
+kafka-down:
+	$(PY) scripts/kafka_broker.py stop
 
 # ruff (lint, import order, format) and the architecture contracts (import-linter), then pytest.
 lint: $(STAMP)
