@@ -34,12 +34,19 @@ setup: $(STAMP) $(VENV)/bin/helm
 
 # The pinned development set (requirements-dev.lock: the runtime lock plus test tools, made by
 # `uv pip compile`, see its header) plus this project, editable. The image takes requirements.lock.
+# Each step says what it does; uv shows what it resolves, downloads and installs as it goes (a
+# fresh machine downloads every wheel first, the longest step).
 $(STAMP): requirements-dev.lock pyproject.toml
+	@echo "statecore: [1/4] the virtualenv $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet uv==0.13.8
-	$(VENV)/bin/uv pip install --python $(PY) --quiet -r requirements-dev.lock
-	$(VENV)/bin/uv pip install --python $(PY) --quiet --no-deps -e .
+	@echo "statecore: [2/4] uv, the installer"
+	$(PY) -m pip install --progress-bar on --disable-pip-version-check uv==0.13.8
+	@echo "statecore: [3/4] the pinned set (requirements-dev.lock: Spark, Airflow, Delta, DuckDB, test tools)"
+	$(VENV)/bin/uv pip install --python $(PY) -r requirements-dev.lock
+	@echo "statecore: [4/4] statecore itself, editable"
+	$(VENV)/bin/uv pip install --python $(PY) --no-deps -e .
 	touch $@
+	@echo "statecore: installed into $(VENV)"
 
 $(VENV)/bin/helm: scripts/install_helm.py | $(STAMP)
 	$(PY) scripts/install_helm.py
