@@ -19,6 +19,8 @@ __all__ = [
 ]
 
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
+PYTHONWARNINGS = "ignore:GitWildMatchPattern:DeprecationWarning"
+"""The warning filter of this project's Airflow processes (the Makefile's ``make up`` too)."""
 
 
 def generate_clickstream(
@@ -78,6 +80,12 @@ def airflow_environment(project: Path, home: Path) -> dict[str, str]:
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
+        # spark-submit's logging: Spark's warnings and errors, not its INFO (conf/spark/)
+        "SPARK_CONF_DIR": str(project / "conf" / "spark"),
+        # Airflow 3.3's .airflowignore reader builds pathspec's deprecated GitWildMatchPattern
+        # for plugins/.airflowignore in every process (the task SDK's always, whatever
+        # dag_ignore_file_syntax says): a DeprecationWarning in every task log
+        "PYTHONWARNINGS": PYTHONWARNINGS,
     }
     for key, value in defaults.items():
         env.setdefault(key, value)
