@@ -154,7 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     config = StatecoreConfig.resolve()
     checkpoint_location = args.checkpoint_location or default_checkpoint_location(config, args.job)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # statecore's lines at INFO, everything else (py4j's connection chatter) from WARNING
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("statecore").setLevel(logging.INFO)
     spark = build_session(app_name=f"statecore-{args.job}")  # UTC, as Delta's timestamps
     clickstream_stream.run(
         spark,

@@ -249,7 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     config = StatecoreConfig.resolve()
     checkpoint_location = args.checkpoint_location or default_checkpoint_location(config, args.job)
     input_path = args.input or f"{config.home}/data/clickstream"
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # statecore's lines at INFO, everything else (py4j's connection chatter) from WARNING
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("statecore").setLevel(logging.INFO)
     spark = build_session(app_name=f"statecore-{args.job}")  # UTC, as Delta's timestamps
     run(
         spark,
