@@ -16,7 +16,8 @@ Only the job's own user reaches a host, and nothing either side could forge runs
   partitions and, for output, files of its own checkpoint (:func:`check_report`). An error
   comes back as text (type, message, traceback, cause: :func:`error_text`) and is raised in
   the worker as an exception of the same type when the type is a builtin one or a class of a
-  module the worker already imported that takes the message as its one argument, and as a
+  module the worker already imported, rebuilt from its arguments (when JSON carries them) or
+  its message, showing the same message, and as a
   :class:`HostTaskError` naming it otherwise; the host's traceback is a note of it
   (:func:`error_from_text`).
 
@@ -188,6 +189,7 @@ def error_text(exc: BaseException) -> bytes:
         level.update(
             type=f"{type(current).__module__}.{type(current).__qualname__}",
             message=str(current),
+            args=_plain(current.args),
             traceback="".join(traceback.format_exception(current, chain=False)),
         )
         nxt = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
@@ -196,6 +198,14 @@ def error_text(exc: BaseException) -> bytes:
         level["cause"] = level = {}
         current = nxt
     return json.dumps(described).encode()
+
+
+def _plain(args: tuple[Any, ...]) -> list[Any] | None:
+    """``args`` when JSON carries them exactly (to rebuild the exception from), else ``None``."""
+    try:
+        return list(args) if json.loads(json.dumps(list(args))) == list(args) else None
+    except (TypeError, ValueError):
+        return None
 
 
 def error_from_text(body: bytes, where: str) -> BaseException:
@@ -225,13 +235,17 @@ def _rebuilt(described: Any, where: str) -> BaseException:
     host_traceback = str(described.get("traceback", ""))
     cls = _exception_type(name)
     error: BaseException | None = None
-    if cls is not None:
+    args = described.get("args")
+    for attempt in ([*args] if isinstance(args, list) else None, [message]):
+        if cls is None or attempt is None:
+            continue
         try:
-            error = cls(message)
+            error = cls(*attempt)
         except Exception:
             error = None
-        if type(error) is not cls or str(error) != message:
-            error = None
+        if type(error) is cls and str(error) == message:
+            break
+        error = None
     if error is None:
         error = HostTaskError(name, message, host_traceback)
     if host_traceback:
