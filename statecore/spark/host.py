@@ -90,6 +90,7 @@ __all__ = [
     "hosted",
     "hosting",
     "stop_hosts",
+    "stop_job_hosts",
     "stop_rescaled_hosts",
     "to_ipc",
 ]
@@ -144,8 +145,14 @@ def host_folder(executor: int | None = None) -> Path:
 
 def host_name(job: str, operator: str, subtask: int) -> str:
     """The name of the socket of the host of ``subtask`` of ``job``'s ``operator`` (short: a
-    Unix socket's path has at most 107 bytes)."""
-    return hashlib.sha256(f"{job}\0{operator}\0{subtask}".encode()).hexdigest()[:24] + ".sock"
+    Unix socket's path has at most 107 bytes), starting with :func:`_job_prefix`."""
+    subtask_part = hashlib.sha256(f"{job}\0{operator}\0{subtask}".encode()).hexdigest()[:12]
+    return f"{_job_prefix(job, operator)}{subtask_part}.sock"
+
+
+def _job_prefix(job: str, operator: str) -> str:
+    """What the names of the sockets of ``job``'s ``operator``'s hosts start with."""
+    return hashlib.sha256(f"{job}\0{operator}".encode()).hexdigest()[:12]
 
 
 def host_address(job: str, operator: str, subtask: int, executor: int | None = None) -> Path:
@@ -388,6 +395,22 @@ def stop_hosts(executor: int | None = None) -> int:
     for socket in sockets:
         _ask_to_exit(socket)
     return len(sockets)
+
+
+def stop_job_hosts(job: str, operator: str) -> int:
+    """Ask every host of ``job``'s ``operator`` on this machine (of any executor) to exit once
+    its current task ends (its query stopped); how many were asked."""
+    root = hosts_root()
+    if not os.path.lexists(root):
+        return 0
+    prefix = _job_prefix(job, operator)
+    asked = 0
+    for folder in sorted(root.iterdir()):
+        if folder.name.isdigit():
+            for socket in private_folder(root, int(folder.name)).glob(f"{prefix}*.sock"):
+                _ask_to_exit(socket)
+                asked += 1
+    return asked
 
 
 def stop_rescaled_hosts(folder: Path, job: str, operator: str, before: int, now: int) -> int:
