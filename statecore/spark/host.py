@@ -8,28 +8,34 @@ Python worker: it runs it in the subtask's *host*, a process of the same machine
 long as the executor, started by the first task that needs it and addressed by a Unix socket
 named after the executor (pyspark's worker daemon, the worker's parent), the job, the operator
 and the subtask. The worker connects, sends the task (its :class:`TaskSpec`, function and
-processing, pickled as Spark pickled them) and its partition's Arrow batches, and passes the
-host's result batches on to Spark. In the host the task is :func:`run_task` as before, warm
-pool, restore, snapshot, live lookups and fault points included: what a worker would keep, the
-host keeps, and the next task of the subtask finds it there whichever worker Spark picked. A
-task on another executor (a multi-executor cluster) reaches another host, which restores.
+processing, pickled as Spark pickled them, broadcast variables by reference:
+:mod:`.host_context`), and once the host replied that it took it, streams its partition's
+Arrow batches from a thread while it passes the host's result batches on to Spark. In the host
+the task is :func:`run_task` as before, warm pool, restore, snapshot, live lookups and fault
+points included: what a worker would keep, the host keeps, and the next task of the subtask
+finds it there whichever worker Spark picked. A task on another executor (a multi-executor
+cluster) reaches another host, which restores.
 
-Failure stays a task failure. An error in the host comes back as the task's error (the same
-exception, when it pickles); a host that dies (a kill point, an OOM) ends the connection, the
-task fails and Spark's retry starts a new host, which restores. The host takes all of a task's
-batches before it runs it (a worker that dies while sending leaves no task behind); a worker
-that dies later makes the host's task fail at its next send, its state closed, not kept. A host
-serves one task at a time (a second attempt of the subtask waits for the first to end), and the
-warm pool's token decides as before whether what it holds is the checkpoint to restore.
+Only the job's own user reaches a host, and nothing a host sends is unpickled
+(:mod:`.host_wire`): a folder, socket or host the task may not trust makes it run in its worker
+(a cold restore), as does a host that cannot load the task; a reply that is not the task's own
+fails it. Failure stays a task failure. An error in the host comes back as text and is raised
+as the task's error; a host that dies (a kill point, an OOM) ends the connection, the task
+fails and Spark's retry starts a new host, which restores. A host that ends before it took the
+task (it was exiting) is asked again, a new one. A worker that dies while its task runs makes
+the host's task fail, its state closed, not kept. A host serves one task at a time (a second
+attempt of the subtask waits for the first to end), and the warm pool's token decides as before
+whether what it holds is the checkpoint to restore.
 
-A host exits when its executor is gone, after :data:`IDLE_ENV` seconds without a task (default
-1,800), when more than :data:`MAX_HOSTS_ENV` hosts (default 8) of its executor exist and it
-is the least recently used and idle for a minute, or when its job's parallelism went down below
+A host exits when its query stops (:mod:`.host_lifetime`), when its executor is gone, after
+:data:`IDLE_ENV` seconds without a task (default 1,800), when more than :data:`MAX_HOSTS_ENV`
+hosts (default 8) of its executor exist and it is the least recently used and idle for a minute
+(the host decides, when it reads the request), or when its job's parallelism went down below
 its subtask (the first task at the lower parallelism in another host of the job on its executor
 asks it to). The folder of an executor that is gone is removed a day after its last change, by
-the next host start. Hosts live in ``$STATECORE_HOST_DIR``
-(default the temporary folder) under ``statecore-hosts-<uid>``, a folder only its owner may use
-(the socket accepts pickles); each host logs to ``<socket>.log`` beside its socket.
+the next host start. Hosts live in ``$STATECORE_HOST_DIR`` (default the temporary folder) under
+``statecore-hosts-<uid>``, a folder only its owner may use; each host logs to ``<socket>.log``
+beside its socket and starts with its worker's ``sys.path`` (``--py-files`` included).
 ``keyed_stream(..., warm_hosts=False)``, or ``STATECORE_WARM_HOST=0`` in the executors'
 environment (``spark.executorEnv.STATECORE_WARM_HOST``), runs a stream's tasks in the worker,
 as batch jobs always do.
@@ -41,6 +47,7 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import json
 import logging
 import os
 import pickle
@@ -74,6 +81,7 @@ __all__ = [
     "DONE",
     "ERROR",
     "EVICT",
+    "HANDOVER",
     "EXIT",
     "READY",
     "REFUSED",
@@ -116,9 +124,10 @@ START_TIMEOUT = 120.0
 HANDOVER_ATTEMPTS = 3
 """Times a task asks a host (a new one after the first) to take it when they end before."""
 
-TASK, READY, REFUSED = b"T", b"R", b"N"
+TASK, READY, REFUSED, HANDOVER = b"T", b"R", b"N", b"H"
 """The first byte of a message: a task follows (pickled; a host reads it only from a process of
-its own user), the host took it (its input may follow), it could not load it (text follows)."""
+its own user), the host took it, it could not load it (text follows), the time the hand-over
+took the task (wall and CPU seconds, JSON; its input follows)."""
 BATCH, DONE, ERROR, EXIT, EVICT = b"B", b"D", b"E", b"X", b"V"
 """The first byte of a message: a result (or input) batch follows, the task (or its input) is
 done (the accumulators' updates follow, JSON), an error follows (text), the host is asked to
@@ -198,12 +207,18 @@ def hosted(
     connection = None
     try:
         address = _address(os.environ.get(HOST_DIR_ENV), spec.job, spec.operator, index, None)
-        connect_s = time.perf_counter() - started
-        task = (spec, function, process, index, connect_s, time.thread_time() - started_cpu)
+        task = (spec, function, process, index)
         header = TASK + pickle.dumps((sys.path, task_context(), dumps_task(task)))
         connection = _handed_over(address, header, who)
     except WarmHostRefusedError as exc:
         log.error("%s: %s; the task runs in its Python worker (a cold restore)", who, exc)
+    if connection is not None:  # the hand-over's time: counted in the task's acquisition
+        handover = [time.perf_counter() - started, time.thread_time() - started_cpu]
+        try:
+            connection.send_bytes(HANDOVER + json.dumps(handover).encode())
+        except OSError:
+            connection.close()
+            raise RuntimeError(f"{who}: its warm state host ended as it took the task") from None
     if connection is None:
         if fallback is None:
             from statecore.spark.executor import run_task

@@ -14,6 +14,7 @@ sent back to its worker, which runs it; an error in a task goes back as text; th
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pickle
@@ -38,6 +39,7 @@ from statecore.spark.host import (
     ERROR,
     EVICT,
     EXIT,
+    HANDOVER,
     IDLE_ENV,
     READY,
     REFUSED,
@@ -133,7 +135,7 @@ class Host:
         try:
             paths, context, payload = pickle.loads(header[1:])  # from a process of this user
             sys.path.extend(p for p in paths if p not in sys.path)
-            spec, function, process, index, connect_s, connect_cpu_s = loads_task(payload)
+            spec, function, process, index = loads_task(payload)
         except Exception as exc:  # the task's worker runs it itself
             log.warning("could not load a task; its worker runs it", exc_info=True)
             with contextlib.suppress(OSError):
@@ -141,8 +143,12 @@ class Host:
             return True
         try:
             connection.send_bytes(READY)
-        except OSError:
-            return True
+            handover = connection.recv_bytes()
+            if handover[:1] != HANDOVER:
+                raise EOFError
+            connect_s, connect_cpu_s = (float(t) for t in json.loads(handover[1:]))
+        except (EOFError, OSError, ValueError, TypeError):
+            return True  # the worker went away before it sent its input
         self._rescaled(spec)
         set_task_context(context)
         try:
