@@ -47,7 +47,6 @@ import contextlib
 import fcntl
 import functools
 import hashlib
-import json
 import logging
 import os
 import pickle
@@ -81,7 +80,6 @@ __all__ = [
     "DONE",
     "ERROR",
     "EVICT",
-    "HANDOVER",
     "EXIT",
     "READY",
     "REFUSED",
@@ -124,10 +122,11 @@ START_TIMEOUT = 120.0
 HANDOVER_ATTEMPTS = 3
 """Times a task asks a host (a new one after the first) to take it when they end before."""
 
-TASK, READY, REFUSED, HANDOVER = b"T", b"R", b"N", b"H"
-"""The first byte of a message: a task follows (pickled; a host reads it only from a process of
-its own user), the host took it, it could not load it (text follows), the time the hand-over
-took the task (wall and CPU seconds, JSON; its input follows)."""
+TASK, READY, REFUSED = b"T", b"R", b"N"
+"""The first byte of a message: a task follows (pickled, with the task's start on this machine's
+monotonic clock and the CPU time its worker spent handing it over; a host reads it only from a
+process of its own user), the host took it (its input may follow), it could not load it (text
+follows)."""
 BATCH, DONE, ERROR, EXIT, EVICT = b"B", b"D", b"E", b"X", b"V"
 """The first byte of a message: a result (or input) batch follows, the task (or its input) is
 done (the accumulators' updates follow, JSON), an error follows (text), the host is asked to
@@ -207,18 +206,12 @@ def hosted(
     connection = None
     try:
         address = _address(os.environ.get(HOST_DIR_ENV), spec.job, spec.operator, index, None)
-        task = (spec, function, process, index)
-        header = TASK + pickle.dumps((sys.path, task_context(), dumps_task(task)))
+        payload = dumps_task((spec, function, process, index))
+        handover = (started, time.thread_time() - started_cpu)  # counted in its acquisition
+        header = TASK + pickle.dumps((sys.path, task_context(), payload, handover))
         connection = _handed_over(address, header, who)
     except WarmHostRefusedError as exc:
         log.error("%s: %s; the task runs in its Python worker (a cold restore)", who, exc)
-    if connection is not None:  # the hand-over's time: counted in the task's acquisition
-        handover = [time.perf_counter() - started, time.thread_time() - started_cpu]
-        try:
-            connection.send_bytes(HANDOVER + json.dumps(handover).encode())
-        except OSError:
-            connection.close()
-            raise RuntimeError(f"{who}: its warm state host ended as it took the task") from None
     if connection is None:
         if fallback is None:
             from statecore.spark.executor import run_task

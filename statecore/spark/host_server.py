@@ -14,7 +14,6 @@ sent back to its worker, which runs it; an error in a task goes back as text; th
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import pickle
@@ -39,7 +38,6 @@ from statecore.spark.host import (
     ERROR,
     EVICT,
     EXIT,
-    HANDOVER,
     IDLE_ENV,
     READY,
     REFUSED,
@@ -132,8 +130,9 @@ class Host:
         if header[:1] != TASK:
             log.error("a connection sent %r, not a task: closed", header[:1])
             return True
+        loading_cpu = time.thread_time()
         try:
-            paths, context, payload = pickle.loads(header[1:])  # from a process of this user
+            paths, context, payload, (started, worker_cpu_s) = pickle.loads(header[1:])  # ours
             sys.path.extend(p for p in paths if p not in sys.path)
             spec, function, process, index = loads_task(payload)
         except Exception as exc:  # the task's worker runs it itself
@@ -143,12 +142,13 @@ class Host:
             return True
         try:
             connection.send_bytes(READY)
-            handover = connection.recv_bytes()
-            if handover[:1] != HANDOVER:
-                raise EOFError
-            connect_s, connect_cpu_s = (float(t) for t in json.loads(handover[1:]))
-        except (EOFError, OSError, ValueError, TypeError):
-            return True  # the worker went away before it sent its input
+        except OSError:
+            return True
+        # the hand-over, from the task's start in its worker (one machine's monotonic clock)
+        # to here, is a part of the task's acquisition; the state is taken while the worker
+        # starts sending its input
+        handover_s = max(0.0, time.perf_counter() - float(started))
+        handover_cpu_s = float(worker_cpu_s) + time.thread_time() - loading_cpu
         self._rescaled(spec)
         set_task_context(context)
         try:
@@ -159,8 +159,8 @@ class Host:
                     process,
                     index,
                     _input(connection),
-                    handover_s=connect_s,
-                    handover_cpu_s=connect_cpu_s,
+                    handover_s=handover_s,
+                    handover_cpu_s=handover_cpu_s,
                 ):
                     connection.send_bytes(BATCH + to_ipc(batch))
             connection.send_bytes(DONE + accumulator_updates())
