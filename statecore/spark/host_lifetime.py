@@ -1,11 +1,14 @@
 """Warm state hosts (:mod:`statecore.spark.host`) end with their query.
 
 A stream's hosts hold its state (and a RocksDB instance's files) between micro-batches. When
-the query stops (``query.stop()``, an ``availableNow`` query that is done, a failure), a
-listener on the driver asks the hosts of its job and operator on the driver's machine to exit
-(every executor folder there: ``local[*]``, or a cluster's executors on that machine), unless
-another query of the same job and operator is active by then. Hosts on other machines exit
-when their executor does (a session that ends), or after ``STATECORE_HOST_IDLE_SECONDS``.
+the query stops (``query.stop()``, an ``availableNow`` query that is done), a listener on the
+driver asks the hosts of its job and operator on the driver's machine to exit (every executor
+folder there: ``local[*]``, or a cluster's executors on that machine), unless another query of
+the same job and operator is active by then. A query that fails leaves its hosts until they
+are idle for ``STATECORE_HOST_IDLE_SECONDS``, so a live lookup can read what its last
+micro-batch left (a restarted query's tasks continue in them, and restore: the failed
+checkpoint is not the one they hold). Hosts on other machines exit when their executor does
+(a session that ends), or when idle.
 """
 
 from __future__ import annotations
@@ -49,6 +52,13 @@ class _HostsOfStoppedQueries(StreamingQueryListener):
         if known is None:
             return
         job, operator, name = known
+        if getattr(event, "exception", None):
+            log.info(
+                "job %s: query failed; its warm state hosts stay until idle for live lookups "
+                "of what it left",
+                job,
+            )
+            return
         try:
             if any(q.name == name for q in self.session.streams.active):
                 return  # restarted already: its tasks use the hosts
