@@ -63,6 +63,7 @@ from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.files import table_filesystem
 from statecore.spark.executor import per_batch, per_record
+from statecore.spark.host_lifetime import stop_hosts_with
 from statecore.spark.keyed import KeyedJob, KeyedRun, _KeyedRunner
 from statecore.spark.offsets import batch_offsets, data_moved, savepoint_offsets
 from statecore.ttl.time import TtlTimeProvider
@@ -323,7 +324,10 @@ def _start(
         checkpoint_location,
         "" if restore_from is None else f", state from savepoint {restore_from}",
     )
-    return writer.start()
+    query = writer.start()
+    if template.warm_hosts:
+        stop_hosts_with(stream_df.sparkSession, query, template.job, template.operator)
+    return query
 
 
 def _with_ticks(stream_df: DataFrame) -> DataFrame:
