@@ -20,7 +20,7 @@ from statecore.pyflink.common.typeinfo import Types
 # from pyflink.common.watermark_strategy import TimestampAssigner
 from statecore.pyflink.common.watermark_strategy import TimestampAssigner
 
-# from pyflink.datastream import StreamExecutionEnvironment, RuntimeExecutionMode
+# from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 from statecore.pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 
 # from pyflink.datastream.connectors.file_system import FileSource, StreamFormat

@@ -9,7 +9,7 @@ PyFlink code: only the imports differ (the comment above each names PyFlink's).
 # from pyflink.common import Types, WatermarkStrategy
 from statecore.pyflink.common import Types, WatermarkStrategy
 
-# from pyflink.datastream import StreamExecutionEnvironment, RuntimeExecutionMode
+# from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 from statecore.pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 
 # from pyflink.datastream.connectors.file_system import FileSource, StreamFormat

@@ -5,7 +5,7 @@ after each element that emits ``(name, sum)`` when it fires. Elements are
 PyFlink code: only the imports differ (the comment above each names PyFlink's).
 """
 
-# from pyflink.common import WatermarkStrategy, Duration
+# from pyflink.common import Duration, WatermarkStrategy
 from statecore.pyflink.common import Duration, WatermarkStrategy
 
 # from pyflink.common.typeinfo import Types
@@ -14,7 +14,7 @@ from statecore.pyflink.common.typeinfo import Types
 # from pyflink.common.watermark_strategy import TimestampAssigner
 from statecore.pyflink.common.watermark_strategy import TimestampAssigner
 
-# from pyflink.datastream import StreamExecutionEnvironment, RuntimeExecutionMode
+# from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 from statecore.pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 
 # from pyflink.datastream.connectors.file_system import FileSource, StreamFormat

@@ -5,12 +5,13 @@ of a file source.
 PyFlink code: only the imports differ (the comment above each names PyFlink's).
 """
 
-# from pyflink.common.typeinfo import Types
 # from pyflink.common import WatermarkStrategy
 from statecore.pyflink.common import WatermarkStrategy
+
+# from pyflink.common.typeinfo import Types
 from statecore.pyflink.common.typeinfo import Types
 
-# from pyflink.datastream import StreamExecutionEnvironment, RuntimeExecutionMode
+# from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 from statecore.pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 
 # from pyflink.datastream.connectors.file_system import FileSource, StreamFormat

@@ -5,21 +5,17 @@ is the example's ``BATCH`` unless the caller runs it as a stream.
 PyFlink code: only the imports differ (the comment above each names PyFlink's).
 """
 
-# from pyflink.common import WatermarkStrategy, Encoder, Types
+# from pyflink.common import Encoder, Types, WatermarkStrategy
 from statecore.pyflink.common import Encoder, Types, WatermarkStrategy
 
-# from pyflink.datastream import StreamExecutionEnvironment, RuntimeExecutionMode
+# from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 from statecore.pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 
-# from pyflink.datastream.connectors import (FileSource, StreamFormat, FileSink,
-#                                            OutputFileConfig, RollingPolicy)
-from statecore.pyflink.datastream.connectors import (
-    FileSink,
-    FileSource,
-    OutputFileConfig,
-    RollingPolicy,
-    StreamFormat,
-)
+# from pyflink.datastream.connectors import OutputFileConfig, RollingPolicy
+from statecore.pyflink.datastream.connectors import OutputFileConfig, RollingPolicy
+
+# from pyflink.datastream.connectors.file_system import FileSink, FileSource, StreamFormat
+from statecore.pyflink.datastream.connectors.file_system import FileSink, FileSource, StreamFormat
 
 word_count_data = [
     "To be, or not to be,--that is the question:--",
