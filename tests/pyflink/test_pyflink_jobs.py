@@ -32,6 +32,8 @@ PYFLINK_MODULES = {
     "pyflink.common.watermark_strategy",
     "pyflink.datastream.connectors",
     "pyflink.datastream.connectors.file_system",
+    "pyflink.datastream.connectors.kafka",
+    "pyflink.common.serialization",
 }
 
 
