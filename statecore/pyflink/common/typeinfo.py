@@ -10,11 +10,14 @@ True
 
 Composite values are stored in their Arrow form: a ``ROW``/``ROW_NAMED``/``TUPLE`` value is a
 tuple (or a dict by field name), a ``MAP`` value a dict, a ``LIST`` or array value a list. A
-state read back from RocksDB or a snapshot returns a struct as a dict and a map as a list of
-``(key, value)`` pairs, as statecore's own API does. ``BIG_INT`` and ``BIG_DEC`` have no exact
-Arrow type and raise :class:`~statecore.errors.PyFlinkUnsupportedError` (declare a
-``pyarrow.decimal128(p, s)`` or ``Types.LONG()`` instead); ``PICKLED_BYTE_ARRAY`` is allowed
-at the top of a state's type and as a list state's element, not inside a row, list or map.
+state declared through the PyFlink layer's ``RuntimeContext`` reads them back as PyFlink
+gives them (a :class:`~statecore.pyflink.common.types.Row`, a tuple, a dict; see
+:mod:`statecore.pyflink.datastream.converting`), where statecore's own API gives a struct read
+back from RocksDB or a snapshot as a dict and a map as a list of ``(key, value)`` pairs.
+``BIG_INT`` and ``BIG_DEC`` have no exact Arrow type and raise
+:class:`~statecore.errors.PyFlinkUnsupportedError` (declare a ``pyarrow.decimal128(p, s)``
+or ``Types.LONG()`` instead); ``PICKLED_BYTE_ARRAY`` is allowed at the top of a state's type
+and as a list state's element, not inside a row, list or map.
 """
 
 from __future__ import annotations
