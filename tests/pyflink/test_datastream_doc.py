@@ -30,7 +30,7 @@ def test_pyflink_doc_job_runs_as_ported(
     code = match.group(1)
     assert "import pyflink" not in code.replace("# from pyflink", "")
     exec(compile(code, str(PAGE), "exec"), {"__name__": "pyflink_doc"})  # the page's own code
-    assert sorted(capsys.readouterr().out.splitlines()) == ["+I[ann, 2]", "+I[bob, 1]"]
+    assert sorted(capsys.readouterr().out.splitlines()) == ["+I[ann,2]", "+I[bob,1]"]
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         rows = run_sql(
             catalog, "SELECT key, value FROM idle_users.clicks ORDER BY key", job="idle_users"

@@ -156,7 +156,7 @@ def test_datastream_count_with_timeout_stream_over_files_rocksdb(
     assert _lines(capsys) == COUNT_WITH_TIMEOUT
 
 
-TTL_COUNTS = ["+I[flink, 1]", "+I[spark, 1]", "+I[flink, 2]", "+I[state, 1]", "+I[flink, 3]"]
+TTL_COUNTS = ["+I[flink,1]", "+I[spark,1]", "+I[flink,2]", "+I[state,1]", "+I[flink,3]"]
 """Rows typed ROW_NAMED print as Flink prints a Row; nothing expires within the hour."""
 
 

@@ -4,7 +4,7 @@ declared type (pickled) is written as Python's ``str``.
 
 >>> from statecore.pyflink.common import Row, Types
 >>> flink_string(Row(word="to", n=2), Types.ROW_NAMED(["word", "n"], [Types.STRING(), Types.INT()]))
-'+I[to, 2]'
+'+I[to,2]'
 >>> flink_string(("to", 2), Types.TUPLE([Types.STRING(), Types.INT()]))
 '(to,2)'
 >>> flink_string(("to", 2), None), flink_string(True, Types.BOOLEAN())
@@ -25,7 +25,7 @@ def _java(value: Any, type_info: Any) -> str:
     kind = getattr(type_info, "kind", "")
     if kind == "ROW":
         fields = [value[n] for n in type_info.field_names] if isinstance(value, dict) else value
-        inner = ", ".join(_java(v, t) for v, t in zip(fields, type_info.field_types))
+        inner = ",".join(_java(v, t) for v, t in zip(fields, type_info.field_types))
         return f"+I[{inner}]"
     if kind == "TUPLE":
         fields = [value[n] for n in type_info.field_names] if isinstance(value, dict) else value

@@ -1,7 +1,7 @@
 """A counter per word with a state time-to-live, as Flink's documentation ("Working with State",
 "State Time-To-Live", Python tab) configures it: a value state whose descriptor
 ``enable_time_to_live(ttl_config)``; each element emits a ``Row(word=..., count=...)`` typed
-``Types.ROW_NAMED`` (printed as Flink prints a row: ``+I[word, count]``).
+``Types.ROW_NAMED`` (printed as Flink prints a row: ``+I[word,count]``).
 
 PyFlink code: only the imports differ (the comment above each names PyFlink's).
 """
