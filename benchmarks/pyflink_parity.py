@@ -8,8 +8,10 @@ PyFlink is not a dependency of statecore: install it in a virtual environment of
 call runs here on a local Spark session, each case as a statecore job in a fresh
 ``STATECORE_HOME``. Only cases whose Flink output is determinate are run (a collection in
 ``STREAMING`` mode whose timers could fire at any of Flink's periodic watermarks is not); a
-batch's lines are compared as multisets (Flink orders a batch's output by key), a stream's in
-order. Writes ``benchmarks/PYFLINK_PARITY.md``.
+batch's lines are compared as multisets (Flink orders a batch's output by key), and so are
+those of timers firing at the end of a stream (PyFlink hands timers to its Python worker in
+bundles, which may reorder the outputs of different keys); other streams' lines in order.
+Writes ``benchmarks/PYFLINK_PARITY.md``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ CASES: list[tuple[str, str, str, bool]] = [
     ("event_time_timer", "event_timer_timer_demo(mode=RuntimeExecutionMode.BATCH)", "BATCH", False),
     ("word_count", "word_count(None, None)", "BATCH", False),
     ("basic_operations", "basic_operations()", "STREAMING collection", True),
-    ("count_with_timeout", "count_with_timeout()", "STREAMING collection", True),
+    # the outputs of timers firing at the end: their order across keys is PyFlink's own
+    ("count_with_timeout", "count_with_timeout()", "STREAMING collection", False),
     ("count_with_timeout", "count_with_timeout(mode=RuntimeExecutionMode.BATCH)", "BATCH", False),
     ("ttl_counter", "ttl_counter()", "STREAMING collection", True),
     ("ttl_counter", "ttl_counter(mode=RuntimeExecutionMode.BATCH)", "BATCH", False),
@@ -119,7 +122,8 @@ def main() -> None:
         f"`python -m benchmarks.pyflink_parity` with PyFlink {version} (its own venv, local",
         "mini-cluster) and statecore on Spark `local[2]`: each job file of `tests/pyflink/jobs`,",
         "imports `pyflink` there and `statecore.pyflink` here, the printed lines compared",
-        "(a batch's as multisets). Times are wall-clock per run, including job start.",
+        "(a batch's, and a stream's timer outputs at its end, as multisets). Times are wall-clock",
+        "per run, including each job's start.",
         "",
         "| job | call | mode | lines | same output | PyFlink s | statecore s |",
         "| --- | --- | --- | --- | --- | --- | --- |",

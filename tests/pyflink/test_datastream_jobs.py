@@ -5,10 +5,13 @@ input (parallelism 1, as the jobs set it).
 How the expectations follow from Flink's semantics:
 
 - STREAMING with parallelism 1 emits in input order; a bounded source ends with
-  ``MAX_WATERMARK``, firing every pending event-time timer in timestamp order. The inputs of
-  the timer jobs span less than the out-of-orderness plus the timer delay, so in Flink no
-  watermark can pass a timer before the end whenever its periodic watermarks come: the output
-  is the same for every interleaving.
+  ``MAX_WATERMARK``, firing every pending event-time timer. The inputs of the timer jobs span
+  less than the out-of-orderness plus the timer delay, so in Flink no watermark can pass a
+  timer before the end whenever its periodic watermarks come: the output is the same for every
+  interleaving. Across keys, the order of what timers emit at the end is PyFlink's own (it
+  hands timers to its Python worker in bundles: on PyFlink 2.3.0 ``count_with_timeout`` prints
+  ``('hi', 3)`` before ``('hello', 2)``, whose timer is earlier), so those outputs are compared
+  per key.
 - BATCH sorts the input by key (and timestamp), fires each key's timers at the end of the key
   and emits a ``reduce`` once per key: the lines of one key keep their order, keys come in an
   order of Flink's own (compared sorted).
@@ -112,16 +115,10 @@ def test_datastream_event_time_timer_stream_over_files(
 ) -> None:
     """Event times 1000..4500 with 2 s out-of-orderness: the watermark stays at or below 2499
     while records come, below every timer (3000, 3500, 4000, 5000, 6500); the end of the
-    bounded source fires them all, in timestamp order, each with its key's final sum."""
+    bounded source fires them all, each with its key's final sum."""
     rows = ["1000,Alice,1.5", "2000,Bob,2.0", "1500,Alice,2.5", "3000,Bob,1.0", "4500,Alice,1.0"]
     event_time_timer.event_timer_timer_demo(_input(tmp_path, rows))
-    assert _lines(capsys) == [
-        "('Alice', 5.0)",
-        "('Alice', 5.0)",
-        "('Bob', 3.0)",
-        "('Bob', 3.0)",
-        "('Alice', 5.0)",
-    ]
+    assert sorted(_lines(capsys)) == ["('Alice', 5.0)"] * 3 + ["('Bob', 3.0)"] * 2
 
 
 COUNT_WITH_TIMEOUT = ["('hello', 2)", "('hi', 3)"]
@@ -134,7 +131,7 @@ def test_datastream_count_with_timeout_streaming_collection(
     spark: Any, statecore_home: StatecoreConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
     count_with_timeout.count_with_timeout()
-    assert _lines(capsys) == COUNT_WITH_TIMEOUT
+    assert sorted(_lines(capsys)) == COUNT_WITH_TIMEOUT
 
 
 def test_datastream_count_with_timeout_batch_rocksdb_reads_rows_back(
@@ -153,7 +150,7 @@ def test_datastream_count_with_timeout_stream_over_files_rocksdb(
     count_with_timeout.count_with_timeout(
         _input(tmp_path, rows), state_backend=EmbeddedRocksDBStateBackend()
     )
-    assert _lines(capsys) == COUNT_WITH_TIMEOUT
+    assert sorted(_lines(capsys)) == COUNT_WITH_TIMEOUT
 
 
 TTL_COUNTS = ["+I[flink,1]", "+I[spark,1]", "+I[flink,2]", "+I[state,1]", "+I[flink,3]"]
