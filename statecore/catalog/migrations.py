@@ -260,6 +260,13 @@ def _v7_checkpoint_id_index(connection: sa.Connection) -> None:
     index.create(connection)
 
 
+def _pinned_savepoints(connection: sa.Connection) -> None:
+    # A savepoint may be a pin on a completed checkpoint's table versions instead of a copy:
+    # the pinned state's description as one JSON document (NULL: an export, a folder at path).
+    json = sa.JSON().compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE statecore_savepoints ADD COLUMN pin {json}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -295,6 +302,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=7,
         description="checkpoints indexed by job, kind, status and id",
         apply=_v7_checkpoint_id_index,
+    ),
+    Migration(  # one step of its own: renumbering it is changing this number alone
+        version=9,
+        description="pinned savepoints",
+        apply=_pinned_savepoints,
     ),
 )
 """Every schema step in order; append, never edit a released step."""
