@@ -1,8 +1,8 @@
 """The operations DAGs on a real Airflow (``dag.test()``), on state made by the pipeline.
 
-One Airflow interpreter runs, in order: the pipeline (day 1, parallelism 2), ``rescale`` to 3,
-the pipeline (day 2, at the job's parallelism), ``rescale`` to 1, the pipeline (day 3),
-``rescale`` to 2 with max parallelism 128 → 256, ``savepoint``, then ``state_maintenance`` for the
+One Airflow interpreter runs, in order: the pipeline (day 1, parallelism 2), ``rescale`` to 3, the
+pipeline (day 2, at the job's parallelism), ``rescale`` to 1, the pipeline (day 3), ``rescale`` to 2
+with max parallelism 128 → 256, ``savepoint`` (an export), then ``state_maintenance`` for the
 clickstream job and for a job with TTL state (written on Spark 3 hours apart). The effects are
 checked against a reference run of the same days at parallelism 2 that never rescaled, and the
 savepoint restores with a fresh catalog.
@@ -104,7 +104,7 @@ def test_rescale_savepoint_and_maintenance_dags(tmp_path: Path) -> None:
             ("rescale", {"parallelism": 1}),
             ("stateful_pipeline", {"date": "2026-01-03"}),
             ("rescale", {"parallelism": 2, "max_parallelism": 256}),
-            ("savepoint", {"name": "after-rescales"}),
+            ("savepoint", {"name": "after-rescales", "export": True}),
             ("state_maintenance", {"retain": 2, "vacuum_retention_hours": 0}),
             ("state_maintenance", {"job": "sessions", "retain": 5, "vacuum_retention_hours": 0}),
         ],
@@ -113,6 +113,9 @@ def test_rescale_savepoint_and_maintenance_dags(tmp_path: Path) -> None:
     assert [r["rescale"]["parallelism"] for r in rescales] == [3, 1, 2]
     assert [r["rescale"]["keyed_bytes_rewritten"] > 0 for r in rescales] == [False, False, True]
     assert all(r["verify"]["keys"] > 0 and r["validate"] for r in rescales)
+    # each rescale pinned the checkpoint before it (no copy); the verify read the pin back
+    assert [r["savepoint"]["kind"] for r in rescales] == ["pin", "pin", "pin"]
+    assert all(r["savepoint"]["path"] is None for r in rescales)
 
     with Catalog.connect(config.catalog_url) as catalog:
         days = {
