@@ -27,11 +27,14 @@ from statecore.checkpoint.points import (
     RestorePoint,
     checkpoint_point,
     load_savepoint,
+    resolve_point,
     tables_by_name,
 )
 from statecore.cli.demo import generate_clickstream
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group
+from statecore.ops.retention import apply_retention
+from statecore.ops.savepoint import delete_savepoint
 from statecore.query import connect, delta_scan
 from statecore.query.diff import checksums
 from tests.airflow.dagrun import run_dags
@@ -138,12 +141,23 @@ def test_rescale_savepoint_and_maintenance_dags(tmp_path: Path) -> None:
             rows = con.execute(f"SELECT key, key_group FROM {delta_scan(table)}").fetchall()
             assert all(kg == assign_to_key_group(key, 256) for key, kg in rows), table.state
 
-        # retention kept the last two checkpoints and vacuumed the rest
+        # retention kept the last two checkpoints; the rescales' pins kept the files of theirs
         retention = steps[7]["xcom"]["retention"]
-        assert retention["expired"] == [20260101, 20260102] and retention["files_deleted"] > 0
+        assert retention["expired"] == [20260101, 20260102] and retention["files_deleted"] == 0
         statuses = {c.checkpoint_id: c.status for c in catalog.list_checkpoints("clickstream")}
         assert statuses[20260101] is CheckpointStatus.EXPIRED
         assert state_of(checkpoint_point(catalog, "clickstream", 20260103))
+        pins = [resolve_point(catalog, "clickstream", r["savepoint"]["name"]) for r in rescales]
+        assert [p.checkpoint_id for p in pins] == [20260101, 20260102, 20260103]
+        assert state_of(pins[2]) == reference[DAYS[2]]
+        assert all(state_of(p) for p in pins)  # every file of the expired ones still read
+        # deleting the pins releases them: the next retention reclaims their files
+        for r in rescales:
+            delete_savepoint(catalog, "clickstream", r["savepoint"]["name"])
+        released = apply_retention(
+            config, catalog, "clickstream", retain=2, vacuum_after=timedelta(0)
+        )
+        assert released.files_deleted > 0
 
         # TTL cleanup: what expired is gone, as a maintenance checkpoint
         cleanup = steps[8]["xcom"]["ttl_cleanup"]
