@@ -44,6 +44,7 @@ __all__ = [
     "missing_log_entries",
     "partition_sizes",
     "read_files",
+    "restore_version",
     "table_files",
     "table_layout",
     "table_version",
@@ -341,6 +342,54 @@ def commit_files(
             raise fenced from exc
         raise CheckpointCommitError(
             f"checkpoint {checkpoint_id}: commit of {app_id} at {uri} failed: {exc}"
+        ) from exc
+
+
+def restore_version(
+    uri: str,
+    version: int,
+    *,
+    app_id: str,
+    checkpoint_id: int,
+    metadata: CommitMetadata | None = None,
+    fence: Fence | None = None,
+) -> int:
+    """Make the table's files those of its ``version`` again, in a new commit that adds and
+    removes files but copies no byte (Delta's RESTORE); the version that holds them: the new
+    one, or ``version`` itself when the table is still at it (nothing to commit). Fenced and
+    recorded as :func:`commit_files` commits."""
+    transactions = [Transaction(app_id, checkpoint_id)]
+    if fence is not None:
+        transactions.append(fence.transaction())
+    where = f"checkpoint {checkpoint_id}: {app_id} at {uri}"
+    try:
+        table = open_table(uri)
+        if fence is not None:
+            fence.verify(table, where)
+        if table.version() == version:
+            return version
+        missing = missing_log_entries(uri, version)
+        if missing:
+            raise CorruptSnapshotError(
+                f"snapshot table {uri}: version {version} cannot be restored, its log entries "
+                f"{', '.join(missing)} are gone"
+            )
+        table.restore(
+            version,
+            commit_properties=CommitProperties(
+                app_transactions=transactions,
+                custom_metadata=None if metadata is None else metadata.to_properties(),
+            ),
+            post_commithook_properties=POST_COMMIT,
+        )
+        return _committed(uri)
+    except DeltaError as exc:
+        fenced = fenced_failure(exc, uri, fence, where)
+        if fenced is not None:
+            raise fenced from exc
+        raise CheckpointCommitError(
+            f"checkpoint {checkpoint_id}: restore of {app_id} at {uri} to version {version} "
+            f"failed: {exc}"
         ) from exc
 
 
