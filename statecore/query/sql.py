@@ -100,6 +100,11 @@ def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:
         return
     import_extension("httpfs", con=con)
     con.execute("LOAD httpfs")
+    # Throttled (503 SlowDown) and failed requests of the data files: the attempts of the
+    # snapshot tables' other clients (storage.py), with exponential backoff from 100 ms.
+    con.execute(f"SET http_retries = {settings.max_attempts - 1}")
+    con.execute("SET http_retry_wait_ms = 100")
+    con.execute("SET http_retry_backoff = 2")
     options = {"REGION": settings.region}
     if settings.access_key_id and settings.secret_access_key:
         options.update(KEY_ID=settings.access_key_id, SECRET=settings.secret_access_key)
