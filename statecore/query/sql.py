@@ -47,7 +47,7 @@ from statecore.query.views import (
 )
 from statecore.snapshot.changelog import CHANGE_CHECKPOINT, TOMBSTONE
 from statecore.snapshot.rewrite import missing_log_entries
-from statecore.snapshot.storage import S3Settings
+from statecore.snapshot.storage import S3Settings, throttling_hint
 
 __all__ = [
     "StateViews",
@@ -272,7 +272,9 @@ class StateViews:
                 f"statecore sql reads only the state tables of its views: {exc}"
             ) from exc
         except duckdb.Error as exc:
-            raise ConfigError(f"SQL error: {exc} (views: {', '.join(self.views)})") from exc
+            raise ConfigError(
+                f"SQL error: {exc}{throttling_hint(exc)} (views: {', '.join(self.views)})"
+            ) from exc
 
     def close(self) -> None:
         self.connection.close()

@@ -112,7 +112,7 @@ DEFAULT_RETRY_TIMEOUT = timedelta(minutes=3)
 _UNSAFE = "AWS_S3_ALLOW_UNSAFE_RENAME"
 _MAX_ATTEMPTS = "STATECORE_S3_MAX_ATTEMPTS"
 _RETRY_TIMEOUT = "STATECORE_S3_RETRY_TIMEOUT"
-_THROTTLED = ("SlowDown", "SLOW_DOWN", "HTTP status 503", "503 Service Unavailable")
+_THROTTLED = ("SlowDown", "SLOW_DOWN", "HTTP status 503", "HTTP 503", "503 Service Unavailable")
 
 
 def is_s3(uri: str) -> bool:

@@ -21,7 +21,7 @@ import pytest
 from statecore import KeyedProcessFunction, ValueStateDescriptor
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.config import StatecoreConfig
-from statecore.errors import CheckpointCommitError, SnapshotWriteError
+from statecore.errors import CheckpointCommitError, ConfigError, SnapshotWriteError
 from statecore.query.sql import run_sql
 from statecore.runtime import Context, RuntimeContext
 from statecore.snapshot.output import OutputTable, OutputWriter
@@ -124,7 +124,8 @@ def test_object_store_throttling_beyond_the_retry_budget_fails_cleanly(
 ) -> None:
     """Two attempts per request: a file throttled twice, then a commit throttled twice, each
     fails its checkpoint naming the table and the setting; the catalog keeps checkpoint 1,
-    the state reads as checkpoint 1 left it, and the next attempt completes."""
+    the state reads as checkpoint 1 left it (a query throttled twice says why it failed), and
+    the next attempt completes."""
     run(s3_home, 1)
     monkeypatch.setenv("STATECORE_S3_MAX_ATTEMPTS", "2")
     table = prefix(s3_home, "main/keyed/total/")
@@ -145,5 +146,9 @@ def test_object_store_throttling_beyond_the_retry_budget_fails_cleanly(
         assert catalog.latest_checkpoint(JOB).checkpoint_id == 1
         assert catalog.get_checkpoint(JOB, 2).status is CheckpointStatus.FAILED
     assert totals(s3_home) == expected(1)
+    throttling.throttle(prefix(s3_home, "main/keyed/total/key_group="), 2, "GET,HEAD")
+    with pytest.raises(ConfigError, match="503 SlowDown through 2 attempts.*orders.total"):
+        totals(s3_home)  # a query throttled beyond the budget says so too
+    throttling.unthrottle()
     assert run(s3_home, 2).status is CheckpointStatus.COMPLETED
     assert totals(s3_home) == expected(2)
