@@ -60,10 +60,16 @@ class S3Server:
         with urllib.request.urlopen(request, timeout=10):
             pass
 
-    def throttle(self, prefix: str, count: int, methods: str = "") -> None:
+    def throttle(
+        self, prefix: str, count: int, methods: str = "", *, applied: bool = False
+    ) -> None:
         """Answer the first request under ``prefix`` (``bucket/key prefix``; of ``methods``,
-        e.g. ``"PUT,POST"``; default all) and its retries ``503 SlowDown``, ``count`` times."""
-        self._call(f"_throttle?prefix={prefix}&count={count}&methods={methods}", "PUT")
+        e.g. ``"PUT,POST"``; default all) and its retries ``503 SlowDown``, ``count`` times;
+        ``applied``: apply each first (its answer is lost)."""
+        self._call(
+            f"_throttle?prefix={prefix}&count={count}&methods={methods}&applied={int(applied)}",
+            "PUT",
+        )
 
     def throttled(self) -> list[str]:
         """The requests answered ``503 SlowDown`` since the last :meth:`unthrottle`

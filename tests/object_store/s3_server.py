@@ -15,7 +15,8 @@ serves until killed. Two things are added in front of moto:
   S3's XML error body, as S3 does when a prefix takes more requests than it can: one request
   throttled ``n`` times. Each ``PUT`` adds a rule (a request uses the first that matches);
   ``GET /_throttle`` lists the requests throttled (``METHOD bucket/key`` a line),
-  ``DELETE /_throttle`` too, and drops every rule.
+  ``DELETE /_throttle`` too, and drops every rule. With ``&applied=1`` the request is applied
+  first and its answer replaced by ``503``: a request whose outcome the client cannot know.
 """
 
 from __future__ import annotations
@@ -78,11 +79,13 @@ def _arm_throttle(query: str) -> None:
                 "left": int(params["count"][0]),
                 "methods": tuple(m for m in methods.upper().split(",") if m),
                 "key": None,
+                "applied": params.get("applied", ["0"])[0] == "1",
             }
         )
 
 
-def _throttled(method: str, key: str) -> bool:
+def _throttled(method: str, key: str) -> dict[str, Any] | None:
+    """The rule that throttles this request, if one does."""
     with _throttle_lock:
         for rule in _throttles:
             if (
@@ -94,14 +97,16 @@ def _throttled(method: str, key: str) -> bool:
                 rule["left"] -= 1
                 rule["key"] = key
                 _throttled_log.append(f"{method} {key}")
-                return True
-        return False
+                return rule
+        return None
 
 
-def _slow_down(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+def _slow_down(
+    environ: dict[str, Any], start_response: Callable[..., Any], *, drain: bool = True
+) -> Iterable[bytes]:
     stream = environ.get("wsgi.input")
     length = int(environ.get("CONTENT_LENGTH") or 0)
-    if stream is not None and length:
+    if drain and stream is not None and length:
         stream.read(length)  # the client sent its body; S3 reads it too
     start_response(
         "503 Slow Down",
@@ -135,7 +140,12 @@ def application(moto: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[
                     _throttled_log.clear()
             start_response("200 OK", [("Content-Length", str(len(body)))])
             return [body]
-        if _throttled(method, _request_key(environ)):
+        rule = _throttled(method, _request_key(environ))
+        if rule is not None and rule["applied"]:  # applied, but its answer is lost
+            with _write_lock:
+                list(moto(environ, lambda *args: None))
+            return _slow_down(environ, start_response, drain=False)  # moto read the body
+        if rule is not None:
             return _slow_down(environ, start_response)
         if method in ("GET", "HEAD"):
             return moto(environ, start_response)

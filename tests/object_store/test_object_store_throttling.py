@@ -52,7 +52,9 @@ def run(config: StatecoreConfig, checkpoint_id: int) -> Any:
 def totals(config: StatecoreConfig) -> dict[str, int]:
     with Catalog.connect(config.catalog_url) as catalog:
         rows = run_sql(catalog, f"SELECT key, value FROM {JOB}.total").to_pylist()
-    return {r["key"]: r["value"] for r in rows}
+    out = {r["key"]: r["value"] for r in rows}
+    assert len(out) == len(rows), rows  # no key twice
+    return out
 
 
 def expected(checkpoints: int) -> dict[str, int]:
@@ -152,3 +154,23 @@ def test_object_store_throttling_beyond_the_retry_budget_fails_cleanly(
     throttling.unthrottle()
     assert run(s3_home, 2).status is CheckpointStatus.COMPLETED
     assert totals(s3_home) == expected(2)
+
+
+def test_object_store_throttled_commit_applied_but_unanswered_is_not_doubled(
+    s3_home: StatecoreConfig, throttling: S3Server
+) -> None:
+    """The commit's conditional put is applied but answered ``503`` (its outcome unknown to
+    the client): delta-rs's retry finds the version taken, by a commit with this checkpoint's
+    application transaction. Nothing is committed twice: the checkpoint either completes or
+    fails, and then its next attempt completes with every row once."""
+    run(s3_home, 1)
+    log = prefix(s3_home, "main/keyed/total/_delta_log/")
+    throttling.throttle(log, 1, "PUT", applied=True)
+    try:
+        run(s3_home, 2)
+    except CheckpointCommitError:
+        assert throttling.unthrottle() == [f"PUT {log}00000000000000000002.json"]
+        run(s3_home, 2)
+    assert totals(s3_home) == expected(2)
+    with Catalog.connect(s3_home.catalog_url) as catalog:
+        assert catalog.latest_checkpoint(JOB).checkpoint_id == 2
