@@ -33,7 +33,7 @@ from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
 from statecore.snapshot.log import checkpoint_log
 from statecore.snapshot.output import checkpoint_of_file, newest_checkpoint_commit
-from statecore.snapshot.storage import POST_COMMIT, create_table, open_table
+from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
 from statecore.snapshot.table import Fence, TableFile, fenced_failure, read_table_files
 
 __all__ = [
@@ -87,7 +87,7 @@ def _open(uri: str, version: int | None = None) -> DeltaTable:
         return open_table(uri, version=version)
     except (TableNotFoundError, DeltaError, OSError) as exc:
         raise CorruptSnapshotError(
-            f"snapshot table {uri} version {version} cannot be opened: {exc}"
+            f"snapshot table {uri} version {version} cannot be opened: {exc}{throttling_hint(exc)}"
         ) from exc
 
 
@@ -195,7 +195,7 @@ def verify_file(uri: str, version: int | None, f: TableFile) -> None:
         with fs.open_input_file(f"{root}/{f.path}") as source:
             rows = pq.ParquetFile(source).metadata.num_rows
     except (OSError, pa.ArrowInvalid) as exc:
-        raise CorruptSnapshotError(f"{where} is unreadable: {exc}") from exc
+        raise CorruptSnapshotError(f"{where} is unreadable: {exc}{throttling_hint(exc)}") from exc
     if rows != f.rows:
         raise CorruptSnapshotError(f"{where} holds {rows} rows, the Delta log says {f.rows}")
 
@@ -225,7 +225,7 @@ def copy_files(
             target_fs.create_dir(f"{target_root}/{layout.partition}={f.key_group}", recursive=True)
         except OSError as exc:  # e.g. a bucket that does not exist
             raise SnapshotWriteError(
-                f"snapshot table {target_uri} cannot be written: {exc}"
+                f"snapshot table {target_uri} cannot be written: {exc}{throttling_hint(exc)}"
             ) from exc
         try:
             if same_fs:
@@ -240,7 +240,7 @@ def copy_files(
         except OSError as exc:
             raise CorruptSnapshotError(
                 f"snapshot table {source_uri}: file {f.path} cannot be copied to {target_uri}: "
-                f"{exc}"
+                f"{exc}{throttling_hint(exc)}"
             ) from exc
         # Row counts are all the committer needs; min/max statistics are an optimization.
         stats = f'{{"numRecords": {f.rows}}}'
@@ -336,12 +336,13 @@ def commit_files(
                 post_commithook_properties=POST_COMMIT,
             )
         return _committed(uri)
-    except DeltaError as exc:
+    except (DeltaError, OSError) as exc:  # delta-rs raises OSError for storage errors
         fenced = fenced_failure(exc, uri, fence, where)
         if fenced is not None:
             raise fenced from exc
         raise CheckpointCommitError(
             f"checkpoint {checkpoint_id}: commit of {app_id} at {uri} failed: {exc}"
+            f"{throttling_hint(exc)}"
         ) from exc
 
 
@@ -448,7 +449,9 @@ def vacuum(
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     except OSError as exc:
-        raise CorruptSnapshotError(f"snapshot table {uri} cannot be listed: {exc}") from exc
+        raise CorruptSnapshotError(
+            f"snapshot table {uri} cannot be listed: {exc}{throttling_hint(exc)}"
+        ) from exc
     for info in infos:
         if info.type != pafs.FileType.File:
             continue
