@@ -6,6 +6,7 @@ across micro-batches, late data, replays, and Spark's ``rate`` source."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -35,10 +36,17 @@ pytestmark = pytest.mark.spark
 
 
 def write_file(folder: Path, name: str, rows: list[tuple[str, int, int]]) -> None:
-    """One JSON file of ``(user, ts, amount)`` rows, written whole before Spark can see it."""
+    """One JSON file of ``(user, ts, amount)`` rows, written whole before Spark can see it, and
+    modified a millisecond or more after every file already in ``folder``: Spark's file source
+    takes new files in the order of their modification times, in milliseconds, and files of the
+    same millisecond in the order the folder lists them (``f001`` before ``f000``, and a stream
+    of running totals emits 2, 3, 6 instead of 1, 3, 6)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".{name}.tmp"
     tmp.write_text("".join(json.dumps(dict(zip(("user", "ts", "amount"), r))) + "\n" for r in rows))
+    latest_ms = max((f.stat().st_mtime_ns // 1_000_000 for f in folder.iterdir()), default=-1)
+    at = max(tmp.stat().st_mtime_ns, (latest_ms + 1) * 1_000_000)
+    os.utime(tmp, ns=(at, at))
     tmp.rename(folder / f"{name}.json")
 
 

@@ -151,3 +151,15 @@ def test_warm_host_an_error_in_the_function_fails_the_query_as_itself(
         run(spark, s)
     assert [c.checkpoint_id for c in completed(statecore_home, "hosted_error")] == [0]
     assert totals(statecore_home, "hosted_error") == {f"u{k}": 1 for k in range(USERS)}
+
+
+def test_warm_host_streams_take_the_input_files_in_the_order_they_were_written(
+    tmp_path: Path,
+) -> None:
+    """The running totals these tests expect need Spark's file source to take ``f000``,
+    ``f001``, ... in that order: it orders by modification time in milliseconds, the folder's
+    listing order deciding ties (the broadcast test once saw ``f001`` first, totals 2, 3, 6)."""
+    folder = tmp_path / "in"
+    write_batches(folder, 0, 30)
+    modified_ms = [f.stat().st_mtime_ns // 1_000_000 for f in sorted(folder.iterdir())]
+    assert all(a < b for a, b in zip(modified_ms, modified_ms[1:])), modified_ms
