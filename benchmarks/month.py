@@ -1,18 +1,18 @@
 """A month on one home, longer than the suite's (issue 33): the harness of
 ``tests/airflow/test_month.py`` (``tests/airflow/month_run.py``) with more input days, two days
-of hourly ``streaming_pipeline`` runs and more kills, its result written to RESULTS.md.
+of hourly ``streaming_pipeline`` runs, its result written to RESULTS.md.
 
     python -m benchmarks.month                       # -> the RESULTS.md section
-    python -m benchmarks.month --days 30 --stream-hours 4 --kills 3 --no-write   # the test's
+    python -m benchmarks.month --days 30 --input-every 6 --stream-hours 3 --no-write  # the test's
 
 One Airflow (``airflow api-server`` + ``dag-processor`` + ``scheduler``, LocalExecutor, SQLite,
 parallelism 2) runs ``stateful_pipeline`` by backfills over ``--days`` past logical days (input
 on one day in ``--input-every``, one day's input late), ``state_maintenance`` on every
 checkpoint's Asset event, a savepoint and a rescale mid-month, and ``streaming_pipeline`` hourly
 over the last ``--stream-hours`` hours, while a DuckDB reader and a Delta ``readStream`` poll the
-output tables and ``--kills`` runs are SIGKILLed at random commit phases (one per scheduler
-start). ``streaming_kafka`` is not part of it: the test Kafka broker is a JVM the suite starts
-only in its ``jvm`` group.
+output tables and four runs are SIGKILLed at commit phases (one per scheduler start, see
+``MonthPlan.kills``). ``streaming_kafka`` is not part of it: the test Kafka broker is a JVM
+the suite starts only in its ``jvm`` group.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def render(result: MonthResult, failed: list[str]) -> str:
             HEADING,
             "",
             f"`python -m benchmarks.month --days {plan.days} --stream-hours {plan.stream_hours} "
-            f"--kills {plan.kills}` ({time.strftime('%Y-%m-%d')}, commit {commit}, 2 shared "
-            f"cores): {plan.days} logical days of `stateful_pipeline` (input on one day in "
+            f"--input-every {plan.input_every}` ({time.strftime('%Y-%m-%d')}, commit {commit}, "
+            f"2 shared cores): {plan.days} logical days of `stateful_pipeline` (input on a day in "
             f"{plan.input_every}, {plan.late_days} late; {plan.users} users, {plan.events} "
             f"events a day), {plan.stream_hours} hourly `streaming_pipeline` runs, "
             "`state_maintenance` on every checkpoint, a savepoint and a rescale, on one "
@@ -103,7 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=60)
     parser.add_argument("--input-every", type=int, default=4)
     parser.add_argument("--stream-hours", type=int, default=48)
-    parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--seed", type=int, default=33)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
@@ -111,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
         days=args.days,
         input_every=args.input_every,
         stream_hours=args.stream_hours,
-        kills=args.kills,
         seed=args.seed,
         run_timeout=4 * 3600,
     )

@@ -98,6 +98,7 @@ class Scheduler:
     env: dict[str, str]
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     scheduler: subprocess.Popen[bytes] | None = None
+    starts: int = 0
 
     @property
     def airflow_home(self) -> Path:
@@ -128,7 +129,9 @@ class Scheduler:
         env = dict(self.env)
         if fault is not None:
             env["STATECORE_FAULT_POINT"] = fault
-            env["STATECORE_FAULT_MARKER"] = str(self.home / f"fault-{fault.replace(':', '_')}")
+            self.starts += 1
+            marker = f"fault-{self.starts}-{fault.replace(':', '_')}"
+            env["STATECORE_FAULT_MARKER"] = str(self.home / marker)
         self.scheduler = self._spawn("scheduler", env)
 
     def stop_scheduler(self) -> None:
@@ -305,14 +308,16 @@ def pick_input_days(
 
 
 class DuckReader(threading.Thread):
-    """Polls the output tables with DuckDB every ``interval`` s; keeps every row key seen and
-    every error (a reader must never fail on a statecore commit)."""
+    """Polls the output tables with DuckDB every ``interval`` s; keeps every row key seen, the
+    rows a poll no longer saw after an earlier one did (``vanished``, even if a later poll saw
+    them again) and every error (a reader must never fail on a statecore commit)."""
 
     def __init__(self, home: Path, interval: float = 2.0) -> None:
         super().__init__(daemon=True)
         self.home = home
         self.interval = interval
         self.seen: dict[str, set[tuple[Any, ...]]] = {}
+        self.vanished: dict[str, set[tuple[Any, ...]]] = {}
         self.errors: list[str] = []
         self.polls = 0
         self._halt = threading.Event()
@@ -324,7 +329,10 @@ class DuckReader(threading.Thread):
         con.execute("INSTALL delta; LOAD delta")
         while not self._halt.wait(self.interval):
             for name, rows in read_outputs(con, self.home, self.errors).items():
-                self.seen.setdefault(name, set()).update(rows)
+                seen = self.seen.setdefault(name, set())
+                if seen - rows:
+                    self.vanished.setdefault(name, set()).update(seen - rows)
+                seen.update(rows)
             self.polls += 1
 
     def stop(self) -> None:

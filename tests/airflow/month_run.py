@@ -45,11 +45,17 @@ class MonthPlan:
     input_every: int = 6
     """One day in this many has input (the others skip: "no input at ...")."""
     late_days: int = 1
-    stream_hours: int = 4
-    """Hourly runs of ``streaming_pipeline`` (two days: 48)."""
+    stream_hours: int = 3
+    """Hourly runs of ``streaming_pipeline`` (two days: 48); the last one after new input
+    landed, once the ``readStream`` runs."""
     users: int = 20
     events: int = 40
-    kills: int = 3
+    kills: tuple[str | None, ...] = (None, "catalog:complete:after", None, "output:commit:after")
+    """The kill point armed at each scheduler start (``None``: one drawn from ``KILL_POINTS``):
+    the first half; the late day, savepoint and rescale; the second half and the stream's first
+    hours; the stream's last hour, once the ``readStream`` runs. The second and fourth aim at
+    the batch job's output (written after its checkpoint completes) and the stream's output
+    commit (made before its checkpoint completes)."""
     seed: int = 33
     run_timeout: float = 1800
 
@@ -65,6 +71,7 @@ class MonthResult:
     stream_input: set[tuple[Any, ...]]
     outputs: dict[str, set[tuple[Any, ...]]]
     seen: dict[str, set[tuple[Any, ...]]]
+    vanished: dict[str, set[tuple[Any, ...]]]
     reader_errors: list[str]
     reader_polls: int
     stream_reader: dict[str, Any]
@@ -91,7 +98,7 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
     )
     on_time = [day for day in with_input if day not in late]
     folders = lay_out_input(home, on_time, users=plan.users, events=plan.events)
-    points = [f"{rng.choice(KILL_POINTS)}:1" for _ in range(plan.kills)]
+    points = [f"{point or rng.choice(KILL_POINTS)}:1" for point in plan.kills]
     scheduler = Scheduler(home, month_environment(home))
     reader = DuckReader(home)
     stream = StreamReader(home, home / "output" / "clickstream_stream", scheduler.env)
@@ -123,8 +130,8 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
         if plan.stream_hours:
             scheduler.unpause("streaming_pipeline")
             begin = datetime(last.year, last.month, last.day) - timedelta(days=1)
-            end = begin + timedelta(hours=plan.stream_hours - 1)
-            scheduler.backfill("streaming_pipeline", begin.isoformat(), end.isoformat())
+            stream_end = begin + timedelta(hours=plan.stream_hours - 2)
+            scheduler.backfill("streaming_pipeline", begin.isoformat(), stream_end.isoformat())
 
         def start_reader() -> None:
             if stream.process is None and (stream.table / "_delta_log").is_dir():
@@ -132,7 +139,25 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
 
         scheduler.start_scheduler(fault=points[2] if len(points) > 2 else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
+        scheduler.stop_scheduler()
         seconds["second half, streams"] = time.monotonic() - started
+        if plan.stream_hours:
+            # a file for the stream only (after the month's last day), its last hour(s) with
+            # the readStream running
+            folders.update(
+                lay_out_input(
+                    home, [last + timedelta(days=1)], users=plan.users, events=plan.events
+                )
+            )
+            start_reader()
+            scheduler.backfill(
+                "streaming_pipeline",
+                (stream_end + timedelta(hours=1)).isoformat(),
+                (begin + timedelta(hours=plan.stream_hours - 1)).isoformat(),
+            )
+            scheduler.start_scheduler(fault=points[3] if len(points) > 3 else None)
+            scheduler.wait_idle(plan.run_timeout)
+            seconds["stream's last hour"] = time.monotonic() - started
         time.sleep(10)  # the readers' last polls
     finally:
         reader.stop()
@@ -156,10 +181,11 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
             for r in runs
             if any(state == "skipped" for state, _ in r["tasks"].values())
         },
-        batch_input=input_rows(folders),
+        batch_input=input_rows({day: path for day, path in folders.items() if day <= last}),
         stream_input=input_rows(folders) if plan.stream_hours else set(),
         outputs=outputs,
         seen=reader.seen,
+        vanished=reader.vanished,
         reader_errors=reader.errors,
         reader_polls=reader.polls,
         stream_reader={"ended": ended, "rows": stream.rows(), "log": _tail(stream.log)},
@@ -235,9 +261,11 @@ def judge(result: MonthResult) -> list[str]:
                 f"records missing, {len(stream - result.stream_input)} not in the input"
             )
     for name, seen in result.seen.items():
-        vanished = seen - result.outputs.get(name, set())
-        if vanished:
-            failed.append(f"{name}: {len(vanished)} rows a DuckDB reader saw later vanished")
+        gone = seen - result.outputs.get(name, set())
+        if gone:
+            failed.append(f"{name}: {len(gone)} rows a DuckDB reader saw are not in the end")
+    for name, vanished in result.vanished.items():
+        failed.append(f"{name}: {len(vanished)} rows a DuckDB reader saw were gone at a later poll")
     failed += [f"DuckDB reader: {error}" for error in result.reader_errors[:5]]
     if result.plan.stream_hours:
         if result.stream_reader["ended"] != "running":
