@@ -390,21 +390,24 @@ def input_rows(days: dict[date, Path]) -> set[tuple[Any, ...]]:
 
 class StreamReader:
     """A Delta ``readStream`` of one output table in a Spark process of its own, into a Parquet
-    sink (``month_stream_reader.py``); started once the table exists."""
+    sink (``month_stream_reader.py``); started once a Delta output table exists."""
 
-    def __init__(self, home: Path, table: Path, env: dict[str, str]) -> None:
-        self.home, self.table, self.env = home, table, env
-        self.sink = home / "readers" / f"{table.name}-sink"
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home, self.env = home, env
+        self.table: Path | None = None
+        self.sink = home / "readers" / "readstream-sink"
         self.process: subprocess.Popen[bytes] | None = None
-        self.log = home / "logs" / f"readstream-{table.name}.log"
+        self.log: Path | None = None
 
-    def start(self) -> None:
+    def start(self, table: Path) -> None:
+        self.table = table
+        self.log = self.home / "logs" / f"readstream-{table.name}.log"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [
                     sys.executable,
                     str(Path(__file__).with_name("month_stream_reader.py")),
-                    str(self.table),
+                    str(table),
                     str(self.sink),
                 ],
                 env=self.env,

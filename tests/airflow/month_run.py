@@ -101,7 +101,7 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
     points = [f"{point or rng.choice(KILL_POINTS)}:1" for point in plan.kills]
     scheduler = Scheduler(home, month_environment(home))
     reader = DuckReader(home)
-    stream = StreamReader(home, home / "output" / "clickstream_stream", scheduler.env)
+    stream = StreamReader(home, scheduler.env)
     seconds: dict[str, float] = {}
     started = time.monotonic()
     try:
@@ -134,8 +134,9 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
             scheduler.backfill("streaming_pipeline", begin.isoformat(), stream_end.isoformat())
 
         def start_reader() -> None:
-            if stream.process is None and (stream.table / "_delta_log").is_dir():
-                stream.start()
+            tables = [path for kind, path in output_tables(home).values() if kind == "delta"]
+            if stream.process is None and tables:
+                stream.start(tables[0])
 
         scheduler.start_scheduler(fault=points[2] if len(points) > 2 else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
@@ -188,7 +189,12 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
         vanished=reader.vanished,
         reader_errors=reader.errors,
         reader_polls=reader.polls,
-        stream_reader={"ended": ended, "rows": stream.rows(), "log": _tail(stream.log)},
+        stream_reader={
+            "table": stream.table.name if stream.table else None,
+            "ended": ended,
+            "rows": stream.rows(),
+            "log": _tail(stream.log) if stream.log else "",
+        },
         replays=replay_retained(config),
         sizes=sizes(home, config),
         seconds=seconds,
@@ -253,13 +259,18 @@ def judge(result: MonthResult) -> list[str]:
             f"batch output clickstream: {len(result.batch_input - batch)} input records "
             f"missing, {len(batch - result.batch_input)} not in the input"
         )
-    if result.plan.stream_hours:
-        stream = result.outputs.get("clickstream_stream", set())
+    streams = {name for name in result.outputs if name != "clickstream"}
+    if result.plan.stream_hours and not streams:
+        failed.append("no output table of streaming_pipeline")
+    for name in sorted(streams):
+        stream = result.outputs[name]
         if stream != result.stream_input:
             failed.append(
-                f"stream output clickstream_stream: {len(result.stream_input - stream)} input "
-                f"records missing, {len(stream - result.stream_input)} not in the input"
+                f"stream output {name}: {len(result.stream_input - stream)} input records "
+                f"missing, {len(stream - result.stream_input)} not in the input"
             )
+    if not result.seen.get("clickstream") or result.reader_polls < 10:
+        failed.append(f"the DuckDB reader saw too little to judge ({result.reader_polls} polls)")
     for name, seen in result.seen.items():
         gone = seen - result.outputs.get(name, set())
         if gone:
@@ -272,7 +283,10 @@ def judge(result: MonthResult) -> list[str]:
             failed.append(
                 f"Delta readStream {result.stream_reader['ended']}: {result.stream_reader['log']}"
             )
-        vanished = result.stream_reader["rows"] - result.outputs.get("clickstream_stream", set())
+        table = result.stream_reader["table"]
+        vanished = result.stream_reader["rows"] - result.outputs.get(table, set())
+        if not result.stream_reader["rows"]:
+            failed.append(f"the Delta readStream of {table} read nothing")
         if vanished:
             failed.append(f"Delta readStream: {len(vanished)} rows it read later vanished")
     for job, wrong in result.replays.items():
