@@ -22,21 +22,33 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 unexport PYTHONDONTWRITEBYTECODE
 # Every Spark this project starts binds to loopback (driver, block manager, cluster daemons).
 export SPARK_LOCAL_IP ?= 127.0.0.1
+# So does the Airflow of `make up` (its API server and UI; Airflow's default is every interface):
+# `make up AIRFLOW__API__HOST=0.0.0.0` serves other machines too.
+export AIRFLOW__API__HOST ?= 127.0.0.1
+# spark-submit logs Spark's warnings and errors, not its INFO (conf/spark/log4j2.properties).
+export SPARK_CONF_DIR ?= $(CURDIR)/conf/spark
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
 export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
-.PHONY: setup demo up down lint test test-serial test-parallel test-quick fuzz bench bench-quick typecheck helm chromium postgres jars clean
+.PHONY: setup demo up down kafka kafka-down lint test test-serial test-parallel test-quick fuzz bench bench-quick typecheck helm chromium postgres jars clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
 # The pinned development set (requirements-dev.lock: the runtime lock plus test tools, made by
 # `uv pip compile`, see its header) plus this project, editable. The image takes requirements.lock.
+# Each step says what it does; uv shows what it resolves, downloads and installs as it goes (a
+# fresh machine downloads every wheel first, the longest step).
 $(STAMP): requirements-dev.lock pyproject.toml
+	@echo "statecore: [1/4] the virtualenv $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet uv==0.13.8
-	$(VENV)/bin/uv pip install --python $(PY) --quiet -r requirements-dev.lock
-	$(VENV)/bin/uv pip install --python $(PY) --quiet --no-deps -e .
+	@echo "statecore: [2/4] uv, the installer"
+	$(PY) -m pip install --progress-bar on --disable-pip-version-check uv==0.13.8
+	@echo "statecore: [3/4] the pinned set (requirements-dev.lock: Spark, Airflow, Delta, DuckDB, test tools)"
+	$(VENV)/bin/uv pip install --python $(PY) -r requirements-dev.lock
+	@echo "statecore: [4/4] statecore itself, editable"
+	$(VENV)/bin/uv pip install --python $(PY) --no-deps -e .
 	touch $@
+	@echo "statecore: installed into $(VENV)"
 
 $(VENV)/bin/helm: scripts/install_helm.py | $(STAMP)
 	$(PY) scripts/install_helm.py
@@ -46,15 +58,31 @@ demo: $(STAMP)
 
 # Airflow standalone in a process group of its own: Ctrl-C or SIGTERM stops all of it, and so
 # does `make down` (from another terminal, for a `make up &`).
+# Airflow 3.3 reads plugins/.airflowignore with pathspec's deprecated GitWildMatchPattern in every
+# process: without this filter each task log starts with its DeprecationWarning (as
+# statecore.cli.demo.PYTHONWARNINGS, which `make demo` and the tests' Airflow use).
+up: export PYTHONWARNINGS ?= ignore:GitWildMatchPattern:DeprecationWarning
 up: $(STAMP)
 	@mkdir -p $(AIRFLOW_HOME)
-	@echo "Airflow UI: http://localhost:8080  (user admin; password in" \
+	@echo "Airflow UI: http://$(AIRFLOW__API__HOST):$${AIRFLOW__API__PORT:-8080}  (user admin; password in" \
 	      "$(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated once started)"
 	@echo "Run 'make demo' first for data. Ctrl-C (or 'make down') stops every Airflow process."
 	bash scripts/airflow_standalone.sh up
 
 down:
 	bash scripts/airflow_standalone.sh down
+
+# A local Kafka broker for the streaming_kafka DAG (docs/streaming.md): the tests' broker
+# (scripts/kafka_broker.py: one KRaft node from the JARs `make jars` resolves), in the background
+# on 127.0.0.1:$(KAFKA_PORT), its files in $(STATECORE_HOME)/kafka, with the topic `clicks`; it
+# prints the bootstrap address and how to point the DAG at it. `make kafka-down` stops it.
+KAFKA_PORT ?= 9092
+kafka: $(STAMP)
+	@ls $(VENV)/kafka-broker-jars/kafka_2.13-*.jar >/dev/null 2>&1 || $(MAKE) jars
+	$(PY) scripts/kafka_broker.py start --port $(KAFKA_PORT)
+
+kafka-down:
+	$(PY) scripts/kafka_broker.py stop
 
 # ruff (lint, import order, format) and the architecture contracts (import-linter), then pytest.
 lint: $(STAMP)

@@ -3,6 +3,7 @@ warm state hosts and without, at parallelism 1, 2 and 4 on Spark ``local[2]``.
 
     python -m benchmarks.handover                    # 31 x 65,536 events -> RESULTS.md
     python -m benchmarks.handover --batches 6 --batch-events 4096 --no-write   # quick look
+    python -m benchmarks.handover --backend rocksdb --hosts-only --section "RocksDB"
 
 The workload of :mod:`benchmarks.stream` (100,000 keys, running sum, heap backend, its
 defaults: changelog checkpoints, 10 retained), one Parquet file per micro-batch. Per
@@ -120,7 +121,13 @@ def stop_all_hosts() -> int:
 
 
 def stream(
-    spark: Any, workload: Workload, folder: Path, parallelism: int, hosts: bool, tag: str = ""
+    spark: Any,
+    workload: Workload,
+    folder: Path,
+    parallelism: int,
+    hosts: bool,
+    tag: str = "",
+    backend: str = "heap",
 ) -> Variant:
     from benchmarks.functions import RunningSum
     from statecore.config import StatecoreConfig
@@ -151,6 +158,7 @@ def stream(
             config=config,
             output_table=str(run_dir / "output"),
             warm_hosts=hosts,
+            backend=backend,
         )
         q.awaitTermination()
         if q.exception() is not None:
@@ -182,11 +190,12 @@ def stream(
 def render(variants: list[Variant], args: Any) -> str:
     cold = {v.parallelism: v.cold for v in variants if v.cold is not None}
     lines = [
-        HEADING,
+        HEADING + (f", {args.section}" if args.section else ""),
         "",
         f"`python -m benchmarks.handover {' '.join(sys.argv[1:])}` "
         f"({time.strftime('%Y-%m-%d')}): {args.batches} micro-batches of "
-        f"{args.batch_events:,} events, 100,000 keys, running sum, heap backend, `keyed_stream` "
+        f"{args.batch_events:,} events, 100,000 keys, running sum, {args.backend} backend, "
+        "`keyed_stream` "
         "defaults, Spark `local[2]`. Acquisition: a task's start to its state opened (with "
         "hosts, the connection to its host included), per task, wall clock and the CPU time "
         "of the acquiring threads (`acquire_ms`, `acquire_cpu_ms`; the difference is time "
@@ -239,17 +248,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=31)
     parser.add_argument("--batch-events", type=int, default=65_536)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--backend", choices=("heap", "rocksdb"), default="heap")
+    parser.add_argument("--hosts-only", action="store_true", help="skip the variants without hosts")
+    parser.add_argument("--section", default="", help="appended to the results' heading")
     args = parser.parse_args(argv)
     workload, folder = prepare(args.batches, args.batch_events)
     workload.reference  # noqa: B018 (computed before any timing)
     spark = session()
     small, small_folder = prepare(3, 1024)
-    stream(spark, small, small_folder, 2, True, tag="warmup-")  # Spark's own start, untimed
-    stream(spark, small, small_folder, 2, False, tag="warmup-")
+    modes = (True,) if args.hosts_only else (True, False)
+    for hosts in modes:  # Spark's own start, untimed
+        stream(spark, small, small_folder, 2, hosts, tag="warmup-", backend=args.backend)
     variants = []
     for p in PARALLELISMS:
-        for hosts in (True, False):
-            v = stream(spark, workload, folder, p, hosts)
+        for hosts in modes:
+            v = stream(spark, workload, folder, p, hosts, backend=args.backend)
             print(
                 f"{v.label}: restored {v.restored_share:.0%}, acquisition median "
                 f"{v.median_ms():.1f} worst {v.worst_ms():.1f} ms (CPU worst "
@@ -263,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     section = render(variants, args)
     print(section)
     if not args.no_write:
-        RESULTS.write_text(replace_section(RESULTS.read_text(), HEADING, section))
+        heading = HEADING + (f", {args.section}" if args.section else "")
+        RESULTS.write_text(replace_section(RESULTS.read_text(), heading, section))
     return 0
 
 

@@ -16,9 +16,10 @@ user id, value `{"event_type": "purchase", "amount": 12.5}`, its Kafka timestamp
 Kafka provider's `kafka` connection keeps it (the provider need not be installed), else its host
 and port. Before Spark starts, the `check` task **skips** the run, with the reason in its log,
 when neither is set (so unpausing the DAG before configuring it fails nothing), and **fails**
-when no broker answers there. The `checkpoints` task then reports the run's checkpoints and the
-topic's offsets the job has read up to, and publishes the checkpoints as an event of the Asset
-`statecore://clickstream_kafka`.
+when no broker answers there. The `checkpoints` task then reports the checkpoints this run
+completed (those above the job's latest one when `check` ran, recorded in this run's XCom), the
+state of this run's query and the topic's offsets the job has read up to, and publishes the
+checkpoints as an event of the Asset `statecore://clickstream_kafka`, every run alike.
 
 **Params**
 - `bootstrap_servers`: `host:port[,host:port...]`; default: the connection's.
@@ -38,7 +39,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
-from statecore_airflow import checkpoint_asset
+from statecore_airflow import QUERY_RUN_ID, checkpoint_asset
 
 JOB = "clickstream_kafka"
 JOB_FILE = Path(__file__).resolve().parents[1] / "jobs" / "clickstream_kafka.py"
@@ -91,11 +92,14 @@ def streaming_kafka() -> None:
     @task
     def check(**context: Any) -> str:
         """The bootstrap servers: the param's, else the connection's; skip the run without
-        either, fail it when no broker answers there."""
+        either, fail it when no broker answers there. Records where the job stands, so
+        `checkpoints` publishes what this run completed."""
         import socket
 
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipException
+
+        from statecore_airflow import StatecoreHook, mark_checkpoints
 
         params = context["params"]
         servers = params["bootstrap_servers"]
@@ -117,10 +121,14 @@ def streaming_kafka() -> None:
             host, _, port = server.strip().rpartition(":")
             try:
                 with socket.create_connection((host.strip("[]"), int(port)), timeout=10):
-                    return str(servers)
+                    break
             except (OSError, ValueError):
                 continue
-        raise RuntimeError(f"no Kafka broker answers at {servers}")
+        else:
+            raise RuntimeError(f"no Kafka broker answers at {servers}")
+        with StatecoreHook().catalog() as catalog:
+            mark_checkpoints(context, catalog, JOB)
+        return str(servers)
 
     servers = check()
     increment = SparkSubmitOperator(
@@ -141,21 +149,25 @@ def streaming_kafka() -> None:
             "--parallelism={{ params.parallelism or '' }}",
             "--backend",
             "{{ params.backend }}",
+            f"--run-id={QUERY_RUN_ID}",
         ],
         conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
     )
 
     @task(outlets=[CHECKPOINTS])
     def checkpoints(**context: Any) -> dict[str, Any]:
-        """The checkpoints this run completed (the Asset event) and the offsets read up to."""
+        """The checkpoints this run completed (the Asset event), the state of this run's query
+        and the offsets read up to."""
         import json
 
         from statecore.catalog import CheckpointKind
         from statecore.ops.streams import default_checkpoint_location, read_status
-        from statecore_airflow import StatecoreHook, publish_checkpoints
+        from statecore_airflow import StatecoreHook, publish_checkpoints, query_run_id
 
         hook = StatecoreHook()
         status = read_status(default_checkpoint_location(hook.get_config(), JOB))
+        if status is not None and status.run_id != query_run_id(context):
+            status = None  # another run's query: this run's never wrote
         with hook.catalog() as catalog:
             # the latest micro-batch's checkpoint (not a maintenance one): its offsets
             latest = (
@@ -164,7 +176,7 @@ def streaming_kafka() -> None:
                 else None
             )
             last = None if latest is None else latest.checkpoint_id
-            completed = publish_checkpoints(context, catalog, JOB, last)
+            completed = publish_checkpoints(context, catalog, JOB, last, marked_by="check")
         identity = (latest.input_identity or "") if latest is not None else ""
         offsets = None
         if identity.startswith("given:{"):  # {"batch_id": n, "offsets": {"end": [...], ...}}

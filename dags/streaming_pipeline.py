@@ -10,11 +10,14 @@ that arrived since the last run (Spark's checkpoint under `$STATECORE_HOME/strea
 which), as micro-batches of at most `max_files_per_trigger` files, then exits. Each micro-batch is
 one statecore checkpoint (its id is the micro-batch id, so a replayed micro-batch is a no-op), its
 output committed with it to the Delta table `$STATECORE_HOME/output/clickstream_stream`, and the
-catalog keeps the job's last 10 checkpoints. The `checkpoints` task then reports the query's
-progress and publishes the checkpoints the run completed as an event of the Asset
-`statecore://clickstream_stream` (its extra names them).
+catalog keeps the job's last 10 checkpoints. The `checkpoints` task then reports the progress of
+this run's query (its driver's status names the run) and publishes the checkpoints this run
+completed (those above the job's latest one when `check` ran, which `check` records in this
+run's XCom) as an event of the Asset `statecore://clickstream_stream` (its extra names them and
+the run), every run alike, however many ran before.
 
-For a continuous query instead, see the `streaming_query` DAG.
+The query's Spark checkpoint is `$STATECORE_HOME/streaming/clickstream_stream`, its own: the
+continuous query of the `streaming_query` DAG is another job with another location.
 
 **Params**
 - `parallelism`: parallel instances of the keyed operator; default: the job's current one.
@@ -31,7 +34,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
-from statecore_airflow import checkpoint_asset
+from statecore_airflow import QUERY_RUN_ID, checkpoint_asset
 
 JOB = "clickstream_stream"
 JOB_FILE = Path(__file__).resolve().parents[1] / "jobs" / "clickstream_stream.py"
@@ -61,17 +64,21 @@ CHECKPOINTS = checkpoint_asset(JOB)
 )
 def streaming_pipeline() -> None:
     @task
-    def check() -> str:
+    def check(**context: Any) -> str:
         """Skip the run before Spark starts while the input folder is not there (Spark's file
-        source fails on a missing folder): unpausing the DAG on a fresh home fails nothing."""
+        source fails on a missing folder): unpausing the DAG on a fresh home fails nothing.
+        Records where the job stands, so `checkpoints` publishes what this run completed."""
         from airflow.sdk.exceptions import AirflowSkipException
 
         from statecore.ops.runs import input_exists
-        from statecore_airflow import StatecoreHook
+        from statecore_airflow import StatecoreHook, mark_checkpoints
 
-        root = f"{StatecoreHook().get_config().home}/data/clickstream"
+        hook = StatecoreHook()
+        root = f"{hook.get_config().home}/data/clickstream"
         if not input_exists(root):
             raise AirflowSkipException(f"no input at {root} (yet): nothing to stream")
+        with hook.catalog() as catalog:
+            mark_checkpoints(context, catalog, JOB)
         return root
 
     increment = SparkSubmitOperator(
@@ -86,24 +93,29 @@ def streaming_pipeline() -> None:
             "--max-files-per-trigger={{ params.max_files_per_trigger or '' }}",
             "--backend",
             "{{ params.backend }}",
+            f"--run-id={QUERY_RUN_ID}",
         ],
         conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
     )
 
     @task(outlets=[CHECKPOINTS])
     def checkpoints(**context: Any) -> dict[str, Any]:
-        """The query's progress, and the checkpoints this run completed as the Asset event."""
+        """This run's query's progress, and the checkpoints this run completed as the Asset
+        event."""
         from statecore.ops.streams import default_checkpoint_location, stream_progress
-        from statecore_airflow import StatecoreHook, publish_checkpoints
+        from statecore_airflow import StatecoreHook, publish_checkpoints, query_run_id
 
         hook = StatecoreHook()
         config = hook.get_config()
         with hook.catalog() as catalog:
             progress = stream_progress(
-                catalog, job=JOB, checkpoint_location=default_checkpoint_location(config, JOB)
+                catalog,
+                job=JOB,
+                checkpoint_location=default_checkpoint_location(config, JOB),
+                run_id=query_run_id(context),
             ).to_dict()
             progress["completed"] = publish_checkpoints(
-                context, catalog, JOB, progress["last_checkpoint"]
+                context, catalog, JOB, progress["last_checkpoint"], marked_by="check"
             )
         return progress
 

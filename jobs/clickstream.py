@@ -230,7 +230,9 @@ def main(argv: list[str] | None = None) -> None:
     home = StatecoreConfig.resolve().home
     args.input = args.input or os.environ.get("STATECORE_INPUT") or f"{home}/data/clickstream"
     args.output = args.output or f"{home}/output/clickstream"
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # statecore's lines at INFO, everything else (py4j's connection chatter) from WARNING
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("statecore").setLevel(logging.INFO)
     spark = build_session(app_name=f"statecore-{args.job}")
     day = args.date.isoformat()
     events = spark.read.parquet(f"{args.input}/date={day}")

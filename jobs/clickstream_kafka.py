@@ -141,6 +141,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--retain-checkpoints", type=int, default=clickstream_stream.RETAIN_CHECKPOINTS
     )
+    parser.add_argument(
+        "--run-id", help="the run starting the query, kept in its status (a DAG's run)"
+    )
     args = parser.parse_args(argv)
     if not args.bootstrap_servers.strip() or not args.topic.strip():
         parser.error("--bootstrap-servers and --topic must not be empty")
@@ -151,7 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     config = StatecoreConfig.resolve()
     checkpoint_location = args.checkpoint_location or default_checkpoint_location(config, args.job)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # statecore's lines at INFO, everything else (py4j's connection chatter) from WARNING
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("statecore").setLevel(logging.INFO)
     spark = build_session(app_name=f"statecore-{args.job}")  # UTC, as Delta's timestamps
     clickstream_stream.run(
         spark,
@@ -171,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
         checkpoint_location=checkpoint_location,
         job=args.job,
+        run_id=args.run_id or None,
     )
 
 

@@ -39,6 +39,7 @@ from statecore.ops.streams import (
     RUNNING,
     STOPPED,
     StreamStatus,
+    check_location,
     clear_stop,
     default_checkpoint_location,
     stop_requested,
@@ -131,7 +132,12 @@ def start(
 
 
 def watch(
-    query: StreamingQuery, *, checkpoint_location: str, job: str, input_path: str | None = None
+    query: StreamingQuery,
+    *,
+    checkpoint_location: str,
+    job: str,
+    input_path: str | None = None,
+    run_id: str | None = None,
 ) -> str:
     """Keep the status file fresh until the query ends, stopping it between micro-batches
     once a stop marker appears; the final state (``FAILED`` raises after recording it)."""
@@ -147,6 +153,7 @@ def watch(
                 batch_id=batch_id,
                 error=error,
                 input_path=input_path,
+                run_id=run_id,
             ),
         )
 
@@ -178,21 +185,36 @@ def run(
     checkpoint_location: str,
     job: str,
     input_path: str | None = None,
+    run_id: str | None = None,
 ) -> str:
-    """A stream job's run (this one's and ``jobs/clickstream_kafka.py``'s): clear a stop marker
-    left from before, record the stream RUNNING, start the query and :func:`watch` it to its
-    end, then stop Spark; the final state. A query that fails to start is recorded FAILED with
-    its error (not left RUNNING, which would read as STALE once the heartbeat stops)."""
+    """A stream job's run (this one's and ``jobs/clickstream_kafka.py``'s): refuse a location
+    another query owns (:func:`~statecore.ops.streams.check_location`, before anything is
+    written there), clear a stop marker left from before, record the stream RUNNING (as
+    started by ``run_id``), start the query and :func:`watch` it to its end, then stop Spark;
+    the final state. A query that fails to start is recorded FAILED with its error (not left
+    RUNNING, which would read as STALE once the heartbeat stops)."""
+    check_location(checkpoint_location, job=job, run_id=run_id)
     clear_stop(checkpoint_location)
-    write_status(checkpoint_location, StreamStatus(job=job, state=RUNNING, input_path=input_path))
+    write_status(
+        checkpoint_location,
+        StreamStatus(job=job, state=RUNNING, input_path=input_path, run_id=run_id),
+    )
     started = time.monotonic()
     try:
         query = start_query()
     except Exception as exc:
-        failed = StreamStatus(job=job, state=FAILED, error=str(exc), input_path=input_path)
+        failed = StreamStatus(
+            job=job, state=FAILED, error=str(exc), input_path=input_path, run_id=run_id
+        )
         write_status(checkpoint_location, failed)
         raise
-    state = watch(query, checkpoint_location=checkpoint_location, job=job, input_path=input_path)
+    state = watch(
+        query,
+        checkpoint_location=checkpoint_location,
+        job=job,
+        input_path=input_path,
+        run_id=run_id,
+    )
     print(f"query {state.lower()} after {time.monotonic() - started:.1f} s", flush=True)
     spark.stop()
     return state
@@ -216,6 +238,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parallelism", type=clickstream._optional_int)
     parser.add_argument("--backend", default="heap", choices=backend_names())
     parser.add_argument("--retain-checkpoints", type=int, default=RETAIN_CHECKPOINTS)
+    parser.add_argument(
+        "--run-id", help="the run starting the query, kept in its status (a DAG's run)"
+    )
     return parser.parse_args(argv)
 
 
@@ -224,7 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     config = StatecoreConfig.resolve()
     checkpoint_location = args.checkpoint_location or default_checkpoint_location(config, args.job)
     input_path = args.input or f"{config.home}/data/clickstream"
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # statecore's lines at INFO, everything else (py4j's connection chatter) from WARNING
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("statecore").setLevel(logging.INFO)
     spark = build_session(app_name=f"statecore-{args.job}")  # UTC, as Delta's timestamps
     run(
         spark,
@@ -243,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         checkpoint_location=checkpoint_location,
         job=args.job,
         input_path=input_path,
+        run_id=args.run_id or None,
     )
 
 

@@ -18,11 +18,13 @@ names what it is about: the job, operator, state, key group or checkpoint.
     ├── JobNotFoundError               a job the catalog does not know
     ├── CheckpointNotFoundError        a checkpoint (or savepoint) that does not exist
     ├── CheckpointCommitError          a commit conflict or a failed checkpoint commit
-    │   └── ReplayMismatchError        a checkpoint id replayed with other input than it completed
+    │   ├── ReplayMismatchError        a checkpoint id replayed with other input than it completed
+    │   └── OutputCommitPendingError   a completed checkpoint whose output is not committed yet
     ├── SnapshotWriteError             a snapshot file that cannot be written
     ├── CorruptSnapshotError           snapshot files missing, unreadable or inconsistent
     ├── ConcurrentRunError             another writer holds the job's lease, or took it over
     │   └── MaintenanceLockedError     the holder is a maintenance operation
+    ├── OutputOwnedError               an output table another job or operator writes
     ├── RestoreWouldDiscardError       a restore that would discard later checkpoints
     ├── CatalogBehindWarehouseError    a catalog that is empty or older than the job's tables
     ├── StateRepairError               a repair statement that would break the state's layout
@@ -52,10 +54,12 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointCommitError",
     "ReplayMismatchError",
+    "OutputCommitPendingError",
     "SnapshotWriteError",
     "CorruptSnapshotError",
     "ConcurrentRunError",
     "MaintenanceLockedError",
+    "OutputOwnedError",
     "RestoreWouldDiscardError",
     "CatalogBehindWarehouseError",
     "StateRepairError",
@@ -138,6 +142,12 @@ class ReplayMismatchError(CheckpointCommitError):
     """A replay of a completed checkpoint whose input differs from the input it completed with."""
 
 
+class OutputCommitPendingError(CheckpointCommitError):
+    """A checkpoint that completed, but whose output (or late-data) commit failed: its rows are
+    committed by the job's next run, a replay of the checkpoint, or ``statecore catalog recover
+    JOB`` (none of them commits them twice)."""
+
+
 class SnapshotWriteError(StateError):
     """A snapshot file that cannot be written; the checkpoint it belongs to does not complete."""
 
@@ -153,6 +163,11 @@ class ConcurrentRunError(StateError):
 
 class MaintenanceLockedError(ConcurrentRunError):
     """A maintenance operation (savepoint, rescale, cleanup, repair) holds the job."""
+
+
+class OutputOwnedError(StateError):
+    """An output (or late-data) table that the catalog binds to another job, operator or kind:
+    one table has one writer."""
 
 
 class RestoreWouldDiscardError(StateError):

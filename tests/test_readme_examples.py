@@ -5,7 +5,11 @@ Each fenced block is one of:
 - run here: a ``python`` block in a subprocess, with ``STATECORE_HOME`` a fresh copy of a home
   holding the demo's job (``clickstream``, checkpoints 20260101 to 20260103 at parallelism 2 and
   the savepoint ``before-deploy``, made in process without Spark as tests/cli/test_cli.py makes
-  them); a ``bash`` block whose every line is a ``statecore`` command (``export NAME=value``
+  them) and, as a user's home does once a second DAG ran, another job with checkpoints
+  (``clickstream_stream``, checkpoints 0 and 1, as ``streaming_pipeline`` leaves it): an
+  example that only works while the demo's job is the only one (``statecore sql --checkpoint
+  20260101`` without ``--job`` once did) fails here; a ``bash`` block whose every line is a
+  ``statecore`` command (``export NAME=value``
   lines set the environment), each command run in this process against such a copy and required
   to exit with status 0;
 - ``<!-- tested-by: tests/path.py::test_name -->`` on the line before the fence: that test exists
@@ -136,9 +140,46 @@ def build_demo_home(root: Path) -> Path:
     return root / "home"
 
 
+OTHER_JOB = "clickstream_stream"
+"""The second job of the examples' home: the streaming DAG's, beside the demo's."""
+
+
+def add_other_job(root: Path, home: Path) -> None:
+    """Checkpoints 0 and 1 of :data:`OTHER_JOB` in ``home`` (the first day of ``root/in``, in
+    two micro-batches), as ``streaming_pipeline`` leaves them on the demo's home."""
+    config = StatecoreConfig.resolve(home=str(home), env={})
+    day = sorted((root / "in").rglob("*.parquet"))[0]
+    rows = pq.read_table(day).sort_by("ts").select(list(Event._fields)).to_pylist()
+    for batch, part in enumerate((rows[: len(rows) // 2], rows[len(rows) // 2 :])):
+        run_checkpoint(
+            config,
+            clickstream.UserActivity(),
+            [(row["user_id"], Event(**row)) for row in part],
+            job=OTHER_JOB,
+            checkpoint_id=batch,
+            parallelism=2,
+        )
+
+
 @pytest.fixture(scope="module")
 def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_demo_home(tmp_path_factory.mktemp("readme"))
+    """The demo's home with another job beside it: every example runs on a home of several
+    jobs."""
+    root = tmp_path_factory.mktemp("readme")
+    home = build_demo_home(root)
+    add_other_job(root, home)
+    return home
+
+
+def test_readme_examples_home_holds_several_jobs(demo_home: Path) -> None:
+    code, out = cli(demo_home, "sql", "--format", "csv", QUERY_JOBS)
+    assert code == 0, out
+    assert out.replace('"', "").split() == ["job,checkpoints", "clickstream,3", f"{OTHER_JOB},2"]
+
+
+QUERY_JOBS = (
+    "SELECT job, count(*) AS checkpoints FROM statecore.checkpoints GROUP BY job ORDER BY job"
+)
 
 
 def cli(home: Path, *args: str) -> tuple[int, str]:

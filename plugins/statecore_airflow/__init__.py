@@ -17,7 +17,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from statecore_airflow.assets import checkpoint_asset, publish_checkpoints
+    from statecore_airflow.assets import (
+        checkpoint_asset,
+        job_of_asset,
+        mark_checkpoints,
+        publish_checkpoints,
+    )
     from statecore_airflow.hooks import StatecoreHook
     from statecore_airflow.operators import (
         RescaleOperator,
@@ -25,9 +30,15 @@ if TYPE_CHECKING:
         SavepointOperator,
         TtlCleanupOperator,
     )
-    from statecore_airflow.streams import StreamSensor, StreamStopOperator
+    from statecore_airflow.streams import (
+        QUERY_RUN_ID,
+        StreamSensor,
+        StreamStopOperator,
+        query_run_id,
+    )
 
 __all__ = [
+    "QUERY_RUN_ID",
     "RescaleOperator",
     "RetentionOperator",
     "SavepointOperator",
@@ -36,10 +47,14 @@ __all__ = [
     "StreamStopOperator",
     "TtlCleanupOperator",
     "checkpoint_asset",
+    "job_of_asset",
+    "mark_checkpoints",
     "publish_checkpoints",
+    "query_run_id",
 ]
 
 _MODULES = {
+    "QUERY_RUN_ID": "streams",
     "RescaleOperator": "operators",
     "RetentionOperator": "operators",
     "SavepointOperator": "operators",
@@ -48,7 +63,10 @@ _MODULES = {
     "StreamSensor": "streams",
     "StreamStopOperator": "streams",
     "checkpoint_asset": "assets",
+    "job_of_asset": "assets",
+    "mark_checkpoints": "assets",
     "publish_checkpoints": "assets",
+    "query_run_id": "streams",
 }
 
 

@@ -6,9 +6,9 @@ Both classes here read only what the query leaves in its Spark checkpoint folder
 (:mod:`statecore.ops.streams`), so they work from any worker that sees that folder:
 
 - :class:`StreamSensor` logs progress (micro-batches planned and committed, input files not taken
-  yet, the latest checkpoint) and succeeds once the query caught up with its input
-  (``wait_for="caught_up"``) or ended (``wait_for="end"``); it fails when the query failed or its
-  driver went silent. Its XCom is the progress.
+  yet, the latest checkpoint) and succeeds once the query caught up with its input or ended
+  (``wait_for="caught_up"``), or ended (``wait_for="end"``); it fails when the query failed or
+  its driver went silent. Its XCom is the progress.
 - :class:`StreamStopOperator` drops the stop marker the driver polls between micro-batches and
   waits until the driver reports the query stopped. Its XCom is the progress after the stop.
 """
@@ -28,9 +28,19 @@ from statecore_airflow.hooks import StatecoreHook
 if TYPE_CHECKING:
     from statecore.ops.streams import StreamProgress
 
-__all__ = ["StreamSensor", "StreamStopOperator"]
+__all__ = ["QUERY_RUN_ID", "StreamSensor", "StreamStopOperator", "query_run_id"]
 
 _WAIT_FOR = ("caught_up", "end")
+_ENDED = ("STOPPED", "FINISHED")
+
+QUERY_RUN_ID = "{{ dag.dag_id }}/{{ run_id }}"
+"""The template of the run id a DAG passes to the streaming job it starts (``--run-id``):
+what :func:`query_run_id` gives in the same DAG run."""
+
+
+def query_run_id(context: Any) -> str:
+    """The run id the query a DAG run started keeps in its status: ``<dag_id>/<run_id>``."""
+    return f"{context['dag'].dag_id}/{context['run_id']}"
 
 
 def _optional_str(value: Any) -> str | None:
@@ -57,12 +67,10 @@ class _StreamMixin:
             StatecoreHook(self.statecore_conn_id).get_config(), self.job
         )
 
-    def _progress(self, since: float | None = None) -> StreamProgress:
-        """The query's progress; a status its driver wrote before ``since`` (epoch seconds) is
-        an earlier query's: ``NOT_STARTED`` (this one's driver has not written yet)."""
-        import dataclasses
-
-        from statecore.ops.streams import NOT_STARTED, stream_progress
+    def _progress(self, run_id: str | None = None) -> StreamProgress:
+        """The query's progress; with ``run_id``, a status another run's query wrote reads as
+        ``NOT_STARTED`` (the query of ``run_id`` has not written yet)."""
+        from statecore.ops.streams import stream_progress
 
         with StatecoreHook(self.statecore_conn_id).catalog() as catalog:
             progress = stream_progress(
@@ -71,16 +79,8 @@ class _StreamMixin:
                 checkpoint_location=self._location(),
                 input_path=_optional_str(self.input_path),
                 stale_after=timedelta(seconds=float(self.stale_after_seconds)),
+                run_id=run_id,
             )
-        age = progress.heartbeat_age_s
-        if since is not None and age is not None and time.time() - age < since:
-            self.log.info(
-                "stream %s: the status (%s) is from a query before this run; waiting for this "
-                "run's query to start",
-                progress.job,
-                progress.state,
-            )
-            progress = dataclasses.replace(progress, state=NOT_STARTED, error=None)
         self.log.info(
             "stream %s: %s, micro-batch %s planned / %s committed, %d input files not taken "
             "yet, latest checkpoint %s (%s), driver heard from %s s ago",
@@ -107,13 +107,14 @@ class StreamSensor(_StreamMixin, BaseSensorOperator):
 
     Done when the query caught up (every input file taken, every planned micro-batch committed
     — Spark commits one once its checkpoint completed, or once it found nothing to do, as a
-    micro-batch of ticks alone) or, with ``wait_for="end"``, when it stopped or finished.
-    Fails when the query FAILED, or its driver's status is older than ``stale_after_seconds``.
+    micro-batch of ticks alone) or ended (stopped or finished: nothing is left to wait for);
+    with ``wait_for="end"``, when it stopped or finished. Fails when the query FAILED, or its
+    driver's status is older than ``stale_after_seconds``.
 
     ``query_of_this_run``: the query is started by another task of the same DAG run (as in
-    ``streaming_query``), so a status written before the run started is an earlier query's (a
-    FAILED or FINISHED one would otherwise fail or end the sensor at once): the sensor waits for
-    this run's driver to write its own.
+    ``streaming_query``, which passes the job ``--run-id`` :data:`QUERY_RUN_ID`), so only a
+    status that names this run counts: another run's (an earlier query's, or one another DAG
+    started) reads as ``NOT_STARTED``, and the sensor waits for this run's driver to write.
     """
 
     template_fields: Sequence[str] = (
@@ -149,13 +150,13 @@ class StreamSensor(_StreamMixin, BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         if self.wait_for not in _WAIT_FOR:
             raise AirflowException(f"wait_for={self.wait_for!r}: use one of {_WAIT_FOR}")
-        since = None
-        if self.query_of_this_run:
-            started = getattr(context.get("dag_run"), "start_date", None)
-            since = None if started is None else started.timestamp()
-        progress = self._progress(since)
-        if self.wait_for == "end":
-            done = progress.state in ("STOPPED", "FINISHED")
+        run_id = query_run_id(context) if self.query_of_this_run else None
+        progress = self._progress(run_id)
+        ended = progress.state in _ENDED
+        if self.wait_for == "end" or ended:
+            if ended and self.wait_for == "caught_up":
+                self.log.info("stream %s is %s: nothing left to catch up", self.job, progress.state)
+            done = ended
         else:
             done = (
                 progress.state == "RUNNING"

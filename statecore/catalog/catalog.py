@@ -4,8 +4,9 @@
 engine: :class:`~statecore.catalog.jobs.JobStore`,
 :class:`~statecore.catalog.checkpoints.CheckpointStore`,
 :class:`~statecore.catalog.savepoints.SavepointStore`,
-:class:`~statecore.catalog.leases.LeaseStore` and :class:`~statecore.catalog.live.LiveStore`
-(also reachable as :attr:`Catalog.jobs`, :attr:`Catalog.checkpoints`, ...).
+:class:`~statecore.catalog.leases.LeaseStore`, :class:`~statecore.catalog.live.LiveStore` and
+:class:`~statecore.catalog.outputs.OutputStore` (also reachable as :attr:`Catalog.jobs`,
+:attr:`Catalog.checkpoints`, ...).
 
 A checkpoint is *complete* when :meth:`Catalog.complete_checkpoint` has committed, in one
 database transaction, the Delta version of every table it restores from. Every write locks the
@@ -36,6 +37,7 @@ from statecore.catalog.jobs import JobStore
 from statecore.catalog.leases import RUN_OPERATION, LeaseStore
 from statecore.catalog.live import LiveStore
 from statecore.catalog.migrations import migrate
+from statecore.catalog.outputs import OutputStore
 from statecore.catalog.records import (
     CheckpointKind,
     CheckpointRecord,
@@ -43,6 +45,8 @@ from statecore.catalog.records import (
     JobRecord,
     LiveEndpoint,
     MaintenanceLock,
+    OutputOwner,
+    PendingOutput,
     SavepointRecord,
     StateRecord,
     TableVersion,
@@ -66,6 +70,7 @@ class Catalog:
         self.savepoints = SavepointStore(sessions)
         self.leases = LeaseStore(sessions)
         self.live = LiveStore(sessions)
+        self.outputs = OutputStore(sessions)
 
     @classmethod
     def connect(cls, url: str) -> Catalog:
@@ -195,16 +200,25 @@ class Catalog:
         epoch: int | None = None,
         metrics: Mapping[str, Any] | None = None,
         watermark: int | None = None,
+        states: tuple[str, Sequence[StateRecord]] | None = None,
     ) -> CheckpointRecord:
         """Record ``tables`` (the run's ``metrics``, JSON, and its event-time ``watermark``, epoch
-        ms) and complete the checkpoint, in one transaction.
+        ms) and complete the checkpoint, in one transaction; with ``states`` (an operator and its
+        states, as :meth:`register_states` takes them) the states are registered in the same
+        transaction, so the catalog's schemas never get ahead of the tables.
 
         :class:`CheckpointCommitError` if the checkpoint is not IN_PROGRESS or the commit fails,
         :class:`ConcurrentRunError` if ``epoch`` is given and its lease no longer holds the job
         (checked under the job's row lock, in the same transaction); then nothing of it changed.
         """
         return self.checkpoints.complete(
-            job, checkpoint_id, tables=tables, epoch=epoch, metrics=metrics, watermark=watermark
+            job,
+            checkpoint_id,
+            tables=tables,
+            epoch=epoch,
+            metrics=metrics,
+            watermark=watermark,
+            states=states,
         )
 
     def fail_checkpoint(
@@ -282,6 +296,48 @@ class Catalog:
         completed checkpoint (:meth:`latest_completed_id`) is never expired.
         """
         return self.checkpoints.expire(job, checkpoint_ids)
+
+    # output tables: their writer, and checkpoints' pending output commits
+
+    def bind_outputs(
+        self, tables: Sequence[tuple[str, str]], *, job: str, operator: str
+    ) -> list[OutputOwner]:
+        """Bind the output and late-data tables ``tables`` (``(uri, kind)``) to ``job`` and
+        ``operator`` at their first run, all or none: :class:`OutputOwnedError` when another
+        writer has one of them."""
+        return self.outputs.bind(tables, job=job, operator=operator)
+
+    def output_owner(self, uri: str) -> OutputOwner | None:
+        """The writer the table at ``uri`` is bound to, or ``None``."""
+        return self.outputs.owner(uri)
+
+    def record_pending_outputs(
+        self,
+        job: str,
+        checkpoint_id: int,
+        outputs: Sequence[PendingOutput],
+        *,
+        epoch: int | None = None,
+    ) -> None:
+        """Record the IN_PROGRESS checkpoint's output files as its pending output commits,
+        fenced by ``epoch`` (:class:`ConcurrentRunError` when its lease is lost)."""
+        self.outputs.record(job, checkpoint_id, outputs, epoch=epoch)
+
+    def pending_outputs(
+        self, job: str, checkpoint_id: int | None = None
+    ) -> list[tuple[PendingOutput, CheckpointStatus]]:
+        """The output commits of ``job`` not yet in their tables, with their checkpoint's
+        status, by checkpoint id (of ``checkpoint_id`` alone if given)."""
+        return self.outputs.pending(job, checkpoint_id)
+
+    def mark_output_committed(self, job: str, checkpoint_id: int, uri: str) -> None:
+        """The pending output commit of ``checkpoint_id`` to ``uri`` is in its table."""
+        self.outputs.mark_committed(job, checkpoint_id, uri)
+
+    def discard_pending_outputs(self, job: str, checkpoint_id: int) -> list[PendingOutput]:
+        """Forget the pending output commits of a checkpoint that did not complete; those
+        forgotten (their files are the caller's to delete)."""
+        return self.outputs.discard(job, checkpoint_id)
 
     # savepoints
 

@@ -20,17 +20,24 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, noload
 
+from statecore.catalog.jobs import upsert_states
 from statecore.catalog.leases import check_epoch
 from statecore.catalog.lookup import find_checkpoint, load_checkpoint, load_job
-from statecore.catalog.models import CheckpointRow, CheckpointTableRow, JobRow
+from statecore.catalog.models import CheckpointRow, CheckpointTableRow, JobRow, PendingOutputRow
 from statecore.catalog.records import (
     CheckpointKind,
     CheckpointRecord,
     CheckpointStatus,
+    StateRecord,
     TableVersion,
 )
 from statecore.catalog.store import Store, now
-from statecore.catalog.validation import check_checkpoint_id, check_parallelism, check_tables
+from statecore.catalog.validation import (
+    check_checkpoint_id,
+    check_parallelism,
+    check_states,
+    check_tables,
+)
 from statecore.errors import (
     CheckpointCommitError,
     CheckpointOrderError,
@@ -111,10 +118,13 @@ class CheckpointStore(Store):
         epoch: int | None = None,
         metrics: Mapping[str, Any] | None = None,
         watermark: int | None = None,
+        states: tuple[str, Sequence[StateRecord]] | None = None,
     ) -> CheckpointRecord:
         """Record ``tables`` and complete the checkpoint (:meth:`Catalog.complete_checkpoint`)."""
         where = f"checkpoint {checkpoint_id} of job {job!r}"
         check_tables(where, tables)
+        if states is not None:
+            check_states(job, *states)
         try:
             with self._write.begin() as session:
                 job_row = load_job(session, job, lock=True)
@@ -131,6 +141,8 @@ class CheckpointStore(Store):
                         f"{where} is {row.status}, not IN_PROGRESS: it cannot complete "
                         "(begin it again to retry)"
                     )
+                if states is not None:  # the catalog's schemas move with the tables, or not at all
+                    upsert_states(session, job_row, *states)
                 job_row.last_completion_seq += 1
                 row.tables = [CheckpointTableRow.from_record(table) for table in tables]
                 row.status = _COMPLETED
@@ -275,6 +287,14 @@ class CheckpointStore(Store):
                 row.status = _EXPIRED
                 row.tables = []
                 expired.append(row)
+            if expired:  # their output commits are in their tables: the records go too
+                session.execute(
+                    sa.delete(PendingOutputRow).where(
+                        PendingOutputRow.job_id == job_row.id,
+                        PendingOutputRow.checkpoint_id.in_([r.checkpoint_id for r in expired]),
+                        PendingOutputRow.committed_at.is_not(None),
+                    )
+                )
             session.flush()
             return [row.to_record(job) for row in expired]
 

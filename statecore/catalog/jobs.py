@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from statecore.catalog.lookup import load_job
 from statecore.catalog.models import JobRow, StateRow
@@ -12,7 +13,7 @@ from statecore.catalog.records import JobRecord, StateRecord
 from statecore.catalog.store import Store, now
 from statecore.catalog.validation import check_name, check_parallelism, check_states
 
-__all__ = ["JobStore"]
+__all__ = ["JobStore", "upsert_states"]
 
 
 class JobStore(Store):
@@ -77,26 +78,7 @@ class JobStore(Store):
         """Insert or update (by name) the states of ``operator`` in ``job``."""
         check_states(job, operator, states)
         with self._write.begin() as session:
-            job_row = load_job(session, job, lock=True)
-            existing = {
-                row.name: row
-                for row in session.scalars(
-                    sa.select(StateRow).where(
-                        StateRow.job_id == job_row.id, StateRow.operator == operator
-                    )
-                )
-            }
-            registered_at = now()
-            for state in states:
-                row = existing.get(state.name)
-                if row is None:
-                    row = StateRow(job_id=job_row.id, operator=operator, name=state.name)
-                    session.add(row)
-                row.kind = state.kind
-                row.descriptor = dict(state.descriptor)
-                row.schema = state.schema
-                row.ttl = None if state.ttl is None else dict(state.ttl)
-                row.registered_at = registered_at
+            upsert_states(session, load_job(session, job, lock=True), operator, states)
 
     def list_states(self, job: str, operator: str | None = None) -> list[StateRecord]:
         """The registered states of ``job`` (of one operator if given), by operator and name."""
@@ -107,3 +89,27 @@ class JobStore(Store):
                 query = query.where(StateRow.operator == operator)
             rows = session.scalars(query.order_by(StateRow.operator, StateRow.name))
             return [row.to_record(job) for row in rows]
+
+
+def upsert_states(
+    session: Session, job_row: JobRow, operator: str, states: Sequence[StateRecord]
+) -> None:
+    """Insert or update (by name) the states of ``operator`` in the job of ``job_row``, in
+    ``session`` (the caller's transaction: a checkpoint's completion registers its states)."""
+    existing = {
+        row.name: row
+        for row in session.scalars(
+            sa.select(StateRow).where(StateRow.job_id == job_row.id, StateRow.operator == operator)
+        )
+    }
+    registered_at = now()
+    for state in states:
+        row = existing.get(state.name)
+        if row is None:
+            row = StateRow(job_id=job_row.id, operator=operator, name=state.name)
+            session.add(row)
+        row.kind = state.kind
+        row.descriptor = dict(state.descriptor)
+        row.schema = state.schema
+        row.ttl = None if state.ttl is None else dict(state.ttl)
+        row.registered_at = registered_at

@@ -260,6 +260,48 @@ def _v7_checkpoint_id_index(connection: sa.Connection) -> None:
     index.create(connection)
 
 
+def _v8_pending_outputs_and_output_owners(connection: sa.Connection) -> None:
+    # Output after completion: the output and late-data files of a checkpoint, recorded as its
+    # pending output commits and committed to their tables only once it completed (rolled
+    # forward by the next run or a recovery when that commit did not happen). And one writer
+    # per output table: each table bound to the job, operator and kind that first wrote it.
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    utc = sa.DateTime(timezone=True)
+    sa.Table("statecore_jobs", metadata, sa.Column("id", _id_type(), primary_key=True))
+    sa.Table(
+        "statecore_pending_outputs",
+        metadata,
+        sa.Column("id", _id_type(), primary_key=True),
+        sa.Column("job_id", _id_type(), sa.ForeignKey("statecore_jobs.id"), nullable=False),
+        sa.Column("checkpoint_id", sa.BigInteger, nullable=False),
+        sa.Column("uri", sa.String(1000), nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("app_id", sa.String(500), nullable=False),
+        sa.Column("table_schema", sa.Text, nullable=False),
+        sa.Column("files", sa.JSON, nullable=False),
+        sa.Column("epoch", sa.BigInteger),
+        sa.Column("recorded_at", utc, nullable=False),
+        sa.Column("committed_at", utc),
+        sa.UniqueConstraint("job_id", "checkpoint_id", "uri"),
+    )
+    sa.Table(
+        "statecore_output_owners",
+        metadata,
+        sa.Column("uri", sa.String(1000), primary_key=True),
+        sa.Column("job", sa.String(200), nullable=False),
+        sa.Column("operator", sa.String(200), nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("bound_at", utc, nullable=False),
+    )
+    metadata.create_all(
+        connection,
+        tables=[
+            metadata.tables["statecore_pending_outputs"],
+            metadata.tables["statecore_output_owners"],
+        ],
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -295,6 +337,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=7,
         description="checkpoints indexed by job, kind, status and id",
         apply=_v7_checkpoint_id_index,
+    ),
+    Migration(
+        version=8,
+        description="checkpoints' pending output commits; output tables bound to their writer",
+        apply=_v8_pending_outputs_and_output_owners,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

@@ -21,6 +21,8 @@ from statecore.catalog.records import (
     JobRecord,
     LiveEndpoint,
     MaintenanceLock,
+    OutputOwner,
+    PendingOutput,
     SavepointRecord,
     StateRecord,
     TableVersion,
@@ -32,6 +34,8 @@ __all__ = [
     "CheckpointTableRow",
     "JobRow",
     "MaintenanceLockRow",
+    "OutputOwnerRow",
+    "PendingOutputRow",
     "SavepointRow",
     "StateRow",
     "UTCDateTime",
@@ -297,4 +301,53 @@ class LiveEndpointRow(Base):
             address=self.address,
             checkpoint_id=self.checkpoint_id,
             updated_at=self.updated_at,
+        )
+
+
+class PendingOutputRow(Base):
+    __tablename__ = "statecore_pending_outputs"
+    __table_args__ = (sa.UniqueConstraint("job_id", "checkpoint_id", "uri"),)
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True)
+    job_id: Mapped[int] = mapped_column(_ID, sa.ForeignKey("statecore_jobs.id"))
+    checkpoint_id: Mapped[int] = mapped_column(sa.BigInteger)
+    uri: Mapped[str] = mapped_column(sa.String(1000))
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    app_id: Mapped[str] = mapped_column(sa.String(500))
+    table_schema: Mapped[str] = mapped_column(sa.Text)
+    files: Mapped[list[dict[str, Any]]] = mapped_column(sa.JSON)
+    epoch: Mapped[int | None] = mapped_column(sa.BigInteger)
+    recorded_at: Mapped[datetime]
+    committed_at: Mapped[datetime | None]
+
+    def to_record(self, job: str) -> PendingOutput:
+        return PendingOutput(
+            job=job,
+            checkpoint_id=self.checkpoint_id,
+            uri=self.uri,
+            kind=self.kind,
+            app_id=self.app_id,
+            table_schema=self.table_schema,
+            files=tuple(dict(f) for f in self.files),
+            epoch=self.epoch,
+            committed_at=self.committed_at,
+        )
+
+
+class OutputOwnerRow(Base):
+    __tablename__ = "statecore_output_owners"
+
+    uri: Mapped[str] = mapped_column(sa.String(1000), primary_key=True)
+    job: Mapped[str] = mapped_column(sa.String(200))
+    operator: Mapped[str] = mapped_column(sa.String(200))
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    bound_at: Mapped[datetime]
+
+    def to_record(self) -> OutputOwner:
+        return OutputOwner(
+            uri=self.uri,
+            job=self.job,
+            operator=self.operator,
+            kind=self.kind,
+            bound_at=self.bound_at,
         )

@@ -27,6 +27,8 @@ __all__ = [
     "JobRecord",
     "LiveEndpoint",
     "MaintenanceLock",
+    "OutputOwner",
+    "PendingOutput",
     "SavepointRecord",
     "StateRecord",
     "TableVersion",
@@ -240,3 +242,39 @@ class LiveEndpoint:
 
     def holds(self, key_group: int) -> bool:
         return self.key_group_start <= key_group <= self.key_group_end
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingOutput:
+    """A checkpoint's pending output commit: the files its tasks wrote into the output (or
+    late-data, ``kind``) table at ``uri``, committed there only once the checkpoint completed,
+    as the application transaction ``app_id`` at the checkpoint's id. ``table_schema`` is the
+    table's row schema (serialized by the caller, to create the table if it does not exist),
+    ``files`` the files as the caller describes them (JSON objects). ``committed_at`` is set
+    once the commit is in the table."""
+
+    job: str
+    checkpoint_id: int
+    uri: str
+    kind: str
+    app_id: str
+    table_schema: str
+    files: tuple[dict[str, Any], ...]
+    epoch: int | None = None
+    committed_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputOwner:
+    """The writer an output (or late-data, ``kind``) table at ``uri`` is bound to."""
+
+    uri: str
+    job: str
+    operator: str
+    kind: str
+    bound_at: datetime | None = None
+
+    @property
+    def writer(self) -> str:
+        """The writer, for messages."""
+        return f"job {self.job!r}, operator {self.operator!r} ({self.kind})"

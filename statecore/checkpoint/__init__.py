@@ -2,6 +2,8 @@
 
 - :mod:`~statecore.checkpoint.coordinator`: plan a run's restore, commit every table, complete
   the checkpoint in the catalog.
+- :mod:`~statecore.checkpoint.outputs`: output after completion: a checkpoint's output files
+  recorded as pending, committed once it completed, rolled forward by whoever holds the job next.
 - :mod:`~statecore.checkpoint.points`: restore points, a completed checkpoint or a savepoint.
 - :mod:`~statecore.checkpoint.lock`: the job's lease (one writer at a time, fenced by its
   epoch) and maintenance checkpoints.

@@ -12,7 +12,8 @@ A coordinator given the job's lease (:class:`~statecore.checkpoint.lock.JobLease
 commit with its epoch: each Delta commit carries it and checks the table and the catalog first,
 and the catalog completes the checkpoint only while the lease is held. Holding the lease, it
 also resolves what a dead writer left: an IN_PROGRESS checkpoint is rolled back (every table to
-the latest completed checkpoint's version) and marked FAILED.
+the latest completed checkpoint's version) and marked FAILED, and the pending output commits of
+completed checkpoints are rolled forward.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from statecore.catalog import (
     CheckpointStatus,
 )
 from statecore.checkpoint.lock import JobLease
+from statecore.checkpoint.outputs import OutputSink, roll_forward
 from statecore.checkpoint.participants import CommitParticipant
 from statecore.checkpoint.recover import check_catalog_not_behind
 from statecore.checkpoint.state_tables import StateTables, table_partition
@@ -149,18 +151,27 @@ class CheckpointCoordinator:
             )
         return PlannedCheckpoint(checkpoint_id, p, max_p, self._restore_plan(base), base, replayed)
 
-    def resolve_abandoned(
-        self, participants: Sequence[CommitParticipant] = ()
-    ) -> list[CheckpointRecord]:
+    def resolve_abandoned(self) -> list[CheckpointRecord]:
         """Roll back and fail every IN_PROGRESS checkpoint of the job: holding the lease, this
         writer is the only one, so they were left by writers that died or were taken over.
-        Every table goes back to the latest completed checkpoint's version, and the
-        ``participants`` (the run's sinks) past the effects of every checkpoint after it
-        (also of one that failed, but whose rollback failed)."""
-        if participants:
-            completed = self.catalog.highest_completed_id(self.job)
-            for participant in participants:
-                participant.roll_back(completed, self.fence)
+        Every table goes back to the latest completed checkpoint's version. Then the pending
+        output commits are resolved (:func:`~statecore.checkpoint.outputs.roll_forward`):
+        those of completed checkpoints committed, those of failed ones deleted
+        (:class:`~statecore.errors.OutputCommitPendingError` when a commit fails: nothing
+        builds on a checkpoint whose output is not in its tables yet)."""
+        failed = self._fail_abandoned()
+        rolled = roll_forward(self.catalog, self.job, self.fence)
+        for pending in rolled:
+            log.info(
+                "job %s: the %s of checkpoint %s, pending since it completed, was committed to %s",
+                self.job,
+                pending.kind,
+                pending.checkpoint_id,
+                pending.uri,
+            )
+        return failed
+
+    def _fail_abandoned(self) -> list[CheckpointRecord]:
         abandoned = self.catalog.list_checkpoints(self.job, status=CheckpointStatus.IN_PROGRESS)
         if not abandoned:
             return []
@@ -248,14 +259,18 @@ class CheckpointCoordinator:
         *,
         metrics: Mapping[str, Any] | None = None,
         watermark: int | None = None,
-        participants: Sequence[CommitParticipant] = (),
+        outputs: Sequence[OutputSink] = (),
     ) -> CheckpointRecord:
         """Commit the checkpoint and complete it (with the run's ``metrics`` and its
-        event-time ``watermark``, epoch ms), by the protocol of
-        :mod:`statecore.checkpoint.participants`: every participant checked, then committed
-        in order (``participants``, e.g. the output tables, then the state tables of
-        ``results``), then the catalog completion. On any error the participants asked to
-        commit are rolled back, the checkpoint fails, and the error propagates."""
+        event-time ``watermark``, epoch ms), then commit its ``outputs``: every output sink and
+        the state tables (of ``results``) checked; the output files recorded as the
+        checkpoint's pending output commits; the state tables committed
+        (:mod:`statecore.checkpoint.participants`); the checkpoint completed, its states
+        registered in the same catalog transaction; and only then the output tables committed
+        (:mod:`statecore.checkpoint.outputs`). On an error before the completion the state
+        tables are rolled back, the output files deleted (never committed), the checkpoint
+        fails and the error propagates; after it, the checkpoint stays complete and
+        :class:`~statecore.errors.OutputCommitPendingError` says its output is pending."""
         checkpoint_id = planned.checkpoint_id
         states = StateTables(
             self.config,
@@ -268,23 +283,28 @@ class CheckpointCoordinator:
             max_parallelism=planned.max_parallelism,
             watermark=watermark,
         )
-        ordered: list[CommitParticipant] = [*participants, states]
         asked: list[CommitParticipant] = []
         try:
-            for participant in ordered:
-                participant.check()
-            for participant in ordered:
-                asked.append(participant)  # it may fail after its commit: rolled back too
-                if not participant.commit(checkpoint_id, self.fence):
-                    log.warning(
-                        "job %s: the %s of checkpoint %s was committed by an earlier attempt; "
-                        "this attempt's files were dropped",
-                        self.job,
-                        participant.name,
-                        checkpoint_id,
-                    )
+            for sink in outputs:
+                sink.check()
+            states.check()
+            self.catalog.record_pending_outputs(
+                self.job,
+                checkpoint_id,
+                [sink.pending(self.job, checkpoint_id) for sink in outputs],
+                epoch=self.epoch,
+            )
+            fault_point("catalog:pending")
+            asked.append(states)  # it may fail after its commit: rolled back too
+            if not states.commit(checkpoint_id, self.fence):
+                log.warning(
+                    "job %s: the %s of checkpoint %s was committed by an earlier attempt; "
+                    "this attempt's files were dropped",
+                    self.job,
+                    states.name,
+                    checkpoint_id,
+                )
             fault_point("catalog:states")
-            self.catalog.register_states(self.job, self.operator, states.states)
             fault_point("catalog:complete:before")
             record = self.catalog.complete_checkpoint(
                 self.job,
@@ -293,23 +313,27 @@ class CheckpointCoordinator:
                 epoch=self.epoch,
                 metrics=metrics,
                 watermark=watermark,
+                states=(self.operator, states.states),
             )
-            fault_point("catalog:complete:after")
-            return record
         except BaseException as exc:
-            self.abort(checkpoint_id, exc, asked)
+            self.abort(checkpoint_id, exc, asked, outputs)
             raise
+        fault_point("catalog:complete:after")
+        roll_forward(self.catalog, self.job, self.fence, checkpoint_id=checkpoint_id)
+        return record
 
     def abort(
         self,
         checkpoint_id: int,
         exc: BaseException,
         participants: Sequence[CommitParticipant] = (),
+        outputs: Sequence[OutputSink] = (),
     ) -> None:
-        """The failure policy: roll ``participants`` back (not on :class:`ConcurrentRunError`:
-        the writer that holds the job now resolves it), then mark the checkpoint FAILED. Never
-        raises: the caller re-raises ``exc``, which carries a note of any error of the
-        rollback or of the catalog (logged too)."""
+        """The failure policy of a checkpoint that did not complete: roll ``participants``
+        back (not on :class:`ConcurrentRunError`: the writer that holds the job now resolves
+        it), delete the files of ``outputs`` and forget the checkpoint's pending output
+        commits, then mark the checkpoint FAILED. Never raises: the caller re-raises ``exc``,
+        which carries a note of any error of the rollback or of the catalog (logged too)."""
         if participants and not isinstance(exc, ConcurrentRunError):
             try:
                 completed = self.catalog.highest_completed_id(self.job)
@@ -324,7 +348,31 @@ class CheckpointCoordinator:
                             exc,
                             f"job {self.job}: rollback of the {participant.name} failed: {error!r}",
                         )
+        if outputs:
+            self.discard_outputs(checkpoint_id, exc, outputs)
         self.fail(checkpoint_id, exc)
+
+    def discard_outputs(
+        self, checkpoint_id: int, exc: BaseException, outputs: Sequence[OutputSink]
+    ) -> None:
+        """Delete the output files of a checkpoint that did not complete, and its pending
+        output commits (those of this writer: under another's epoch the checkpoint is that
+        writer's now). Left as they are when the catalog cannot tell that it did not complete
+        (the next holder resolves them). Never raises (``exc`` gets a note)."""
+        try:
+            status = self.catalog.checkpoint_status(self.job, checkpoint_id)
+            if status in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED):
+                return  # its completion committed after all: its output is rolled forward
+            if not isinstance(exc, ConcurrentRunError):
+                self.catalog.discard_pending_outputs(self.job, checkpoint_id)
+            for sink in outputs:
+                sink.discard()
+        except Exception as error:  # the next holder deletes what the catalog recorded
+            _attach(
+                exc,
+                f"job {self.job}: the output files of checkpoint {checkpoint_id} were not "
+                f"deleted: {error!r}",
+            )
 
     def fail(self, checkpoint_id: int, exc: BaseException) -> None:
         """Mark the checkpoint FAILED (unless a newer writer began it again). Never raises:

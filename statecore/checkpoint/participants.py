@@ -1,7 +1,7 @@
-"""Commit participants: everything a checkpoint commits, behind one two-phase protocol.
+"""Commit participants: what a checkpoint commits *before* it completes, behind one protocol.
 
-Flink's ``TwoPhaseCommitSinkFunction`` on Delta. A checkpoint's effects (the state tables, the
-output table, the late-data table, and any later sink) are participants. The coordinator
+A checkpoint's state tables (and any later participant that, like them, is undone by restoring
+the base checkpoint's versions) are participants. The coordinator
 (:meth:`~statecore.checkpoint.coordinator.CheckpointCoordinator.commit`) alone runs them:
 
 1. :meth:`~CommitParticipant.check` every participant before anything commits;
@@ -11,24 +11,22 @@ output table, the late-data table, and any later sink) are participants. The coo
 3. complete the checkpoint in the catalog.
 
 On any failure every participant that was asked to commit (the failing one too: it may have
-failed after its commit) is rolled back past the checkpoints that never completed, the
-checkpoint is marked FAILED, and the original error propagates. On
-:class:`~statecore.errors.ConcurrentRunError` nothing is rolled back: another writer holds the
-job and resolves what this one left.
+failed after its commit) is rolled back, the checkpoint is marked FAILED, and the original
+error propagates. On :class:`~statecore.errors.ConcurrentRunError` nothing is rolled back:
+another writer holds the job and resolves what this one left.
+
+The output and late-data tables are not participants: a reader must never see their rows before
+the checkpoint completes, so they are committed only after it
+(:mod:`statecore.checkpoint.outputs`) and are never rolled back.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
 from typing import Protocol
 
 from statecore.snapshot import Fence
-from statecore.snapshot.output import OutputFile, OutputTable
 
-__all__ = ["CommitParticipant", "OutputParticipant"]
-
-log = logging.getLogger(__name__)
+__all__ = ["CommitParticipant"]
 
 
 class CommitParticipant(Protocol):
@@ -53,34 +51,3 @@ class CommitParticipant(Protocol):
         """Undo the effects of every checkpoint after ``completed`` (the job's latest
         completed checkpoint id; ``None``: none completed); nothing when there are none."""
         ...
-
-
-class OutputParticipant:
-    """An output table (:class:`~statecore.snapshot.output.OutputTable`: the job's output or
-    its late data) as a participant, with the files the tasks wrote for this checkpoint."""
-
-    def __init__(self, table: OutputTable, files: Sequence[OutputFile] = (), *, kind: str) -> None:
-        self.table = table
-        self.files = list(files)
-        self.kind = kind
-
-    @property
-    def name(self) -> str:
-        return f"{self.kind} table {self.table.uri}"
-
-    def check(self) -> None:
-        self.table.check_schema()
-
-    def commit(self, checkpoint_id: int, fence: Fence | None) -> bool:
-        return self.table.commit(self.files, checkpoint_id=checkpoint_id, fence=fence)
-
-    def roll_back(self, completed: int | None, fence: Fence | None) -> None:
-        restored = self.table.roll_back(completed=completed, fence=fence)
-        if restored is not None:
-            log.warning(
-                "rolled the %s back to version %s, past the commits of checkpoints after %s "
-                "that never completed",
-                self.name,
-                restored,
-                completed,
-            )

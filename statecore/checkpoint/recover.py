@@ -14,7 +14,8 @@ old state and overwrite those tables. So:
   logs alone, as Flink recovers a job from its checkpoint directory: the job, its parallelism
   and max parallelism, its registered states with their schemas, and every checkpoint whose
   commits the tables still build on (a ``RESTORE`` undoes a failed checkpoint's commits), each
-  with the version of every table of its operator.
+  with the version of every table of its operator; with the catalog at hand, it also commits
+  the output of completed checkpoints still pending (:mod:`statecore.checkpoint.outputs`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from statecore.catalog import (
     TableVersion,
 )
 from statecore.checkpoint.lock import MAINTENANCE_ID_BASE, maintenance_lock
+from statecore.checkpoint.outputs import roll_forward
 from statecore.checkpoint.points import RestorePoint
 from statecore.config import StatecoreConfig
 from statecore.errors import (
@@ -41,7 +43,7 @@ from statecore.errors import (
     CorruptSnapshotError,
 )
 from statecore.progress import Progress, silent
-from statecore.snapshot import state_table_uri
+from statecore.snapshot import Fence, state_table_uri
 from statecore.snapshot.changelog import CHANGES
 from statecore.snapshot.commits import (
     CommitMetadata,
@@ -350,4 +352,14 @@ def recover_catalog(
         catalog.set_job_parallelism(
             job, parallelism=found.parallelism, max_parallelism=found.max_parallelism
         )
+        rolled = roll_forward(
+            catalog,
+            job,
+            Fence(job, lease.epoch, lambda: catalog.check_lease(job, epoch=lease.epoch)),
+        )
+        if rolled:
+            progress(
+                f"catalog recover {job}: committed the pending output of checkpoints "
+                f"{sorted({p.checkpoint_id for p in rolled})}"
+            )
     return replace(found, dry_run=False, recorded=recorded)

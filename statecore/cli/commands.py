@@ -32,6 +32,7 @@ __all__ = [
     "check",
     "checkpoints",
     "demo",
+    "demo_report",
     "diff",
     "materialize",
     "rescale",
@@ -343,7 +344,6 @@ def unlock(args: argparse.Namespace, config: StatecoreConfig) -> str:
 
 def demo(args: argparse.Namespace, config: StatecoreConfig) -> str:
     from statecore.cli.demo import add_demo_day, run_demo
-    from statecore.query.sql import run_sql
 
     if args.day is not None:
         folder = add_demo_day(Path(config.home), args.day)
@@ -359,12 +359,23 @@ def demo(args: argparse.Namespace, config: StatecoreConfig) -> str:
         parallelism=args.parallelism,
         backend=args.backend,
     )
+    return demo_report(config)
+
+
+def demo_report(config: StatecoreConfig) -> str:
+    """What ``statecore demo`` prints once its runs are done: the demo job's checkpoints, its top
+    users by SQL, and what to try next."""
+    from statecore.cli.demo import next_steps
+    from statecore.query.sql import run_sql
+
     with Catalog.connect(config.catalog_url) as catalog:
-        listing = format_rows(checkpoint_rows(catalog.list_checkpoints("clickstream")))
+        completed = catalog.list_checkpoints("clickstream")
+        listing = format_rows(checkpoint_rows(completed))
         top = format_table(run_sql(catalog, DEMO_QUERY, job="clickstream"))
     return (
         f"\n$ statecore checkpoints list\n{listing}\n\n"
-        f'$ statecore sql "<top users by total amount>"{DEMO_QUERY}\n{top}'
+        f'$ statecore sql "<top users by total amount>"{DEMO_QUERY}\n{top}\n\n'
+        f"{next_steps(max(c.checkpoint_id for c in completed))}"
     )
 
 

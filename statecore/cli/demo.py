@@ -9,9 +9,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["EVENT_TYPES", "add_demo_day", "airflow_environment", "generate_clickstream", "run_demo"]
+__all__ = [
+    "EVENT_TYPES",
+    "add_demo_day",
+    "airflow_environment",
+    "generate_clickstream",
+    "next_steps",
+    "run_demo",
+]
 
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
+PYTHONWARNINGS = "ignore:GitWildMatchPattern:DeprecationWarning"
+"""The warning filter of this project's Airflow processes (the Makefile's ``make up`` too)."""
 
 
 def generate_clickstream(
@@ -71,6 +80,12 @@ def airflow_environment(project: Path, home: Path) -> dict[str, str]:
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
+        # spark-submit's logging: Spark's warnings and errors, not its INFO (conf/spark/)
+        "SPARK_CONF_DIR": str(project / "conf" / "spark"),
+        # Airflow 3.3's .airflowignore reader builds pathspec's deprecated GitWildMatchPattern
+        # for plugins/.airflowignore in every process (the task SDK's always, whatever
+        # dag_ignore_file_syntax says): a DeprecationWarning in every task log
+        "PYTHONWARNINGS": PYTHONWARNINGS,
     }
     for key, value in defaults.items():
         env.setdefault(key, value)
@@ -137,3 +152,17 @@ def run_demo(
         airflow(["dags", "test", "stateful_pipeline", "-c", conf], f"stateful_pipeline-{day}.log")
         ran.append(day)
     return ran
+
+
+def next_steps(latest_checkpoint: int) -> str:
+    """What to try after the demo: the commands of the README's tour on the demo's job (its
+    latest checkpoint ``latest_checkpoint``), then ``make up`` for the Airflow UI."""
+    return (
+        'Next (the README\'s "A ten-minute tour" goes on from here):\n'
+        '  .venv/bin/statecore sql "SELECT key, value FROM clickstream.total_amount'
+        ' ORDER BY value DESC LIMIT 3"\n'
+        f"  .venv/bin/statecore checkpoints show clickstream {latest_checkpoint} --key-groups\n"
+        "  .venv/bin/statecore state get clickstream total_amount user-42\n"
+        "  make up    # Airflow's UI on http://localhost:8080: trigger stateful_pipeline, read its"
+        " task logs"
+    )

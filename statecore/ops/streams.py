@@ -11,8 +11,15 @@ the driver to answer a call:
 - **The catalog**: the job's latest completed checkpoint (a micro-batch's id is its checkpoint id).
 - **A status file the driver keeps** (``<checkpoint_location>/_statecore/status.json``): its state
   (``RUNNING``, ``STOPPED``, ``FINISHED``, ``FAILED`` with the error), process, host, the last
-  micro-batch, rewritten at least every few seconds while it runs. A ``RUNNING`` status older than
-  ``stale_after`` means the driver died without a word (a SIGKILL, a lost node).
+  micro-batch, the run that started it (``run_id``: an Airflow DAG run's ``<dag_id>/<run_id>``),
+  rewritten at least every few seconds while it runs. A ``RUNNING`` status older than
+  ``stale_after`` means the driver died without a word (a SIGKILL, a lost node). A watcher that
+  knows which run started its query reads a status of another run as not its query's
+  (:func:`stream_progress` with ``run_id``): a folder's last status may be an earlier query's.
+
+One location is one query's: a driver refuses, before it writes anything there
+(:func:`check_location`), a location that holds another job's stream or where another query
+runs now.
 
 A graceful stop is a marker file (``<checkpoint_location>/_statecore/stop``, :func:`request_stop`)
 that the driver polls between micro-batches: it then stops the query (``query.stop()``) and
@@ -36,12 +43,16 @@ import pyarrow.fs as pafs
 
 from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus
 from statecore.config import StatecoreConfig, check_name
+from statecore.errors import ConfigError
+from statecore.processes import process_exists
 from statecore.snapshot.files import table_filesystem
 
 __all__ = [
     "RUNNING",
+    "STREAM_METADATA",
     "StreamProgress",
     "StreamStatus",
+    "check_location",
     "checkpoints_after",
     "clear_stop",
     "default_checkpoint_location",
@@ -55,6 +66,9 @@ __all__ = [
 RUNNING, STOPPED, FINISHED, FAILED = "RUNNING", "STOPPED", "FINISHED", "FAILED"
 STALE, NOT_STARTED = "STALE", "NOT_STARTED"
 _FOLDER = "_statecore"
+STREAM_METADATA = "statecore.json"
+"""The file in a query's checkpoint location naming its job and checkpoint id base
+(:mod:`statecore.spark.stream` writes it when the query first starts)."""
 
 
 def default_checkpoint_location(config: StatecoreConfig, job: str) -> str:
@@ -82,6 +96,8 @@ class StreamStatus:
     error: str | None = None
     input_path: str | None = None
     """The folder the query's file source reads, for the lag."""
+    run_id: str | None = None
+    """The run that started the query (an Airflow DAG run's ``<dag_id>/<run_id>``)."""
 
 
 def write_status(checkpoint_location: str, status: StreamStatus) -> None:
@@ -104,6 +120,62 @@ def read_status(checkpoint_location: str) -> StreamStatus | None:
         return None
     known = set(StreamStatus.__dataclass_fields__)
     return StreamStatus(**{k: v for k, v in fields.items() if k in known})
+
+
+def check_location(
+    checkpoint_location: str,
+    *,
+    job: str,
+    run_id: str | None = None,
+    stale_after: timedelta = timedelta(seconds=60),
+) -> None:
+    """Refuse (:class:`~statecore.errors.ConfigError`) ``checkpoint_location`` for a new query of
+    ``job`` (started by ``run_id``) when another query owns it: it holds the stream of another
+    job; or its queries were started by another DAG (the ``<dag_id>/`` of the status's run id
+    differs from ``run_id``'s: two DAGs' queries of one job on one location would read the same
+    input twice, and Spark refuses a query of another shape, e.g. a continuous one after an
+    ``availableNow`` one); or a query runs there now (its status RUNNING and fresh, its driver
+    alive where it is on this host). A driver calls this before it writes anything there, so
+    the other query's files stay as they were."""
+    fs, root = table_filesystem(checkpoint_location.rstrip("/"))
+    try:
+        with fs.open_input_stream(f"{root}/{STREAM_METADATA}") as f:
+            owner = json.loads(f.read()).get("job")
+    except FileNotFoundError:
+        owner = None
+    if owner is not None and owner != job:
+        raise ConfigError(
+            f"checkpoint location {checkpoint_location} belongs to the stream of job "
+            f"{owner!r}, not {job!r}: give each query a location of its own"
+        )
+    status = read_status(checkpoint_location)
+    last_run = None if status is None else status.run_id
+    theirs, ours = _dag_of(last_run), _dag_of(run_id)
+    if theirs is not None and ours is not None and theirs != ours:
+        raise ConfigError(
+            f"checkpoint location {checkpoint_location} belongs to the query of job {job!r} "
+            f"that the DAG {theirs!r} runs (its last run: {last_run}), not {ours!r}: give "
+            f"{ours!r} a job or location of its own"
+        )
+    if status is None or status.state != RUNNING:
+        return
+    if time.time() - status.updated_at > stale_after.total_seconds():
+        return  # its driver went silent: a query that died
+    if status.host == socket.gethostname() and not process_exists(status.pid):
+        return  # its driver is gone
+    raise ConfigError(
+        f"checkpoint location {checkpoint_location} is in use: a query of job {status.job!r} "
+        f"runs there (query {status.query_id}, run {status.run_id}, process {status.pid} on "
+        f"{status.host}); stop it first (the DAG streaming_query_stop, or request_stop), or "
+        "give this query a location of its own"
+    )
+
+
+def _dag_of(run_id: str | None) -> str | None:
+    """The DAG of a run id ``<dag_id>/<run_id>`` (``None`` for another form)."""
+    if run_id is None or "/" not in run_id:
+        return None
+    return run_id.split("/", 1)[0] or None
 
 
 def request_stop(checkpoint_location: str) -> str:
@@ -145,6 +217,9 @@ class StreamProgress:
     last_checkpoint: int | None
     last_checkpoint_at: datetime | None
     error: str | None = None
+    query_id: str | None = None
+    run_id: str | None = None
+    """The run that started the query the status is of."""
 
     @property
     def failed(self) -> bool:
@@ -233,11 +308,16 @@ def stream_progress(
     checkpoint_location: str,
     input_path: str | None = None,
     stale_after: timedelta = timedelta(seconds=60),
+    run_id: str | None = None,
 ) -> StreamProgress:
     """The progress of ``job``'s query at ``checkpoint_location``; with ``input_path`` (the
-    folder its file source reads) also the input files it has not taken yet."""
+    folder its file source reads) also the input files it has not taken yet. With ``run_id``,
+    only the query that run started counts: a status another run's query wrote reads as
+    ``NOT_STARTED`` (that run's query has not written yet)."""
     fs, root = table_filesystem(checkpoint_location.rstrip("/"))
     status = read_status(checkpoint_location)
+    if status is not None and run_id is not None and status.run_id != run_id:
+        status = None
     age = None if status is None else max(0.0, time.time() - status.updated_at)
     state = NOT_STARTED if status is None else status.state
     if state == RUNNING and age is not None and age > stale_after.total_seconds():
@@ -262,6 +342,8 @@ def stream_progress(
         last_checkpoint=None if latest is None else latest.checkpoint_id,
         last_checkpoint_at=None if latest is None else latest.completed_at,
         error=None if status is None else status.error,
+        query_id=None if status is None else status.query_id,
+        run_id=None if status is None else status.run_id,
     )
 
 

@@ -19,12 +19,14 @@ The points, in the order of a run (``<kind>`` is ``keyed``, ``operator`` or ``ti
 ``catalog:begin``                      the checkpoint is IN_PROGRESS in the catalog
 ``task:process``                       a task processed one more Arrow (or keyed) batch
 ``task:snapshot``                      a task wrote one more snapshot file (any state)
-``output:commit:before`` / ``:after``  around the output table's Delta commit
+``catalog:pending``                    the output files recorded as pending output commits
 ``commit:<kind>:<state>:before`` /     around the Delta commit of one state's table
 ``commit:<kind>:<state>:after``
-``catalog:states``                     every table committed, states not registered
-``catalog:complete:before`` /          states registered; around the catalog completion
-``catalog:complete:after``
+``catalog:states``                     every state table committed
+``catalog:complete:before`` /          around the catalog completion (which registers the
+``catalog:complete:after``             states in the same transaction)
+``output:commit:before`` / ``:after``  around an output (or late-data) table's Delta commit,
+                                       after the completion (and in a roll-forward)
 =====================================  ===================================================
 """
 

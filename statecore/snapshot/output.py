@@ -2,25 +2,28 @@
 
 Flink's two-phase-commit sinks, on Delta: each task writes its output rows as Parquet files in the
 table's folder (invisible to readers until committed), and reports them with its snapshot; the
-driver commits them in one Delta transaction that records the checkpoint id as the job's
-application transaction version, then completes the checkpoint. A run that repeats a checkpoint
-whose output is already committed (it failed after that commit) finds the version recorded,
-commits nothing and deletes its own files, so each checkpoint's rows are in the table once.
+checkpoint records them as its pending output commits, completes, and only then are they
+committed, in one Delta transaction that records the checkpoint id as the job's application
+transaction version (:mod:`statecore.checkpoint.outputs`). A commit repeated after it was made
+(a roll-forward after a crash) finds the version recorded and commits nothing, so each
+checkpoint's rows are in the table once; a checkpoint that never completes never commits.
 A file's name carries its checkpoint id, so the rows of one checkpoint can be read back alone
 (until the maintenance merges the files of checkpoints no longer retained,
 :mod:`statecore.snapshot.output_compaction`).
 
 Each commit also carries the writer's fencing epoch (see :mod:`statecore.snapshot.table`) and
-names its checkpoint in the commit's metadata: a run first rolls the table back past every commit
-of a checkpoint that never completed (:meth:`OutputTable.roll_back`), so a failed checkpoint's
-rows never stay in the table. Like the state tables, it gets a Delta log checkpoint every
-:data:`~statecore.snapshot.log.LOG_CHECKPOINT_INTERVAL` commits.
+names its checkpoint in the commit's metadata. The table only ever gets appends (and the
+maintenance's merges, which change no data): nothing RESTOREs it, so a Delta streaming reader of
+it never meets a data-changing remove. Like the state tables, it gets a Delta log checkpoint
+every :data:`~statecore.snapshot.log.LOG_CHECKPOINT_INTERVAL` commits.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import os
 import re
 import time
 import uuid
@@ -31,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake import DeltaTable, Schema
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
@@ -54,6 +57,9 @@ __all__ = [
     "OutputWriter",
     "checkpoint_of_file",
     "newest_checkpoint_commit",
+    "output_schema",
+    "output_schema_text",
+    "output_table_key",
     "output_version_at",
     "output_versions_at",
 ]
@@ -66,6 +72,26 @@ def _prefix(checkpoint_id: int) -> str:
 
 
 _CHECKPOINT_FILE = re.compile(r"^part-cp(\d{12})-")
+
+
+def output_schema_text(schema: pa.Schema) -> str:
+    """``schema`` as text (Arrow IPC, base64), to record with a pending output commit."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def output_schema(text: str) -> pa.Schema:
+    """The schema :func:`output_schema_text` wrote."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def output_table_key(uri: str) -> str:
+    """The name the catalog binds an output table by: one name for one table however it is
+    written (a relative or ``file://`` path, a trailing ``/``)."""
+    if uri.startswith("file://"):
+        uri = uri.removeprefix("file://")
+    if "://" not in uri:
+        return os.path.abspath(os.path.expanduser(uri))
+    return uri.rstrip("/")
 
 
 def checkpoint_of_file(name: str) -> int | None:
@@ -187,24 +213,18 @@ class OutputTable:
     def commit(
         self, files: list[OutputFile], *, checkpoint_id: int, fence: Fence | None = None
     ) -> bool:
-        """Append ``files`` as the output of ``checkpoint_id``; ``False`` (and the files
-        deleted) when that checkpoint's output is already in the table. With ``fence`` (the
-        writer holds the job's lease, so the checkpoint has not completed), output already
-        there of this or a later checkpoint is rolled back first, and the commit is refused
-        (:class:`~statecore.errors.ConcurrentRunError`) once a newer writer committed here."""
+        """Append ``files`` as the output of ``checkpoint_id``, a checkpoint that completed;
+        ``False`` when that checkpoint's output is already in the table (an earlier attempt of
+        this commit made it: the files are those it committed). With ``fence``, the commit is
+        refused (:class:`~statecore.errors.ConcurrentRunError`) once a newer writer of the job
+        committed here, or its lease is lost."""
         table = self._table()
         where = f"checkpoint {checkpoint_id}: the output table {self.uri}"
         if table is not None and fence is not None:
             fence.verify(table, where)
         done = None if table is None else table.transaction_version(self.app_id)
         if done is not None and done >= checkpoint_id:
-            if fence is None:
-                self.delete(files)
-                return False
-            # Under the lease this checkpoint has not completed, and the job's ids increase: the
-            # output there is a writer's that lost the lease (committed as it was taken over).
-            self.roll_back(completed=checkpoint_id - 1, fence=fence)
-            table = self._table()
+            return False
         properties = commit_properties(self.app_id, checkpoint_id, fence)
         fault_point("output:commit:before")
         try:
@@ -233,49 +253,14 @@ class OutputTable:
             checkpoint_log(table, self.uri)
         return True
 
-    def roll_back(self, *, completed: int | None, fence: Fence | None = None) -> int | None:
-        """Undo every commit of a checkpoint above ``completed`` (the job's latest completed
-        checkpoint id; ``None``: none completed), with a Delta RESTORE to the version before
-        the first of them; the version restored, or ``None`` when there was nothing to undo.
-        Ids increase, so such commits come after every completed checkpoint's."""
-        table = self._table()
-        if table is None:
-            return None
-        done = table.transaction_version(self.app_id)
-        if done is None or done < 0 or (completed is not None and done <= completed):
-            return None
-        target = None
-        for commit in table.history():  # newest first
-            checkpoint = commit.get(CHECKPOINT_METADATA)
-            if checkpoint is None:
-                continue  # a RESTORE, the creation
-            if completed is not None and int(checkpoint) <= completed:
-                break
-            target = int(commit["version"]) - 1
-        if target is None or target < 0:
-            return None
-        where = f"rollback of the output table {self.uri} to version {target}"
-        if fence is not None:
-            fence.verify(table, where)
-        try:
-            # RESTORE keeps application transactions: set this one back to the completed id
-            transactions = [Transaction(self.app_id, -1 if completed is None else completed)]
-            if fence is not None:
-                transactions.append(fence.transaction())
-            table.restore(
-                target,
-                commit_properties=CommitProperties(app_transactions=transactions),
-                post_commithook_properties=POST_COMMIT,
-            )
-        except DeltaError as exc:
-            raise CheckpointCommitError(f"{where} failed: {exc}") from exc
-        return target
-
     def delete(self, files: list[OutputFile]) -> None:
-        """Delete files that were never committed."""
+        """Delete files that were never committed (gone already: nothing to do)."""
         fs, root = table_filesystem(self.uri)
         for f in files:
-            fs.delete_file(f"{root}/{f.path}")
+            try:
+                fs.delete_file(f"{root}/{f.path}")
+            except FileNotFoundError:
+                pass
 
     def checkpoint_files(self, checkpoint_id: int) -> list[str]:
         """URIs of the committed files holding the output of ``checkpoint_id``."""

@@ -8,9 +8,10 @@ as Delta's OPTIMIZE would, but only the files of checkpoints older than the olde
 
 - the rows of a retained checkpoint stay in files of their own, so they can still be read back
   alone (a file's name carries its checkpoint id, :meth:`OutputTable.checkpoint_files`);
-- a commit of a checkpoint that never completed must be rolled back by the next run first
-  (:meth:`OutputTable.roll_back`): while the newest checkpoint commit names a checkpoint above
-  the latest completed one, nothing is compacted.
+- a table's commits are made only after their checkpoint completed
+  (:mod:`statecore.checkpoint.outputs`); as a guard, while the newest checkpoint commit names a
+  checkpoint above the latest completed one (a table written by an older statecore), nothing is
+  compacted.
 
 The merge is one Delta commit that adds the merged files and removes the small ones, both with
 ``dataChange=false`` (the rows are the same), and leaves the application transactions alone, so

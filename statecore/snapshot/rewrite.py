@@ -32,6 +32,7 @@ from statecore.errors import CheckpointCommitError, CorruptSnapshotError, Snapsh
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
 from statecore.snapshot.log import checkpoint_log
+from statecore.snapshot.output import checkpoint_of_file, newest_checkpoint_commit
 from statecore.snapshot.storage import POST_COMMIT, create_table, open_table
 from statecore.snapshot.table import Fence, TableFile, fenced_failure, read_table_files
 
@@ -377,8 +378,11 @@ def vacuum(
     """Delete data files that neither ``keep_versions``, the latest version nor any version
     after ``keep_after_version`` references, that are older than ``older_than`` and that were
     not modified at or after ``protected_since`` (epoch seconds). Only Parquet data files are
-    candidates: the Delta log, deletion vectors and hidden files are never touched."""
+    candidates: the Delta log, deletion vectors and hidden files are never touched, nor an
+    output table's files of a checkpoint above the newest one committed to it (a pending
+    output commit, committed when it is rolled forward: :mod:`statecore.checkpoint.outputs`)."""
     fs, root = table_filesystem(uri)
+    newest = newest_checkpoint_commit(uri)
     keep: set[str] = set()
     latest = table_version(uri)
     versions = set(keep_versions)
@@ -404,6 +408,7 @@ def vacuum(
             not relative.endswith(".parquet")  # Delta's own files (deletion vectors, ...)
             or any(part.startswith(("_", ".")) for part in relative.split("/"))
             or relative in keep
+            or _uncommitted_output(relative, newest)
         ):
             continue
         if info.mtime is None:
@@ -416,3 +421,10 @@ def vacuum(
         deleted.append(relative)
         size += int(info.size or 0)
     return VacuumResult(uri, tuple(sorted(deleted)), size)
+
+
+def _uncommitted_output(relative: str, newest: int | None) -> bool:
+    """Whether ``relative`` is an output file of a checkpoint above ``newest`` (the newest
+    checkpoint committed to the table): its commit may be pending, so VACUUM keeps it."""
+    checkpoint = checkpoint_of_file(relative.rsplit("/", 1)[-1])
+    return checkpoint is not None and (newest is None or checkpoint > newest)

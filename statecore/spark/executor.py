@@ -323,6 +323,9 @@ def run_task(
         LIVE.snapshotted(held, spec.checkpoint_id)
     meta = json.dumps(
         {
+            "job": spec.job,
+            "operator": spec.operator,
+            "checkpoint_id": spec.checkpoint_id,
             "subtask": index,
             "records": task.records,
             "restore": restored,

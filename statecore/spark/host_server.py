@@ -3,6 +3,12 @@
 task. It serves one task at a time over the socket, each as
 :func:`~statecore.spark.executor.run_task` in this process, so what the task keeps warm stays
 here for the subtask's next task, whichever Python worker Spark picked for it.
+
+It serves only processes of its own user (:mod:`statecore.spark.host_wire`), and never ends
+under a task it has not taken: when it exits (idle, its executor gone, asked to) it removes
+its socket first and serves the connections already waiting; a task whose host ends before it
+replies asks again (a new host). A task it cannot load (its function's module missing here) is
+sent back to its worker, which runs it; an error in a task goes back as text; the host goes on.
 """
 
 from __future__ import annotations
@@ -11,11 +17,15 @@ import contextlib
 import logging
 import os
 import pickle
+import socket
 import sys
-import threading
 import time
-from multiprocessing.connection import Connection, Listener
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
 
 from statecore.processes import process_exists
 from statecore.runtime.collector import task_gc_policy
@@ -26,16 +36,25 @@ from statecore.spark.host import (
     DEFAULT_IDLE,
     DONE,
     ERROR,
+    EVICT,
     EXIT,
     IDLE_ENV,
+    READY,
+    REFUSED,
+    TASK,
     from_ipc,
     stop_rescaled_hosts,
     to_ipc,
 )
+from statecore.spark.host_context import accumulator_updates, loads_task, set_task_context
+from statecore.spark.host_wire import accept, error_from_text, error_text, listen
 
 __all__ = ["Host", "main"]
 
 log = logging.getLogger(__name__)
+
+WATCH_EVERY = 1.0
+"""Seconds between two checks whether the host should exit (its executor gone, idle)."""
 
 
 class Host:
@@ -45,38 +64,116 @@ class Host:
         self.address = address
         self.executor = executor
         self.idle = idle
-        self.busy = threading.Lock()
         self.last_task = time.monotonic()
         self.inode = 0
         self.parallelism: int | None = None  # of the last task's job
 
     def serve(self) -> None:
-        listener = Listener(str(self.address), family="AF_UNIX")
+        """Serve tasks until asked to exit, the executor is gone or no task came for
+        ``idle`` seconds; when exiting, the socket goes first, then every connection already
+        waiting is served (a task never meets a host that ends before it takes it)."""
+        listener = listen(self.address)
         self.inode = os.stat(self.address).st_ino
-        threading.Thread(target=self._watch, name="statecore-host-watch", daemon=True).start()
+        listener.settimeout(WATCH_EVERY)
         log.info("warm state host %s of executor %d listening", self.address, self.executor)
         while True:
-            connection = listener.accept()
-            with connection, self.busy:
-                os.utime(self.address)  # most recently used
-                if not self.task(connection):
-                    self.exit("asked to exit (stop_hosts, or too many hosts)")
+            try:
+                connection = accept(listener)
+            except TimeoutError:
+                why = self._why_exit()
+                if why is not None:
+                    self._unlink()
+                    self._drain(listener)
+                    self.exit(why)
+                continue
+            if connection is not None and not self.serve_one(connection):
+                self.exit("asked to exit (stop_hosts, a rescale, or too many hosts)")
+
+    def _why_exit(self) -> str | None:
+        if not process_exists(self.executor):
+            return f"executor process {self.executor} is gone"
+        if time.monotonic() - self.last_task > self.idle:
+            return f"no task for {self.idle:g} s"
+        return None
+
+    def _drain(self, listener: socket.socket) -> None:
+        """Serve the connections that reached the socket before it was removed."""
+        listener.setblocking(False)
+        while True:
+            try:
+                connection = accept(listener)
+            except (BlockingIOError, InterruptedError):
+                return
+            if connection is not None:
+                self.serve_one(connection)
+
+    def serve_one(self, connection: Connection) -> bool:
+        """Serve one connection; ``False`` when it asks the host to exit."""
+        with connection:
+            try:
+                return self.task(connection)
+            finally:
                 self.last_task = time.monotonic()
+                with contextlib.suppress(OSError):
+                    os.utime(self.address)  # most recently used: at a task's end too
 
     def task(self, connection: Connection) -> bool:
         """Run the task ``connection`` sends; ``False`` when it asks the host to exit."""
         try:
             header = connection.recv_bytes()
-            if header == EXIT:
-                return False
-            paths, payload = pickle.loads(header)
-            sys.path.extend(p for p in paths if p not in sys.path)
-            spec, function, process, index, connect_s, connect_cpu_s = pickle.loads(payload)
-            batches = []
-            while (message := connection.recv_bytes()) != DONE:
-                batches.append(from_ipc(message[1:]))
         except (EOFError, OSError):
             return True  # the worker went away before its task began
+        if header == EXIT:
+            return False
+        if header[:1] == EVICT:  # only when idle that long (not right after a long task)
+            return time.monotonic() - self.last_task < float(header[1:] or b"0")
+        if header[:1] != TASK:
+            log.error("a connection sent %r, not a task: closed", header[:1])
+            return True
+        loading_cpu = time.thread_time()
+        try:
+            paths, context, payload, (started, worker_cpu_s) = pickle.loads(header[1:])  # ours
+            sys.path.extend(p for p in paths if p not in sys.path)
+            spec, function, process, index = loads_task(payload)
+        except Exception as exc:  # the task's worker runs it itself
+            log.warning("could not load a task; its worker runs it", exc_info=True)
+            with contextlib.suppress(OSError):
+                connection.send_bytes(REFUSED + error_text(exc))
+            return True
+        try:
+            connection.send_bytes(READY)
+        except OSError:
+            return True
+        # the hand-over, from the task's start in its worker (one machine's monotonic clock)
+        # to here, is a part of the task's acquisition; the state is taken while the worker
+        # starts sending its input
+        handover_s = max(0.0, time.perf_counter() - float(started))
+        handover_cpu_s = float(worker_cpu_s) + time.thread_time() - loading_cpu
+        self._rescaled(spec)
+        set_task_context(context)
+        try:
+            with task_gc_policy():
+                for batch in run_task(
+                    spec,
+                    function,
+                    process,
+                    index,
+                    _input(connection),
+                    handover_s=handover_s,
+                    handover_cpu_s=handover_cpu_s,
+                ):
+                    connection.send_bytes(BATCH + to_ipc(batch))
+            connection.send_bytes(DONE + accumulator_updates())
+        except BaseException as exc:
+            log.warning("task of subtask %d failed", index, exc_info=True)
+            with contextlib.suppress(OSError):
+                connection.send_bytes(ERROR + error_text(exc))
+        finally:
+            set_task_context(None)
+        return True
+
+    def _rescaled(self, spec: Any) -> None:
+        """Ask the hosts of subtasks the job's parallelism no longer has to exit."""
         if self.parallelism is not None and spec.parallelism < self.parallelism:
             stopped = stop_rescaled_hosts(
                 self.address.parent, spec.job, spec.operator, self.parallelism, spec.parallelism
@@ -88,53 +185,35 @@ class Host:
                 stopped,
             )
         self.parallelism = spec.parallelism
-        try:
-            with task_gc_policy():
-                for batch in run_task(
-                    spec,
-                    function,
-                    process,
-                    index,
-                    iter(batches),
-                    handover_s=connect_s,
-                    handover_cpu_s=connect_cpu_s,
-                ):
-                    connection.send_bytes(BATCH + to_ipc(batch))
-            connection.send_bytes(DONE)
-        except BaseException as exc:
-            log.warning("task of subtask %d failed", index, exc_info=True)
-            with contextlib.suppress(OSError):
-                connection.send_bytes(ERROR + _pickled(exc))
-        return True
 
-    def _watch(self) -> None:
-        """Exit when the executor is gone or no task came for ``idle`` seconds."""
-        while True:
-            time.sleep(1.0)
-            with self.busy:
-                if not process_exists(self.executor):
-                    self.exit(f"executor process {self.executor} is gone")
-                if time.monotonic() - self.last_task > self.idle:
-                    self.exit(f"no task for {self.idle:g} s")
+    def _unlink(self) -> None:
+        """Remove the socket (when it is still this host's): no new task reaches this host."""
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(self.address).st_ino == self.inode:
+                self.address.unlink()
 
     def exit(self, why: str) -> None:
         """Close what the host keeps (a RocksDB instance releases its folder) and exit."""
         log.info("warm state host %s exits: %s", self.address, why)
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(self.address).st_ino == self.inode:
-                self.address.unlink()
+        self._unlink()
         WARM_POOL.clear()
         logging.shutdown()
         os._exit(0)
 
 
-def _pickled(exc: BaseException) -> bytes:
-    try:
-        data = pickle.dumps(exc)
-        pickle.loads(data)
-        return data
-    except Exception:
-        return f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".encode()
+def _input(connection: Connection) -> Iterator[pa.RecordBatch]:
+    """The task's input batches as its worker streams them (an error: its input failed)."""
+    while True:
+        try:
+            message = connection.recv_bytes()
+        except EOFError:
+            raise ConnectionError("the task's Python worker went away during its input") from None
+        tag, body = message[:1], message[1:]
+        if tag == DONE:
+            return
+        if tag != BATCH:
+            raise error_from_text(body, "the task's Python worker")
+        yield from_ipc(body)
 
 
 def main(argv: list[str]) -> None:

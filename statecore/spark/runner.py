@@ -32,7 +32,7 @@ from statecore.catalog import (
 )
 from statecore.checkpoint.coordinator import CheckpointCoordinator, PlannedCheckpoint
 from statecore.checkpoint.lock import hold_lease
-from statecore.checkpoint.participants import OutputParticipant
+from statecore.checkpoint.outputs import OutputSink
 from statecore.checkpoint.retain import retain_checkpoints
 from statecore.config import StatecoreConfig, check_name
 from statecore.errors import ConfigError
@@ -42,7 +42,7 @@ from statecore.runtime.latency import LatencyTracking, latency_percentiles
 from statecore.runtime.lateness import LateData
 from statecore.runtime.task import StateSchema, StateSnapshotResult
 from statecore.snapshot import TIMERS, state_table_uri
-from statecore.snapshot.output import OutputFile, OutputTable
+from statecore.snapshot.output import OutputFile, OutputTable, output_table_key
 from statecore.spark.executor import META, TaskSpec, task_function
 from statecore.spark.identity import input_identity
 from statecore.spark.job import KeyedJob, KeyedRun
@@ -145,9 +145,9 @@ class KeyedRunner:
             )
         )
 
-    def participants(self, metas: Sequence[Mapping[str, Any]] = ()) -> list[OutputParticipant]:
-        """What the checkpoint commits besides the state: the output and late-data tables,
-        each with the files the tasks reported in ``metas``."""
+    def sinks(self, metas: Sequence[Mapping[str, Any]] = ()) -> list[OutputSink]:
+        """The output and late-data tables, each with the files the tasks reported in
+        ``metas``: committed once the checkpoint completed."""
         out = []
         for sink, field_name, kind in (
             (self.sink, "output", "output"),
@@ -155,8 +155,16 @@ class KeyedRunner:
         ):
             if sink is not None:
                 files = [OutputFile(**m[field_name]) for m in metas if m.get(field_name)]
-                out.append(OutputParticipant(sink, files, kind=kind))
+                out.append(OutputSink(sink, files, kind=kind))
         return out
+
+    def bind_outputs(self, catalog: Catalog) -> None:
+        """Bind the output and late-data tables to this job and operator (at its first run);
+        :class:`~statecore.errors.OutputOwnedError` before anything is written when another
+        job, operator or kind writes one of them."""
+        tables = [(output_table_key(s.table.uri), s.kind) for s in self.sinks()]
+        if tables:
+            catalog.bind_outputs(tables, job=self.job.job, operator=self.job.operator)
 
     def run(self) -> KeyedRun:
         job = self.job
@@ -196,6 +204,7 @@ class KeyedRunner:
         """Take the job's lease (held until the run ends), resolve what a writer that is gone
         left behind, and restore a savepoint if asked, under the lease."""
         job = self.job
+        self.bind_outputs(catalog)
         if not catalog.has_job(job.job):
             if job.restore_from is not None:  # registered as the savepoint's
                 register_savepoint_job(
@@ -219,7 +228,7 @@ class KeyedRunner:
         coordinator = CheckpointCoordinator(
             self.config, catalog, job=job.job, operator=job.operator, lease=lease
         )
-        coordinator.resolve_abandoned(self.participants())
+        coordinator.resolve_abandoned()
         if job.restore_from is not None and not _is_complete(catalog, job.job, job.checkpoint_id):
             restore_savepoint(
                 self.config,
@@ -252,8 +261,8 @@ class KeyedRunner:
             watermark = start
         else:
             watermark = max(start, run_watermark(self.df, job.event_time, job.allowed_lateness))
-        for participant in self.participants():  # fail before processing, not at the commit
-            participant.check()
+        for sink in self.sinks():  # fail before processing, not at the commit
+            sink.check()
         spec = TaskSpec(
             key=job.key,
             key_type=self.key_type,
@@ -340,10 +349,15 @@ class KeyedRunner:
         result: DataFrame,
         metas: list[dict[str, Any]],
     ) -> KeyedRun:
-        """Hand the checkpoint to the coordinator, which commits the output and late-data
-        tables and the state tables and completes it (or fails it, every commit rolled back);
-        the run's outcome."""
+        """Hand the checkpoint to the coordinator, which commits the state tables, completes
+        it and then commits the output and late-data tables (or fails it: the state tables
+        rolled back, the output files deleted); the run's outcome."""
         job, checkpoint_id = self.job, self.job.checkpoint_id
+        try:
+            outputs = self.sinks(metas)
+        except Exception as exc:
+            coordinator.fail(checkpoint_id, exc)
+            raise
         try:
             if job.live_lookups:  # where the tasks' states are now, whether or not it completes
                 coordinator.catalog.set_live_endpoints(
@@ -359,9 +373,8 @@ class KeyedRunner:
                     [m.get("max_event_time") for m in metas],
                     job.allowed_lateness,
                 )
-            participants = self.participants(metas)
         except Exception as exc:
-            coordinator.fail(checkpoint_id, exc)
+            coordinator.abort(checkpoint_id, exc, outputs=outputs)
             raise
         metrics = _metrics(metas, restore)
         record = coordinator.commit(
@@ -369,11 +382,11 @@ class KeyedRunner:
             snapshots,
             metrics=metrics,
             watermark=None if watermark == MIN_WATERMARK else watermark,
-            participants=participants,
+            outputs=outputs,
         )
         if job.retain_checkpoints is not None:
-            outputs = [t.uri for t in (self.sink, self.late_sink) if t is not None]
-            _retain(coordinator.catalog, job.job, job.retain_checkpoints, outputs)
+            uris = [t.uri for t in (self.sink, self.late_sink) if t is not None]
+            _retain(coordinator.catalog, job.job, job.retain_checkpoints, uris)
         records = sum(m["records"] for m in metas)
         late_rows = sum(m.get("late_rows", 0) for m in metas)
         if late_rows:

@@ -56,12 +56,14 @@ from statecore.catalog import Catalog
 from statecore.checkpoint.points import RestorePoint, load_savepoint
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
+from statecore.ops import streams
 from statecore.ops.savepoint import check_restore
 from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.files import table_filesystem
 from statecore.spark.executor import per_batch, per_record
+from statecore.spark.host_lifetime import stop_hosts_with
 from statecore.spark.keyed import KeyedJob, KeyedRun, _KeyedRunner
 from statecore.spark.offsets import batch_offsets, data_moved, savepoint_offsets
 from statecore.ttl.time import TtlTimeProvider
@@ -76,7 +78,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STREAM_METADATA = "statecore.json"
+STREAM_METADATA = streams.STREAM_METADATA
 """The file in the query's checkpoint location that fixes its checkpoint id base."""
 
 _TICK = "__statecore_tick"
@@ -290,8 +292,10 @@ def _start(
     _check_trigger(template.job, trigger)
     if _TICK in stream_df.columns:
         raise ConfigError(f"job {template.job!r}: the column name {_TICK!r} is reserved")
-    _KeyedRunner(stream_df, template)  # the checks of a run: names, key, order_by, event time
+    runner = _KeyedRunner(stream_df, template)  # a run's checks: names, key, order_by, event time
     config = template.config or StatecoreConfig.resolve()
+    with Catalog.connect(config.catalog_url) as catalog:  # one writer per output table
+        runner.bind_outputs(catalog)
     base, restore_from = _query_start(config, template, checkpoint_location)
     template = dataclasses.replace(template, config=config, restore_from=None, force_restore=False)
     source = stream_df
@@ -320,7 +324,10 @@ def _start(
         checkpoint_location,
         "" if restore_from is None else f", state from savepoint {restore_from}",
     )
-    return writer.start()
+    query = writer.start()
+    if template.warm_hosts:
+        stop_hosts_with(stream_df.sparkSession, query, template.job, template.operator)
+    return query
 
 
 def _with_ticks(stream_df: DataFrame) -> DataFrame:

@@ -54,12 +54,17 @@ def run_dags(
     timeout: float = 1500,
     first_minute: int = 0,
     allow_failure: bool = False,
+    airflow_home: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``steps`` with STATECORE_HOME ``home``; the result of each step (the runs' output is
     kept in ``home/dag-runs.log``). Step ``i``'s logical date is 2026-02-01 plus
     ``first_minute + i`` minutes (a later call continues with a larger ``first_minute``). A run
-    that fails stops the steps; with ``allow_failure`` its result is returned, else it fails."""
+    that fails stops the steps; with ``allow_failure`` its result is returned, else it fails.
+    ``airflow_home``: an Airflow database of its own (default ``home/airflow``), for runs beside
+    another call's on the same statecore home."""
     env = airflow_environment(REPO, home)
+    if airflow_home is not None:
+        env["AIRFLOW_HOME"] = str(airflow_home)
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, str(REPO / "dags"), json.dumps(steps), str(first_minute)],
         env=env,

@@ -86,12 +86,15 @@ for dag_id, dag in sorted(bag.dags.items()):
         for trigger, logical_date in (("manual", None), ("scheduled", now)):
             run = DagRun(logical_date, now, params)
             ds = logical_date and logical_date.format("YYYY-MM-DD")
-            context = {"params": checked, "dag_run": run, "run_id": run.run_id,
+            context = {"params": checked, "dag_run": run, "run_id": run.run_id, "dag": dag,
                        "ti": TaskInstance(), "logical_date": logical_date, "ds": ds}
             for task in dag.tasks:
                 rendered = {}
+                partial = getattr(task, "partial_kwargs", None)  # a mapped task's fixed fields
                 for field in task.template_fields:
-                    value = getattr(task, field, None)
+                    if partial is not None and field not in partial:
+                        continue  # mapped: its value comes from upstream (a job's name)
+                    value = partial[field] if partial is not None else getattr(task, field, None)
                     try:
                         rendered[field] = task.render_template(value, context, env)
                     except Exception as exc:
@@ -203,3 +206,37 @@ def test_default_params_state_maintenance_retention_renders_the_library_defaults
         assert float(fields["log_grace_seconds"]) == LOG_GRACE.total_seconds()
         assert json.loads(fields["outputs"]) == []
     assert float(retention[("log_grace_seconds=0", "manual")]["log_grace_seconds"]) == 0
+
+
+def test_own_query_streaming_dags_default_to_jobs_and_locations_of_their_own(
+    rendered: list[dict[str, Any]],
+) -> None:
+    """With their defaults, the three streaming DAGs run three jobs, so three Spark checkpoint
+    locations (``<home>/streaming/<job>``) and output tables: after ``streaming_pipeline`` ran,
+    ``streaming_query`` once failed on its location ("There are [1] sources in the checkpoint
+    offsets and now there are [2] sources"). Each passes its query the run's id, which the
+    driver keeps in its status; ``streaming_query_stop`` stops ``streaming_query``'s job."""
+    by = {(r["dag"], r["case"], r["trigger"], r["task"]): r["rendered"] for r in rendered}
+    submits = {
+        dag: by[(dag, "defaults", "manual", task)]["application_args"]
+        for dag, task in (
+            ("streaming_pipeline", "increment"),
+            ("streaming_query", "query"),
+            ("streaming_kafka", "increment"),
+        )
+    }
+    pipeline = clickstream_stream.parse_args([str(a) for a in submits["streaming_pipeline"]])
+    query = clickstream_stream.parse_args([str(a) for a in submits["streaming_query"]])
+    kafka = clickstream_kafka.parse_args([str(a) for a in submits["streaming_kafka"]])
+    jobs = [pipeline.job, query.job, kafka.job]
+    assert jobs == ["clickstream_stream", "clickstream_query", "clickstream_kafka"]
+    assert [a.checkpoint_location or None for a in (pipeline, query, kafka)] == [None] * 3
+    run = "manual__2026-02-01T12:00:00+00:00"
+    assert [pipeline.run_id, query.run_id, kafka.run_id] == [
+        f"streaming_pipeline/{run}",
+        f"streaming_query/{run}",
+        f"streaming_kafka/{run}",
+    ]
+    stop = by[("streaming_query_stop", "defaults", "manual", "stop")]
+    watch = by[("streaming_query", "defaults", "manual", "watch")]
+    assert stop["job"] == watch["job"] == query.job

@@ -49,8 +49,14 @@ def test_default_params_every_dag_runs_with_its_defaults(tmp_path: Path) -> None
     assert savepoint["name"].startswith(clickstream.JOB) and savepoint["rows"] > 0
     assert load_savepoint(savepoint["path"]).checkpoint_id == 20260103
 
-    # state_maintenance: retain 7 of 3 checkpoints expires none
-    assert maintained["tasks"] == {"ttl_cleanup": "success", "retention": "success"}
+    # state_maintenance: the job of the home (no Asset event: every listed job the catalog
+    # has); retain 7 of 3 checkpoints expires none
+    assert maintained["tasks"] == {
+        "jobs": "success",
+        "ttl_cleanup": "success",
+        "retention": "success",
+    }
+    assert maintained["xcom"]["jobs"] == [clickstream.JOB]
     retention = maintained["xcom"]["retention"]
     assert retention["retained"] == DEMO_CHECKPOINTS and retention["expired"] == []
 
@@ -63,8 +69,8 @@ def test_default_params_every_dag_runs_with_its_defaults(tmp_path: Path) -> None
     # streaming_query_stop: no query was started, so nothing to drain or stop
     assert stopped["tasks"] == {"drain": "success", "caught_up": "skipped", "stop": "success"}
     assert stopped["xcom"]["stop"]["state"] == NOT_STARTED
-    assert "stream clickstream_stream is NOT_STARTED: nothing to drain" in log
-    assert "stream clickstream_stream is NOT_STARTED: nothing to stop" in log
+    assert "stream clickstream_query is NOT_STARTED: nothing to drain" in log
+    assert "stream clickstream_query is NOT_STARTED: nothing to stop" in log
 
     # streaming_pipeline: no input folder yet, so skipped before Spark starts
     assert no_input["tasks"] == dict.fromkeys(("check", "increment", "checkpoints"), "skipped")

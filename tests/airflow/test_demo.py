@@ -36,6 +36,9 @@ def test_demo_then_one_more_day(tmp_path: Path) -> None:
     done = statecore(home, "demo", "--days", "1", "--project", str(REPO))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "$ statecore checkpoints list" in done.stdout and "20260101" in done.stdout
+    # it ends with what to try next, on the checkpoint it made (tests/cli/test_demo_next_steps.py)
+    assert "statecore checkpoints show clickstream 20260101 --key-groups" in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1].lstrip().startswith("make up")
 
     # the run shows its real duration in the UI (it once showed the months since its date)
     with sqlite3.connect(home / "airflow" / "airflow.db") as db:

@@ -119,6 +119,8 @@ from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1] + "/state_maintenance.py")
 assert not bag.import_errors, bag.import_errors
 dag = bag.dags["state_maintenance"]
+sys.path.insert(0, sys.argv[1])
+import state_maintenance as module  # the DAG file's own constants
 
 
 def uris(condition):  # an Asset, or an AssetAll/AssetAny of them
@@ -132,9 +134,10 @@ sys.path.insert(0, sys.argv[2])
 from statecore_airflow import checkpoint_asset
 
 found = {
-    "assets": list(uris(dag.timetable.asset_condition)),
+    "assets": sorted(uris(dag.timetable.asset_condition)),
     "job": dag.params["job"],
-    "asset_of_job": checkpoint_asset(dag.params["job"]).uri,
+    "maintained": list(module.MAINTAINED_JOBS),
+    "assets_of_jobs": sorted(checkpoint_asset(job).uri for job in module.MAINTAINED_JOBS),
     "log_grace_seconds": dag.params["log_grace_seconds"],
     "outputs": dag.params["outputs"],
 }
@@ -142,9 +145,12 @@ print(json.dumps(found))
 """
 
 
-def test_state_maintenance_is_scheduled_on_the_job_it_maintains_by_default(tmp_path: Path) -> None:
-    """The Asset the DAG is scheduled on is the checkpoint Asset of its ``job`` param's
-    default: a scheduled run (asset or time) maintains the job whose checkpoint triggered it."""
+def test_state_maintenance_is_scheduled_on_the_asset_of_every_job_it_maintains(
+    tmp_path: Path,
+) -> None:
+    """The DAG is scheduled on the checkpoint Asset of each job of its ``MAINTAINED_JOBS`` (the
+    bundled DAGs' jobs), and no fixed job is its ``job`` param's default: a run maintains the
+    jobs whose checkpoints triggered it (``test_maintenance_schedule.py`` runs one)."""
     done = subprocess.run(
         [sys.executable, "-c", SCHEDULE, str(REPO / "dags"), str(REPO / "plugins")],
         env=airflow_environment(REPO, tmp_path),
@@ -155,7 +161,13 @@ def test_state_maintenance_is_scheduled_on_the_job_it_maintains_by_default(tmp_p
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["job"] == "clickstream"
-    assert found["assets"] == [found["asset_of_job"]]
+    assert found["job"] is None
+    assert found["maintained"] == [
+        "clickstream",
+        "clickstream_stream",
+        "clickstream_query",
+        "clickstream_kafka",
+    ]
+    assert found["assets"] == found["assets_of_jobs"]
     # the retention's defaults are the library's: an hour's log grace, no output table
     assert found["log_grace_seconds"] == LOG_GRACE.total_seconds() and found["outputs"] == []

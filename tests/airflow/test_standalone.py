@@ -1,11 +1,12 @@
 """Smoke test of a real ``airflow standalone`` (SQLite, parallelism 2) started by ``make up`` and
-driven over its REST API.
+driven over its REST API; one start for the module's tests.
 
-Airflow runs in an isolated AIRFLOW_HOME on a free port of 127.0.0.1; the test gets a token with
-the generated admin password, unpauses the ``savepoint`` DAG, triggers it with
-``{"logical_date": null, "conf": ...}``, waits (bounded) for success, checks the savepoint in the
-catalog, and stops Airflow with ``make down``: afterwards no process of it is left (none in its
-process group, none with its AIRFLOW_HOME in its environment).
+Airflow runs in an isolated AIRFLOW_HOME on a free port, on the Makefile's default host
+(127.0.0.1); the fixture gets a token with the generated admin password, unpauses the
+``savepoint`` DAG, triggers it with ``{"logical_date": null, "conf": ...}``, waits (bounded) for
+it to finish, and stops Airflow with ``make down``, timed. The tests check the savepoint in the
+catalog, that the API server listened on loopback only, and that ``make down`` took under 15 s
+and left no process (none in its process group, none with its AIRFLOW_HOME in its environment).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from statecore.checkpoint.points import load_savepoint
 from statecore.cli.demo import airflow_environment
 from statecore.config import StatecoreConfig
 from tests.airflow.dagrun import REPO
+from tests.listening import group_pids
+from tests.listening import listening as _listening
 from tests.ops.statebuilder import Table, value_rows, write_checkpoint
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -124,15 +128,38 @@ def processes_with(airflow_home: str) -> list[str]:
     return found
 
 
-def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
+@dataclass
+class Standalone:
+    """What one ``make up`` ... ``make down`` showed."""
+
+    config: StatecoreConfig
+    env: dict[str, str]
+    port: int
+    run_state: str
+    bound: set[tuple[str, int]]
+    """What the processes of Airflow's group listened on while it ran."""
+    down: subprocess.CompletedProcess[str]
+    down_seconds: float
+    group: int
+    log_tail: str
+    console: str
+    """All that ``make up`` printed."""
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Standalone:
+    """``make up`` in the background as a user starts it (on a free port, on the Makefile's
+    default host: ``AIRFLOW__API__HOST`` unset), the ``savepoint`` DAG triggered over the REST
+    API and waited for, then ``make down``, timed."""
+    tmp_path = tmp_path_factory.mktemp("standalone")
     home = tmp_path / "home"
     config = StatecoreConfig.resolve(home=str(home), env={})
     write_checkpoint(config, "clicks", 1, {"total": Table(value_rows({"a": 1.0, "b": 2.0}))})
     port = free_port()
     env = airflow_environment(REPO, home)
+    env.pop("AIRFLOW__API__HOST", None)  # the Makefile's default: loopback
     env.update(
         {
-            "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
@@ -160,6 +187,8 @@ def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
             START_TIMEOUT,
             process,
         )
+        group = int((Path(env["AIRFLOW_HOME"]) / "standalone.pid").read_text().split()[1])
+        bound = {address for pid in group_pids(group) for address in _listening(pid)}
         passwords = Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
         password = json.loads(passwords.read_text())["admin"]
         api.token = api.call("POST", "/auth/token", {"username": "admin", "password": password})[
@@ -183,12 +212,13 @@ def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
             state = api.call("GET", path)["state"]
             return state if state in ("success", "failed") else None
 
-        assert api.wait("the run", finished, RUN_TIMEOUT, process) == "success"
-        group = int((Path(env["AIRFLOW_HOME"]) / "standalone.pid").read_text().split()[1])
+        run_state = api.wait("the run", finished, RUN_TIMEOUT, process)
+        began = time.monotonic()
         down = subprocess.run(
             ["make", "-s", "down"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
         )
-        assert down.returncode == 0, down.stdout + down.stderr
+        down_seconds = time.monotonic() - began
+        print(f"make down: {down_seconds:.1f} s")
         process.wait(timeout=60)
         stopped = "make down"
     finally:
@@ -196,15 +226,45 @@ def test_trigger_a_dag_over_the_rest_api(tmp_path: Path) -> None:
             subprocess.run(["make", "-s", "down"], cwd=REPO, env=env, timeout=300, check=False)
             stop(process, tmp_path / "standalone.log")
         log.close()
-    tail = "".join(
-        (tmp_path / "standalone.log").read_text(errors="replace").splitlines(keepends=True)[-60:]
-    )
-    # standalone stops on SIGINT, but a LocalExecutor worker can linger: make down then kills
-    # what is left of the group; either way nothing may stay behind
-    with pytest.raises(ProcessLookupError):
-        os.killpg(group, 0)
-    assert processes_with(env["AIRFLOW_HOME"]) == [], tail
-    assert not (Path(env["AIRFLOW_HOME"]) / "standalone.pid").exists()
-    with Catalog.connect(config.catalog_url) as catalog:
+    console = (tmp_path / "standalone.log").read_text(errors="replace")
+    tail = "".join(console.splitlines(keepends=True)[-60:])
+    return Standalone(config, env, port, run_state, bound, down, down_seconds, group, tail, console)
+
+
+def test_trigger_a_dag_over_the_rest_api(standalone: Standalone) -> None:
+    assert standalone.run_state == "success", standalone.log_tail
+    with Catalog.connect(standalone.config.catalog_url) as catalog:
         [saved] = catalog.list_savepoints("clicks")
     assert saved.name == "smoke" and load_savepoint(saved.path).total_rows == 2
+
+
+def test_documented_path_make_up_serves_airflow_on_loopback_only(standalone: Standalone) -> None:
+    """The API server (the UI, the REST API) of ``make up`` listens on 127.0.0.1 only."""
+    on_port = {host for host, port in standalone.bound if port == standalone.port}
+    assert on_port == {"127.0.0.1"}, standalone.bound
+
+
+def test_documented_path_make_down_stops_airflow_within_15_seconds(standalone: Standalone) -> None:
+    """``make down`` after a DAG run: done within 15 s, Airflow stopped by its own SIGINT path
+    (no SIGTERM to the group nor SIGKILL needed), and no process of it left (none in its process
+    group, none with its AIRFLOW_HOME in its environment)."""
+    down = standalone.down
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert standalone.down_seconds < 15, (standalone.down_seconds, standalone.log_tail)
+    assert "is stopped" in down.stderr, down.stderr
+    # what the `make up` said as it stopped
+    assert "Airflow stopped in" in standalone.log_tail, standalone.log_tail
+    assert "still stopping after" not in standalone.log_tail, standalone.log_tail
+    assert "killing" not in standalone.log_tail, standalone.log_tail
+    with pytest.raises(ProcessLookupError):
+        os.killpg(standalone.group, 0)
+    assert processes_with(standalone.env["AIRFLOW_HOME"]) == [], standalone.log_tail
+    assert not (Path(standalone.env["AIRFLOW_HOME"]) / "standalone.pid").exists()
+
+
+def test_documented_path_make_up_console_has_no_deprecation_warning(standalone: Standalone) -> None:
+    """Airflow 3.3 reads plugins/.airflowignore with pathspec's deprecated GitWildMatchPattern in
+    each component and task: ``make up`` filters that one warning (PYTHONWARNINGS)."""
+    assert "Starting Airflow Standalone" in standalone.console
+    assert "GitWildMatchPattern" not in standalone.console
+    assert "category=DeprecationWarning" not in standalone.console

@@ -1,29 +1,32 @@
-"""The streaming DAGs on a real Airflow (SQLite) and a real Spark query (spark-submit):
-``streaming_pipeline`` runs availableNow increments, and ``streaming_query_stop`` watches a
-continuous query until it caught up with a file that arrived while it ran, then stops it."""
+"""The streaming DAGs on one home, on a real Airflow (SQLite) and real Spark queries
+(spark-submit): ``streaming_pipeline`` runs three consecutive availableNow increments, each
+publishing exactly the checkpoints it completed (the third once failed with a TypeError: the
+previous result was read from XCom across runs); then ``streaming_query`` runs a continuous
+query on the same home — a job and a location of its own, where it once failed on
+``streaming_pipeline``'s Spark checkpoint — and ``streaming_query_stop`` (on an Airflow
+database of its own, as another worker's) waits until it caught up with a file that arrived
+while it ran and stops it; the query's ``watch`` then ends on its own query's status."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
 
 from statecore.catalog import Catalog, CheckpointStatus
-from statecore.cli.demo import airflow_environment, generate_clickstream
+from statecore.cli.demo import generate_clickstream
 from statecore.config import StatecoreConfig
-from statecore.ops.streams import STOPPED, read_status
-from tests.airflow.dagrun import REPO, run_dags
+from statecore.ops.streams import FINISHED, STOPPED, read_status
+from tests.airflow.dagrun import run_dags
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
 
-JOB = "clickstream_stream"
+JOB, QUERY_JOB = "clickstream_stream", "clickstream_query"
 EVENTS = 60
 
 
@@ -40,88 +43,82 @@ def _data(home: Path, days: int, start_day: int = 1) -> list[Path]:
     )
 
 
-def _output_rows(home: Path) -> int:
-    return int(DeltaTable(str(home / "output" / JOB)).to_pyarrow_table().num_rows)
-
-
-def test_streaming_pipeline_runs_available_now_increments(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    _data(home, days=2)
-    conf = {"parallelism": 2, "max_files_per_trigger": 1}
-    [first] = run_dags(home, [("streaming_pipeline", conf)])
-    assert first["tasks"] == {"check": "success", "increment": "success", "checkpoints": "success"}
-    assert first["xcom"]["checkpoints"]["completed"] == [0, 1]  # one micro-batch per file
-    assert first["xcom"]["checkpoints"]["state"] == "FINISHED"
-    assert _output_rows(home) == 2 * EVENTS
-
-    _data(home, days=1, start_day=3)  # a file arrives; the next increment takes only it
-    [second] = run_dags(home, [("streaming_pipeline", conf)], first_minute=1)
-    progress = second["xcom"]["checkpoints"]
-    assert progress["completed"] == [2]
-    assert progress["processed_files"] == 3 and progress["lag_files"] == 0
-    assert _output_rows(home) == 3 * EVENTS  # exactly once
-    config = StatecoreConfig.resolve(home=str(home), env={})
-    with Catalog.connect(config.catalog_url) as catalog:
-        latest = catalog.latest_checkpoint(JOB)
-        assert latest is not None and latest.checkpoint_id == 2
-        assert latest.parallelism == 2
+def _output_rows(home: Path, job: str) -> int:
+    return int(DeltaTable(str(home / "output" / job)).to_pyarrow_table().num_rows)
 
 
 def _wait(
-    predicate: Callable[[], bool], timeout: float, what: str, process: subprocess.Popen[str]
+    predicate: Callable[[], bool], timeout: float, what: str, alive: Callable[[], bool]
 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        assert process.poll() is None, f"the query exited ({process.returncode}) before {what}"
+        assert alive(), f"the run ended before {what}"
         time.sleep(1)
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_watch_and_stop_a_running_query(tmp_path: Path) -> None:
+def test_own_query_streaming_dags_on_one_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    _data(home, days=1)
-    env = airflow_environment(REPO, home)
-    location = home / "streaming" / JOB
-    log = (tmp_path / "query.log").open("w")
-    query = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "jobs" / "clickstream_stream.py"),
-            "--trigger-interval",
-            "2s",
-            "--parallelism",
-            "2",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    _data(home, days=2)
+    conf = {"parallelism": 2, "max_files_per_trigger": 1}
+    published = []
+    for i, new_days in enumerate((0, 1, 1)):  # three scheduled-like runs, a file before 2 and 3
+        if new_days:
+            _data(home, days=new_days, start_day=2 + i)
+        [run] = run_dags(home, [("streaming_pipeline", conf)], first_minute=i)
+        assert run["tasks"] == dict.fromkeys(("check", "increment", "checkpoints"), "success")
+        progress = run["xcom"]["checkpoints"]
+        assert progress["state"] == FINISHED and progress["lag_files"] == 0
+        assert progress["run_id"].startswith("streaming_pipeline/")  # this run's query's status
+        published.append(progress["completed"])
+    assert published == [[0, 1], [2], [3]]  # one micro-batch per file, each run its own
+    assert _output_rows(home, JOB) == 4 * EVENTS  # exactly once
     config = StatecoreConfig.resolve(home=str(home), env={})
-    try:
-
-        def first_checkpoint() -> bool:
-            status = read_status(str(location))
-            return status is not None and status.batch_id is not None
-
-        _wait(first_checkpoint, 400, "the first micro-batch", query)
-        _data(home, days=1, start_day=2)  # arrives while it runs: the sensor waits for it
-        [stop] = run_dags(home, [("streaming_query_stop", {"timeout_seconds": 300})])
-        assert stop["tasks"] == {"drain": "success", "caught_up": "success", "stop": "success"}
-        caught_up = stop["xcom"]["caught_up"]
-        assert caught_up["lag_files"] == 0 and caught_up["processed_files"] == 2
-        # micro-batches of ticks only (no records, no timer due) make no checkpoint
-        assert caught_up["last_checkpoint"] <= caught_up["committed_batch"]
-        assert stop["xcom"]["stop"]["state"] == STOPPED
-        assert query.wait(timeout=300) == 0
-    finally:
-        if query.poll() is None:
-            os.killpg(query.pid, signal.SIGKILL)
-        log.close()
     with Catalog.connect(config.catalog_url) as catalog:
-        done = catalog.list_checkpoints(JOB, status=CheckpointStatus.COMPLETED)
-        assert done and not catalog.list_checkpoints(JOB, status=CheckpointStatus.IN_PROGRESS)
-    assert _output_rows(home) == 2 * EVENTS
+        latest = catalog.latest_checkpoint(JOB)
+        assert latest is not None and latest.checkpoint_id == 3 and latest.parallelism == 2
+    pipeline_status = read_status(str(home / "streaming" / JOB))
+
+    # the continuous query beside it: its own job and location
+    location = home / "streaming" / QUERY_JOB
+    results: dict[str, Any] = {}
+
+    def query_run() -> None:
+        conf = {"trigger_interval": "2s", "parallelism": 2}
+        [results["query"]] = run_dags(home, [("streaming_query", conf)], first_minute=10)
+
+    runner = threading.Thread(target=query_run, daemon=True)
+    runner.start()
+
+    def first_checkpoint() -> bool:
+        status = read_status(str(location))
+        return status is not None and status.batch_id is not None
+
+    _wait(first_checkpoint, 600, "the query's first micro-batch", runner.is_alive)
+    status = read_status(str(location))
+    assert status is not None and (status.run_id or "").startswith("streaming_query/")
+    _data(home, days=1, start_day=5)  # arrives while it runs: the stop DAG waits for it
+    [stop] = run_dags(
+        home,
+        [("streaming_query_stop", {"timeout_seconds": 300})],
+        first_minute=20,
+        airflow_home=tmp_path / "airflow-stop",
+    )
+    assert stop["tasks"] == {"drain": "success", "caught_up": "success", "stop": "success"}
+    caught_up = stop["xcom"]["caught_up"]
+    assert caught_up["lag_files"] == 0 and caught_up["processed_files"] == 5
+    assert caught_up["last_checkpoint"] <= caught_up["committed_batch"]  # ticks make none
+    assert stop["xcom"]["stop"]["state"] == STOPPED
+    runner.join(timeout=600)
+    query = results["query"]
+    assert query["tasks"] == {"query": "success", "watch": "success"}
+    watch = query["xcom"]["watch"]
+    assert watch["state"] == STOPPED and watch["run_id"] == status.run_id
+    assert read_status(str(home / "streaming" / JOB)) == pipeline_status  # untouched
+    with Catalog.connect(config.catalog_url) as catalog:
+        done = catalog.list_checkpoints(QUERY_JOB, status=CheckpointStatus.COMPLETED)
+        assert done and not catalog.list_checkpoints(QUERY_JOB, status=CheckpointStatus.IN_PROGRESS)
+    assert _output_rows(home, QUERY_JOB) == 5 * EVENTS
+    assert _output_rows(home, JOB) == 4 * EVENTS

@@ -1,6 +1,6 @@
 """Fencing on real Delta tables and a real catalog: a writer whose lease was taken over commits
-nothing (neither rolling back nor adding to the new holder's table), and an output table is
-rolled back past the commits of checkpoints that never completed."""
+nothing (neither rolling back nor adding to the new holder's table), and an output table's
+commit (made after its checkpoint completed) is made once and refused to a stale writer."""
 
 from __future__ import annotations
 
@@ -91,39 +91,30 @@ def _output_values(uri: str) -> list[int]:
     return sorted(DeltaTable(uri).to_pyarrow_table().column("value").to_pylist())
 
 
-def test_crash_output_of_checkpoints_that_never_completed_is_rolled_back(tmp_path: Path) -> None:
+def test_roll_forward_output_commit_repeated_is_made_once(tmp_path: Path) -> None:
+    """A roll-forward repeats a commit that may have been made: the application transaction
+    makes it once, and the files (the committed ones) stay."""
     schema = pa.schema([("value", pa.int64())])
     table = OutputTable(str(tmp_path / "out"), schema, app_id="statecore:clicks/main")
-    assert table.roll_back(completed=None) is None  # no table yet
-    _output(tmp_path, 1, 1, table)
-    assert table.roll_back(completed=1) is None
-    _output(tmp_path, 2, 2, table)  # checkpoints 2 and 3 never completed
-    _output(tmp_path, 3, 3, table)
-    assert _output_values(table.uri) == [1, 2, 3]
-    assert table.roll_back(completed=1) == 1
+    writer = OutputWriter(table.uri, schema, checkpoint_id=1, subtask=0)
+    writer.write(pa.record_batch({"value": [1]}, schema=schema))
+    written = writer.close()
+    assert written is not None
+    assert table.commit([written], checkpoint_id=1)
+    assert not table.commit([written], checkpoint_id=1)
     assert _output_values(table.uri) == [1]
-    assert table.roll_back(completed=1) is None  # idempotent
-    _output(tmp_path, 2, 20, table)  # the retry of checkpoint 2 commits its own rows
-    assert _output_values(table.uri) == [1, 20]
-    first = OutputTable(str(tmp_path / "first"), schema, app_id="statecore:clicks/main")
-    _output(tmp_path, 7, 7, first)  # the very first checkpoint never completed
-    assert first.roll_back(completed=None) == 0
-    assert _output_values(first.uri) == []
-    _output(tmp_path, 7, 70, first)
-    assert _output_values(first.uri) == [70]
+    _output(tmp_path, 2, 2, table)
+    assert _output_values(table.uri) == [1, 2]
 
 
-def test_fencing_output_a_stale_writer_slipped_in_is_replaced_not_kept(
+def test_fencing_output_a_stale_writer_commits_nothing_after_a_newer_one(
     tmp_path: Path, catalog: Catalog
 ) -> None:
     schema = pa.schema([("value", pa.int64())])
     table = OutputTable(str(tmp_path / "out"), schema, app_id="statecore:clicks/main")
     _output(tmp_path, 1, 1, table, Fence(JOB, 1))
-    # the writer of epoch 1 passed its lease check just before it was taken over, and its
-    # commit of checkpoint 2 lands after the new holder (epoch 2) rolled the table back
-    _output(tmp_path, 2, 99, table, Fence(JOB, 1))
-    _output(tmp_path, 2, 2, table, Fence(JOB, 2))  # the holder's own rows, not the stale ones
-    assert _output_values(table.uri) == [1, 2]
+    _output(tmp_path, 2, 2, table, Fence(JOB, 2))  # the next holder rolled checkpoint 2 forward
     with pytest.raises(ConcurrentRunError, match="carries epoch 2"):
         _output(tmp_path, 3, 3, table, Fence(JOB, 1))
     assert _output_values(table.uri) == [1, 2]
+    assert "RESTORE" not in [c.get("operation") for c in DeltaTable(table.uri).history()]

@@ -1,7 +1,8 @@
 """The commit protocol without Spark: real output tables, real state tables, a real coordinator
-on a SQLite catalog; a failure injected at every point (each participant failing before and
-after its commit, the catalog failing to complete). Every completed checkpoint's effects are
-there exactly once and a failed one's nowhere, also after the next run retried it."""
+on a SQLite catalog; a failure injected at every point (an output sink's check, the state tables
+failing before and after their commit, the catalog failing to complete, the output commit after
+the completion). Every completed checkpoint's effects are there exactly once and a failed one's
+nowhere, also after the next run retried it (or rolled its output forward)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from deltalake import DeltaTable
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.checkpoint.lock import hold_lease
-from statecore.checkpoint.participants import CommitParticipant, OutputParticipant
+from statecore.checkpoint.outputs import OutputSink
 from statecore.checkpoint.state_tables import StateTables
 from statecore.config import StatecoreConfig
 from statecore.descriptors import ValueStateDescriptor
-from statecore.errors import ConcurrentRunError
+from statecore.errors import ConcurrentRunError, OutputCommitPendingError
 from statecore.runtime.task import StateSnapshotResult
 from statecore.snapshot import Fence, write_key_group_file
 from statecore.snapshot.output import OutputTable, OutputWriter
@@ -56,12 +57,12 @@ class Run:
             coordinator = CheckpointCoordinator(
                 self.config, self.catalog, job=JOB, operator=OPERATOR, lease=lease
             )
-            coordinator.resolve_abandoned(self.sinks())
+            coordinator.resolve_abandoned()
             yield coordinator
 
     def sinks(
         self, checkpoint_id: int | None = None, wrap: Callable[[Any], Any] = lambda p: p
-    ) -> list[CommitParticipant]:
+    ) -> list[OutputSink]:
         files: dict[str, list[Any]] = {"output": [], "late-data": []}
         if checkpoint_id is not None:
             for kind, table, value in (
@@ -72,8 +73,8 @@ class Run:
                 writer.write(pa.record_batch({"value": [value]}, schema=OUT_ROWS))
                 files[kind] = [writer.close()]
         return [
-            wrap(OutputParticipant(self.output, files["output"], kind="output")),
-            wrap(OutputParticipant(self.late, files["late-data"], kind="late-data")),
+            wrap(OutputSink(self.output, files["output"], kind="output")),
+            wrap(OutputSink(self.late, files["late-data"], kind="late-data")),
         ]
 
     def checkpoint(
@@ -101,37 +102,18 @@ class Run:
                 changed_key_groups=(key_group,),
                 files=(written,),
             )
-            record = coordinator.commit(
-                planned, [result], participants=self.sinks(checkpoint_id, wrap)
-            )
+            record = coordinator.commit(planned, [result], outputs=self.sinks(checkpoint_id, wrap))
             return record.status
 
 
-class Failing:
-    """A participant that fails at ``point`` (``check``, ``before`` or ``after`` its commit)."""
+class Failing(OutputSink):
+    """An output sink whose check fails."""
 
-    def __init__(self, inner: CommitParticipant, point: str) -> None:
-        self.inner, self.point = inner, point
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
+    def __init__(self, inner: OutputSink) -> None:
+        super().__init__(inner.table, inner.files, kind=inner.kind)
 
     def check(self) -> None:
-        if self.point == "check":
-            raise Injected(f"{self.name}: check")
-        self.inner.check()
-
-    def commit(self, checkpoint_id: int, fence: Fence | None) -> bool:
-        if self.point == "before":
-            raise Injected(f"{self.name}: before its commit")
-        committed = self.inner.commit(checkpoint_id, fence)
-        if self.point == "after":
-            raise Injected(f"{self.name}: after its commit")
-        return committed
-
-    def roll_back(self, completed: int | None, fence: Fence | None) -> None:
-        self.inner.roll_back(completed, fence)
+        raise Injected(f"{self.name}: check")
 
 
 @pytest.fixture
@@ -171,34 +153,33 @@ def _assert_exactly(run: Run, config: StatecoreConfig, completed: list[int]) -> 
     assert sorted(done) == completed
 
 
-PARTICIPANT_FAILURES = [
-    (participant, point)
-    for participant in ("output", "late-data")
-    for point in ("check", "before", "after")
-]
+def _files(uri: str) -> set[str]:
+    return {p.name for p in Path(uri).glob("*.parquet")}
 
 
-@pytest.mark.parametrize(("failing", "point"), PARTICIPANT_FAILURES)
-def test_participant_failure_leaves_nothing_and_the_retry_commits_once(
-    config: StatecoreConfig, catalog: Catalog, tmp_path: Path, failing: str, point: str
+@pytest.mark.parametrize("failing", ["output", "late-data"])
+def test_participant_sink_check_failing_leaves_nothing_and_the_retry_commits_once(
+    config: StatecoreConfig, catalog: Catalog, tmp_path: Path, failing: str
 ) -> None:
     run = Run(config, catalog, tmp_path)
     assert run.checkpoint(1) is CheckpointStatus.COMPLETED
+    files = _files(run.output.uri) | _files(run.late.uri)
 
-    def wrap(participant: Any) -> Any:
-        return Failing(participant, point) if participant.kind == failing else participant
+    def wrap(sink: OutputSink) -> OutputSink:
+        return Failing(sink) if sink.kind == failing else sink
 
-    with pytest.raises(Injected, match=f"{failing} table .*: {point}"):
+    with pytest.raises(Injected, match=f"{failing} table .*: check"):
         run.checkpoint(2, wrap)
     assert catalog.get_checkpoint(JOB, 2).status is CheckpointStatus.FAILED
     _assert_exactly(run, config, [1])
+    assert _files(run.output.uri) | _files(run.late.uri) == files  # its files deleted
     assert run.checkpoint(2) is CheckpointStatus.COMPLETED  # the retry
     assert run.checkpoint(2) is CheckpointStatus.COMPLETED  # a replay: a no-op
     _assert_exactly(run, config, [1, 2])
 
 
 @pytest.mark.parametrize("point", ["before", "after"])
-def test_participant_state_tables_failing_roll_back_the_sinks(
+def test_participant_state_tables_failing_leave_no_output(
     config: StatecoreConfig,
     catalog: Catalog,
     tmp_path: Path,
@@ -225,8 +206,8 @@ def test_participant_state_tables_failing_roll_back_the_sinks(
     _assert_exactly(run, config, [1, 2])
 
 
-@pytest.mark.parametrize("method", ["register_states", "complete_checkpoint"])
-def test_participant_catalog_failing_to_complete_rolls_every_participant_back(
+@pytest.mark.parametrize("method", ["record_pending_outputs", "complete_checkpoint"])
+def test_participant_catalog_failing_to_complete_leaves_no_output(
     config: StatecoreConfig,
     catalog: Catalog,
     tmp_path: Path,
@@ -255,31 +236,93 @@ def test_participant_the_very_first_checkpoint_failing_leaves_no_output(
 ) -> None:
     run = Run(config, catalog, tmp_path)
     with pytest.raises(Injected):
-        run.checkpoint(1, lambda p: Failing(p, "after") if p.kind == "late-data" else p)
-    assert _values(run.output.uri) == [] and _values(run.late.uri) == []
+        run.checkpoint(1, lambda s: Failing(s) if s.kind == "late-data" else s)
+    assert not Path(run.output.uri, "_delta_log").exists()
+    assert not Path(run.late.uri, "_delta_log").exists()
     assert run.checkpoint(1) is CheckpointStatus.COMPLETED
     _assert_exactly(run, config, [1])
 
 
-def test_participant_concurrent_run_error_rolls_nothing_back(
-    config: StatecoreConfig, catalog: Catalog, tmp_path: Path
+def test_participant_concurrent_run_error_commits_no_output(
+    config: StatecoreConfig, catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A writer whose lease was taken over leaves what it committed to the new holder."""
+    """A writer whose lease was taken over before its completion: its output is never
+    committed, its state commits are the next holder's to resolve."""
     run = Run(config, catalog, tmp_path)
     assert run.checkpoint(1) is CheckpointStatus.COMPLETED
-    rolled_back: list[str] = []
 
-    class Fenced(Failing):
-        def commit(self, checkpoint_id: int, fence: Fence | None) -> bool:
-            self.inner.commit(checkpoint_id, fence)
-            raise ConcurrentRunError("the lease was taken over")
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise ConcurrentRunError("the lease was taken over")
 
-        def roll_back(self, completed: int | None, fence: Fence | None) -> None:
-            rolled_back.append(self.name)
-
+    monkeypatch.setattr(catalog, "complete_checkpoint", lost)
     with pytest.raises(ConcurrentRunError):
-        run.checkpoint(2, lambda p: Fenced(p, "after") if p.kind == "late-data" else p)
-    assert rolled_back == []
-    assert _values(run.output.uri) == [1, 2]  # the next holder rolls it back
+        run.checkpoint(2)
+    monkeypatch.undo()
+    assert _values(run.output.uri) == [1]
     assert run.checkpoint(3) is CheckpointStatus.COMPLETED
     _assert_exactly(run, config, [1, 3])
+
+
+def _output_commit_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: OutputTable, *args: Any, **kwargs: Any) -> bool:
+        raise Injected(f"the commit to {self.uri}")
+
+    monkeypatch.setattr(OutputTable, "commit", broken)
+
+
+@pytest.mark.parametrize("by", ["next run", "replay", "catalog recover"])
+def test_roll_forward_an_output_commit_that_failed_after_the_completion(
+    config: StatecoreConfig,
+    catalog: Catalog,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    by: str,
+) -> None:
+    run = Run(config, catalog, tmp_path)
+    assert run.checkpoint(1) is CheckpointStatus.COMPLETED
+    _output_commit_fails(monkeypatch)
+    with pytest.raises(OutputCommitPendingError, match="checkpoint 2 completed.*stays pending"):
+        run.checkpoint(2)
+    monkeypatch.undo()
+    assert catalog.get_checkpoint(JOB, 2).status is CheckpointStatus.COMPLETED
+    assert _values(run.output.uri) == [1] and _values(run.late.uri) == [1 + LATE]
+    assert [(p.checkpoint_id, p.kind) for p, _ in catalog.pending_outputs(JOB)] == [
+        (2, "output"),
+        (2, "late-data"),
+    ]
+    if by == "next run":
+        assert run.checkpoint(3) is CheckpointStatus.COMPLETED
+        expected = [1, 2, 3]
+    elif by == "replay":
+        assert run.checkpoint(2) is CheckpointStatus.COMPLETED
+        expected = [1, 2]
+    else:
+        from statecore.cli import main
+
+        assert main(["--home", config.home, "catalog", "recover", JOB]) == 0
+        expected = [1, 2]
+    _assert_exactly(run, config, expected)
+    assert catalog.pending_outputs(JOB) == []
+    assert run.checkpoint(2) is CheckpointStatus.COMPLETED  # once more: nothing twice
+    _assert_exactly(run, config, expected)
+
+
+def test_roll_forward_pending_output_files_survive_a_vacuum(
+    config: StatecoreConfig, catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A VACUUM (retention 0) of the output tables while a checkpoint's output is pending keeps
+    its files: the next run commits them, and the table reads back whole."""
+    from datetime import timedelta
+
+    from statecore.snapshot.rewrite import vacuum
+
+    run = Run(config, catalog, tmp_path)
+    assert run.checkpoint(1) is CheckpointStatus.COMPLETED
+    _output_commit_fails(monkeypatch)
+    with pytest.raises(OutputCommitPendingError):
+        run.checkpoint(2)
+    monkeypatch.undo()
+    for table in (run.output, run.late):
+        vacuum(table.uri, [], older_than=timedelta(0))
+    assert run.checkpoint(3) is CheckpointStatus.COMPLETED
+    _assert_exactly(run, config, [1, 2, 3])

@@ -1,5 +1,5 @@
-"""One Kafka broker per test session (:mod:`tests.kafka.broker`, KRaft, on 127.0.0.1), and a
-fresh topic per test."""
+"""One Kafka broker per test session (:mod:`scripts.kafka_broker`, the broker ``make kafka``
+starts: KRaft, on 127.0.0.1), and a fresh topic per test."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from kafka.admin import NewTopic
 
+from scripts import kafka_broker as kafka_broker_module
+from scripts.kafka_broker import KafkaBroker
 from tests.groups import jvm_group_only
-from tests.kafka import broker as kafka_broker_module
-from tests.kafka.broker import KafkaBroker
 
 _topics = itertools.count()
 

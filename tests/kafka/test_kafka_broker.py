@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,46 +9,16 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.kafka import broker as broker_module
-from tests.kafka.broker import BROKER_JARS, KafkaBroker
-
-
-def _listening(pid: int) -> set[tuple[str, int]]:
-    """The (address, port) pairs process ``pid`` listens on, from /proc (IPv4 and IPv6)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
-                continue
-            address, port = fields[1].split(":")
-            found.add((_address(address), int(port, 16)))
-    return found
-
-
-def _address(hex_address: str) -> str:
-    """An address of /proc/net/tcp{,6} (32-bit words in host order, little-endian here), an
-    IPv4-mapped IPv6 address (Java's sockets) as its IPv4."""
-    words = [bytes.fromhex(hex_address[i : i + 8])[::-1] for i in range(0, len(hex_address), 8)]
-    address = ipaddress.ip_address(b"".join(words))
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
+from scripts import kafka_broker as broker_module
+from scripts.kafka_broker import BROKER_JARS, KafkaBroker
+from tests.listening import listening
 
 
 def test_kafka_broker_listens_on_loopback_only(kafka_broker: KafkaBroker) -> None:
-    listening = _listening(kafka_broker.process.pid)
-    assert ("127.0.0.1", kafka_broker.port) in listening
-    assert ("127.0.0.1", kafka_broker.controller_port) in listening
-    assert {host for host, _ in listening} == {"127.0.0.1"}, listening
+    bound = listening(kafka_broker.process.pid)
+    assert ("127.0.0.1", kafka_broker.port) in bound
+    assert ("127.0.0.1", kafka_broker.controller_port) in bound
+    assert {host for host, _ in bound} == {"127.0.0.1"}, bound
     admin = kafka_broker.admin()
     try:
         cluster = admin.describe_cluster()

@@ -17,11 +17,11 @@ import pytest
 from deltalake import DeltaTable
 from kafka import KafkaProducer
 
+from scripts.kafka_broker import KafkaBroker
 from statecore.catalog import Catalog
 from statecore.config import StatecoreConfig
 from statecore.query import run_sql
 from tests.airflow.dagrun import run_dags
-from tests.kafka.broker import KafkaBroker
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 

@@ -19,9 +19,9 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.query import StreamingQuery
 
+from scripts.kafka_broker import KafkaBroker
 from statecore.config import StatecoreConfig
 from tests.faults.harness import LEASE_TIMEOUT, RECOVERY_RETRY_SECONDS, start_armed
-from tests.kafka.broker import KafkaBroker
 
 from .kafka_job import produce, read, start
 from .test_kafka_stream import (

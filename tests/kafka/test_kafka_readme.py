@@ -15,9 +15,9 @@ import pytest
 from duckdb_extensions import import_extension
 from kafka.admin import NewTopic
 
+from scripts.kafka_broker import KafkaBroker
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.config import StatecoreConfig
-from tests.kafka.broker import KafkaBroker
 
 from .kafka_job import produce
 

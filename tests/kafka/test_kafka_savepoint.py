@@ -20,6 +20,7 @@ import pytest
 from duckdb_extensions import import_extension
 from pyspark.errors import StreamingQueryException
 
+from scripts.kafka_broker import KafkaBroker
 from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus
 from statecore.checkpoint.points import RestorePoint, load_savepoint
 from statecore.config import StatecoreConfig
@@ -28,7 +29,6 @@ from statecore.ops.savepoint import take_savepoint
 from statecore.query import open_views
 from statecore.spark import keyed_stream, savepoint_offsets
 from statecore.spark.stream import STREAM_METADATA
-from tests.kafka.broker import KafkaBroker
 from tests.ops.statebuilder import Table, value_rows, write_checkpoint
 
 from .kafka_job import OUTPUT, Totals, produce, read, start

@@ -20,11 +20,11 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewPartitions
 from pyspark.errors import StreamingQueryException
 
+from scripts.kafka_broker import KafkaBroker
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.catalog.records import CheckpointRecord
 from statecore.config import StatecoreConfig
 from statecore.spark.stream import batch_offsets
-from tests.kafka.broker import KafkaBroker
 
 from .kafka_job import produce, read, start
 

@@ -6,6 +6,7 @@ The end-to-end version, against a real query, is tests/airflow/test_streaming.py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from statecore.ops.streams import (
     FAILED,
     RUNNING,
     STALE,
+    STREAM_METADATA,
     StreamStatus,
     checkpoints_after,
     clear_stop,
@@ -125,3 +127,61 @@ def test_a_stream_job_whose_query_fails_to_start_is_failed_not_stale(tmp_path: P
     assert status is not None and status.state == FAILED and status.input_path == "/in"
     assert status.error == "keyed_stream: parallelism 0? At least 1"
     assert not stop_requested(location)
+
+
+def test_own_query_a_location_another_query_owns_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """A stream job's run refuses a location that holds another job's stream, whose queries
+    another DAG starts, or where another query runs now (fresh RUNNING status, its driver
+    alive), before it writes there: the other query's status and stop marker stay as they were.
+    A location whose query died (its driver gone, or silent) is taken over."""
+    import os
+
+    from jobs.clickstream_stream import run
+    from statecore.errors import ConfigError
+
+    started: list[str] = []
+
+    def start() -> Any:
+        started.append("query")
+        raise ConfigError("not started in this test")
+
+    other_job = tmp_path / "other-job"
+    other_job.mkdir()
+    (other_job / STREAM_METADATA).write_text(json.dumps({"job": "clickstream_stream"}))
+    theirs = StreamStatus(job="clickstream_stream", state="FINISHED", run_id="streaming_pipeline/1")
+    write_status(str(other_job), theirs)
+    with pytest.raises(ConfigError, match="belongs to the stream of job 'clickstream_stream'"):
+        run(object(), start, checkpoint_location=str(other_job), job="clickstream_query")  # type: ignore[arg-type]
+    assert read_status(str(other_job)) == theirs
+
+    busy = str(tmp_path / "busy")  # the same job, a query running there now (this process)
+    live = StreamStatus(job="j", state=RUNNING, pid=os.getpid(), query_id="q1", run_id="r1")
+    write_status(busy, live)
+    request_stop(busy)  # a stop asked of the running query stays for it
+    with pytest.raises(ConfigError, match="is in use: a query of job 'j' runs there"):
+        run(object(), start, checkpoint_location=busy, job="j", run_id="r2")  # type: ignore[arg-type]
+    assert read_status(busy) == live and stop_requested(busy)
+    assert started == []
+
+    # the same job's location, its queries started by another DAG: refused whatever its state
+    pipeline = dataclasses.replace(theirs, job="j", run_id="streaming_pipeline/scheduled__1")
+    write_status(busy, pipeline)
+    with pytest.raises(ConfigError, match="that the DAG 'streaming_pipeline' runs"):
+        run(object(), start, checkpoint_location=busy, job="j", run_id="streaming_query/m1")  # type: ignore[arg-type]
+    assert read_status(busy) == pipeline and started == []
+    again = "streaming_pipeline/scheduled__2"  # the same DAG's next run takes it
+    with pytest.raises(ConfigError, match="not started in this test"):
+        run(object(), start, checkpoint_location=busy, job="j", run_id=again)  # type: ignore[arg-type]
+    assert started == ["query"]
+    started.clear()
+
+    silent = dataclasses.replace(live, updated_at=time.time() - 3600)  # its driver went silent
+    gone = dataclasses.replace(live, pid=2**22 + 12345)  # no such process on this host
+    for status in (silent, gone):
+        write_status(busy, status)
+        with pytest.raises(ConfigError, match="not started in this test"):
+            run(object(), start, checkpoint_location=busy, job="j", run_id="r2")  # type: ignore[arg-type]
+        assert read_status(busy).run_id == "r2"  # type: ignore[union-attr]
+    assert started == ["query", "query"]

@@ -1,4 +1,5 @@
-"""The three PyFlink-style jobs of ``tests/pyflink/jobs`` run in statecore's task (the harness,
+"""Every job of ``tests/pyflink/jobs`` differs from PyFlink code only in its imports; the three
+PyFlink-style functions of ``tests/pyflink/jobs`` run in statecore's task (the harness,
 no Spark) unchanged but for their imports, with the output Flink gives."""
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ PYFLINK_MODULES = {
     "pyflink.datastream",
     "pyflink.datastream.functions",
     "pyflink.datastream.state",
+    "pyflink.common.watermark_strategy",
+    "pyflink.datastream.connectors",
+    "pyflink.datastream.connectors.file_system",
+    "pyflink.datastream.connectors.kafka",
+    "pyflink.common.serialization",
 }
 
 

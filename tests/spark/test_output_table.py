@@ -1,7 +1,7 @@
 """The exactly-once output table: tasks write, the driver commits with the checkpoint.
 
-Read back with DuckDB (a second Delta reader) and by the run's own ``output``; a failure between
-the output commit and the checkpoint commit, then the retry, leaves each row in the table once.
+Read back with DuckDB (a second Delta reader) and by the run's own ``output``; a checkpoint that
+fails before completing commits no output, and the retry leaves each row in the table once.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_each_checkpoint_appends_its_rows_once(spark, statecore_home, tmp_path) 
     assert table_rows(out) == everything
 
 
-def test_a_failure_after_the_output_commit_is_retried_without_duplicates(
+def test_a_failure_before_the_completion_is_retried_without_duplicates(
     spark, statecore_home, tmp_path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
@@ -99,7 +99,7 @@ def test_a_failure_after_the_output_commit_is_retried_without_duplicates(
     assert retry.checkpoint.status is CheckpointStatus.COMPLETED
     assert sorted(map(tuple, retry.output.collect())) == expected_running(first, second)
     assert table_rows(out) == expected_running(first.iloc[:0], pd.concat([first, second]))
-    # the abandoned attempt's output commit was rolled back: its files are no longer in the table
+    # the failed attempt's output files were never committed
     committed = {Path(uri).name for uri in DeltaTable(str(out)).file_uris()}
     failed_attempt = set(files_before) - set(before_failure)
     assert failed_attempt and not committed & failed_attempt

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,10 @@ class Totals(KeyedProcessFunction):
         yield ctx.current_key, self.total.value()
 
 
-def run(spark: Any, s: dict[str, Any]) -> None:
-    """Every file of the input, one micro-batch each, at parallelism 2."""
+def start(spark: Any, s: dict[str, Any], trigger: dict[str, Any]) -> Any:
+    """The query of the input's files, one micro-batch each, at parallelism 2."""
     stream = spark.readStream.schema("user string, ts long, amount long")
-    query = keyed_stream(
+    return keyed_stream(
         stream.option("maxFilesPerTrigger", 1).json(s["input"]),
         key="user",
         function=Totals(),
@@ -54,9 +55,13 @@ def run(spark: Any, s: dict[str, Any]) -> None:
         checkpoint_location=s["checkpoint_location"],
         output_table=s["output_table"],
         parallelism=2,
-        trigger={"availableNow": True},
+        trigger=trigger,
     )
-    query.awaitTermination()
+
+
+def run(spark: Any, s: dict[str, Any]) -> None:
+    """Every file of the input, one micro-batch each, at parallelism 2."""
+    start(spark, s, {"availableNow": True}).awaitTermination()
 
 
 def write_batches(folder: Path, first: int, count: int) -> None:
@@ -86,24 +91,52 @@ def test_warm_host_every_task_after_the_first_continues_warm_and_a_killed_host_r
     s = spec(tmp_path, job="hosted")
     inp = Path(s["input"])
     write_batches(inp, 0, 6)
-    run(spark, s)
-    runs = completed(statecore_home, "hosted")
-    assert [c.checkpoint_id for c in runs] == list(range(6))
-    assert [(c.metrics["warm_tasks"], c.metrics["tasks"]) for c in runs[1:]] == [(2, 2)] * 5
-    assert all(len(c.metrics["acquire_ms"]) == 2 for c in runs)
-    for c in runs:  # the CPU time of the acquiring threads: a part of the time it took
-        for wall, cpu in zip(c.metrics["acquire_ms"], c.metrics["acquire_cpu_ms"], strict=True):
-            assert 0 < cpu <= wall + 0.1, c.metrics
-    pids = host_pids("hosted")
-    assert len(pids) == 2, pids
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-    write_batches(inp, 6, 3)
-    run(spark, s)  # a new query on the same location: its tasks start new hosts
-    runs = completed(statecore_home, "hosted")
-    assert [c.checkpoint_id for c in runs[-3:]] == [6, 7, 8]
-    assert [c.metrics["warm_tasks"] for c in runs[-3:]] == [0, 2, 2]
+    query = start(spark, s, {"processingTime": "100 milliseconds"})
+    try:
+        query.processAllAvailable()
+        runs = completed(statecore_home, "hosted")
+        assert runs[0].metrics["warm_tasks"] == 0
+        assert all(c.metrics["warm_tasks"] == c.metrics["tasks"] for c in runs[1:])
+        assert all(len(c.metrics["acquire_ms"]) == c.metrics["tasks"] for c in runs)
+        for c in runs:  # the CPU time of the acquiring threads: a part of the time it took
+            for wall, cpu in zip(c.metrics["acquire_ms"], c.metrics["acquire_cpu_ms"], strict=True):
+                assert 0 < cpu <= wall + 0.1, c.metrics
+        pids = host_pids("hosted")
+        assert len(pids) == 2, pids
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        killed_after = runs[-1].checkpoint_id
+        write_batches(inp, 6, 3)  # the next tasks start new hosts
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    after = [
+        c
+        for c in completed(statecore_home, "hosted")
+        if c.checkpoint_id > killed_after and c.metrics["tasks"]
+    ]
+    assert [(c.metrics["warm_tasks"], c.metrics["tasks"]) for c in after[:1]] == [(0, 2)]
+    assert all(c.metrics["warm_tasks"] == c.metrics["tasks"] for c in after[1:])
     assert totals(statecore_home, "hosted") == {f"u{k}": sum(range(1, 10)) for k in range(USERS)}
+
+
+def test_warm_host_hosts_exit_when_their_query_stops(
+    spark: Any, statecore_home: StatecoreConfig, tmp_path: Path
+) -> None:
+    """A stopped query's hosts do not hold its state (and RocksDB's files) for half an hour:
+    they are asked to exit when it terminates."""
+    s = spec(tmp_path, job="hosted_stop")
+    write_batches(Path(s["input"]), 0, 2)
+    query = start(spark, s, {"processingTime": "100 milliseconds"})
+    try:
+        query.processAllAvailable()
+        assert len(host_pids("hosted_stop")) == 2
+    finally:
+        query.stop()
+    deadline = time.monotonic() + 20
+    while host_pids("hosted_stop") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert host_pids("hosted_stop") == []
 
 
 def test_warm_host_an_error_in_the_function_fails_the_query_as_itself(

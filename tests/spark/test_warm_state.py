@@ -16,7 +16,6 @@ import functools
 import json
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
@@ -54,7 +53,7 @@ from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmPool, War
 from statecore.snapshot import state_table_uri
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.spark.executor import META, TaskSpec, per_record, run_task
-from statecore.spark.host import host_address, host_folder, hosted, stop_hosts
+from statecore.spark.host import host_address, host_folder, hosted
 from statecore.spark.partitioning import KEY_GROUP_COLUMN
 from statecore.ttl import ManualTimeProvider, StateTtlConfig
 from statecore.types import TypeInfo
@@ -247,19 +246,6 @@ def test_warm_state_continues_between_runs_as_a_cold_restore_would(
         assert restore["warm_key_groups"] == MAX_P
         assert restore.get("ingested_rows", 0) == 0
     assert len(WARM_POOL) == 2
-
-
-@pytest.fixture
-def host_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A folder of warm state hosts for one test (short: a socket's path has at most 107
-    bytes); its hosts are asked to exit at the end."""
-    with tempfile.TemporaryDirectory(prefix="sc-hosts-") as folder:
-        monkeypatch.setenv("STATECORE_HOST_DIR", folder)
-        monkeypatch.setenv("STATECORE_HOST_IDLE_SECONDS", "120")  # should the stop fail
-        try:
-            yield Path(folder)
-        finally:
-            stop_hosts()
 
 
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])

@@ -10,11 +10,14 @@ True
 
 Composite values are stored in their Arrow form: a ``ROW``/``ROW_NAMED``/``TUPLE`` value is a
 tuple (or a dict by field name), a ``MAP`` value a dict, a ``LIST`` or array value a list. A
-state read back from RocksDB or a snapshot returns a struct as a dict and a map as a list of
-``(key, value)`` pairs, as statecore's own API does. ``BIG_INT`` and ``BIG_DEC`` have no exact
-Arrow type and raise :class:`~statecore.errors.PyFlinkUnsupportedError` (declare a
-``pyarrow.decimal128(p, s)`` or ``Types.LONG()`` instead); ``PICKLED_BYTE_ARRAY`` is allowed
-at the top of a state's type and as a list state's element, not inside a row, list or map.
+state declared through the PyFlink layer's ``RuntimeContext`` reads them back as PyFlink
+gives them (a :class:`~statecore.pyflink.common.types.Row`, a tuple, a dict; see
+:mod:`statecore.pyflink.datastream.converting`), where statecore's own API gives a struct read
+back from RocksDB or a snapshot as a dict and a map as a list of ``(key, value)`` pairs.
+``BIG_INT`` and ``BIG_DEC`` have no exact Arrow type and raise
+:class:`~statecore.errors.PyFlinkUnsupportedError` (declare a ``pyarrow.decimal128(p, s)``
+or ``Types.LONG()`` instead); ``PICKLED_BYTE_ARRAY`` is allowed at the top of a state's type
+and as a list state's element, not inside a row, list or map.
 """
 
 from __future__ import annotations
@@ -38,6 +41,14 @@ class TypeInformation(TypeInfo):
     name: str = field(default="", compare=False)
     element: TypeInformation | None = field(default=None, compare=False)
     """The element type of a ``LIST`` or array (what a list state stores)."""
+    kind: str = field(default="", compare=False)
+    """``ROW``, ``TUPLE``, ``MAP`` or ``LIST`` for a composite type (how PyFlink gives its
+    values to Python, :func:`~statecore.pyflink.common.types.to_python`), else ``""``."""
+    field_names: tuple[str, ...] = field(default=(), compare=False)
+    field_types: tuple[TypeInformation, ...] = field(default=(), compare=False)
+    """A row's or tuple's fields; a map's key and value types."""
+    named: bool = field(default=False, compare=False)
+    """Whether a ``ROW``'s fields have names (``ROW_NAMED``)."""
 
     @classmethod
     def of_spec(cls, spec: TypeSpec, name: str) -> TypeInformation:
@@ -69,19 +80,34 @@ def _nested(info: TypeInformation, where: str) -> pa.DataType:
     return info.arrow
 
 
-def _struct(name: str, names: Sequence[str], types: Sequence[TypeInformation]) -> TypeInformation:
+def _struct(
+    name: str,
+    names: Sequence[str],
+    types: Sequence[TypeInformation],
+    *,
+    kind: str = "ROW",
+    named: bool = False,
+) -> TypeInformation:
     if len(names) != len(types):
         raise PyFlinkUnsupportedError(f"{name}: {len(names)} names for {len(types)} types")
     fields = [pa.field(n, _nested(t, name)) for n, t in zip(names, types)]
-    return TypeInformation.of_spec(pa.struct(fields), name)
+    info = TypeInfo.of(pa.struct(fields))
+    return TypeInformation(
+        info.arrow, accepted=info.accepted, name=name, kind=kind, field_names=tuple(names),
+        field_types=tuple(types), named=named,
+    )  # fmt: skip
 
 
 def _array(name: str, element: TypeInformation) -> TypeInformation:
     if element.pickled:  # a list state of pickled elements stores a list<binary>
         arrow = pa.list_(pa.binary())
-        return TypeInformation(arrow, pickled_elements=True, name=name, element=element)
+        return TypeInformation(
+            arrow, pickled_elements=True, name=name, element=element, kind="LIST"
+        )
     info = TypeInfo.of(pa.list_(_nested(element, name)))
-    return TypeInformation(info.arrow, accepted=info.accepted, name=name, element=element)
+    return TypeInformation(
+        info.arrow, accepted=info.accepted, name=name, element=element, kind="LIST"
+    )
 
 
 def _unsupported(name: str, instead: str) -> PyFlinkUnsupportedError:
@@ -168,13 +194,16 @@ class Types:
         field_names: Sequence[str], field_types: Sequence[TypeInformation]
     ) -> TypeInformation:
         return _struct(
-            f"ROW_NAMED({list(field_names)}, {list(field_types)})", field_names, field_types
+            f"ROW_NAMED({list(field_names)}, {list(field_types)})",
+            field_names,
+            field_types,
+            named=True,
         )
 
     @staticmethod
     def TUPLE(field_types: Sequence[TypeInformation]) -> TypeInformation:
         names = [f"f{i}" for i in range(len(field_types))]
-        return _struct(f"TUPLE({list(field_types)})", names, field_types)
+        return _struct(f"TUPLE({list(field_types)})", names, field_types, kind="TUPLE")
 
     @staticmethod
     def PRIMITIVE_ARRAY(element_type: TypeInformation) -> TypeInformation:
@@ -198,4 +227,8 @@ class Types:
     def MAP(key_type_info: TypeInformation, value_type_info: TypeInformation) -> TypeInformation:
         name = f"MAP({key_type_info}, {value_type_info})"
         arrow = pa.map_(_nested(key_type_info, name), _nested(value_type_info, name))
-        return TypeInformation.of_spec(arrow, name)
+        info = TypeInfo.of(arrow)
+        return TypeInformation(
+            info.arrow, accepted=info.accepted, name=name, kind="MAP",
+            field_types=(key_type_info, value_type_info),
+        )  # fmt: skip

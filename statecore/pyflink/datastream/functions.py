@@ -34,6 +34,13 @@ from typing import Any
 from statecore.backends.timers import TimeDomain, TimerService
 from statecore.descriptors import AggregateFunction as _AggregateFunction
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
+from statecore.pyflink.datastream.converting import (
+    PyFlinkListState,
+    PyFlinkMapState,
+    PyFlinkReadingState,
+    PyFlinkValueState,
+    composite,
+)
 from statecore.pyflink.datastream.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -47,6 +54,10 @@ from statecore.state import AggregatingState, ListState, MapState, ReducingState
 
 __all__ = [
     "Function",
+    "MapFunction",
+    "FlatMapFunction",
+    "FilterFunction",
+    "KeySelector",
     "ReduceFunction",
     "AggregateFunction",
     "RuntimeContext",
@@ -64,6 +75,34 @@ class Function:
 
     def close(self) -> None:
         pass
+
+
+class MapFunction(Function, ABC):
+    """PyFlink's ``MapFunction``: one element in, one out."""
+
+    @abstractmethod
+    def map(self, value: Any) -> Any: ...
+
+
+class FlatMapFunction(Function, ABC):
+    """PyFlink's ``FlatMapFunction``: one element in, any number out (yield them)."""
+
+    @abstractmethod
+    def flat_map(self, value: Any) -> Iterable[Any]: ...
+
+
+class FilterFunction(Function, ABC):
+    """PyFlink's ``FilterFunction``: whether the element stays."""
+
+    @abstractmethod
+    def filter(self, value: Any) -> bool: ...
+
+
+class KeySelector(Function, ABC):
+    """PyFlink's ``KeySelector``: an element's key."""
+
+    @abstractmethod
+    def get_key(self, value: Any) -> Any: ...
 
 
 class ReduceFunction(Function, ABC):
@@ -94,16 +133,27 @@ class RuntimeContext:
         self._context = context
 
     def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState:
-        return self._context.get_state(_statecore(state_descriptor))
+        state = self._context.get_state(_statecore(state_descriptor))
+        info = getattr(state_descriptor, "type_info", None)
+        return PyFlinkValueState(state, info) if composite(info) else state  # type: ignore[return-value]
 
     def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
-        return self._context.get_list_state(_statecore(state_descriptor))
+        state = self._context.get_list_state(_statecore(state_descriptor))
+        info = getattr(state_descriptor, "type_info", None)
+        return PyFlinkListState(state, info) if composite(info) else state  # type: ignore[return-value]
 
     def get_map_state(self, state_descriptor: MapStateDescriptor) -> MapState:
-        return self._context.get_map_state(_statecore(state_descriptor))
+        state = self._context.get_map_state(_statecore(state_descriptor))
+        key_info = getattr(state_descriptor, "key_type_info", None)
+        info = getattr(state_descriptor, "type_info", None)
+        if composite(key_info) or composite(info):
+            return PyFlinkMapState(state, key_info, info)  # type: ignore[return-value]
+        return state
 
     def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> ReducingState:
-        return self._context.get_reducing_state(_statecore(state_descriptor))
+        state = self._context.get_reducing_state(_statecore(state_descriptor))
+        info = getattr(state_descriptor, "type_info", None)
+        return PyFlinkReadingState(state, info) if composite(info) else state  # type: ignore[return-value]
 
     def get_aggregating_state(
         self, state_descriptor: AggregatingStateDescriptor

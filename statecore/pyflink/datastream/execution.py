@@ -1,0 +1,266 @@
+"""A ported job's :class:`~statecore.pyflink.datastream.data_stream.Plan` as statecore's
+:class:`~statecore.spark.dataflow.Dataflow`, run on Spark by ``execute`` (blocking) or
+``execute_async`` (a :class:`JobClient`); and the sinks' driver side: ``print()`` writes each
+completed checkpoint's lines as Flink's print sink does (``identifier:subtask> `` prefixes
+when the parallelism is above 1), a ``FileSink`` gets a part file per checkpoint (a batch: the
+part files Spark writes), a ``DeltaSink`` is the job's output table.
+
+- ``BATCH``: one run that ends the input, its watermark far below every record while they run
+  (:data:`BATCH_LATENESS`), so that each timer fires at the end, as in Flink's batch mode.
+- ``STREAMING`` over a collection (in memory, bounded): one run that ends the input, the
+  watermark following the event times within it.
+- ``STREAMING`` over files or Kafka: a Structured Streaming query (see
+  :mod:`statecore.spark.dataflow`).
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import threading
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
+from statecore.pyflink.datastream.connectors.delta import DeltaSink
+from statecore.pyflink.datastream.connectors.file_system import FileSink, FileSource
+from statecore.pyflink.datastream.connectors.kafka import KafkaSource
+from statecore.pyflink.datastream.data_stream import Plan
+from statecore.pyflink.datastream.operators import (
+    KEYED_BY_SEQUENCE,
+    PipelineFunction,
+    Prepare,
+    Reduce,
+)
+from statecore.snapshot.storage import table_filesystem
+
+if TYPE_CHECKING:
+    from statecore.pyflink.datastream.stream_execution_environment import (
+        StreamExecutionEnvironment,
+    )
+    from statecore.spark.dataflow import Dataflow
+
+__all__ = ["BATCH_LATENESS", "CollectionSource", "JobClient", "JobExecutionResult", "dataflow"]
+
+BATCH_LATENESS = timedelta(days=100_000_000)
+"""A batch run's allowed lateness: the watermark stays far below every record while they run
+and reaches ``MAX_WATERMARK`` at the end (Flink's batch mode)."""
+
+TEXT_SCHEMA = pa.schema([pa.field("subtask", pa.int32()), pa.field("text", pa.string())])
+
+
+class CollectionSource:
+    """``from_collection``'s elements (on the driver until the job runs)."""
+
+    bounded = True
+
+    def __init__(self, elements: list[Any]) -> None:
+        self.elements = elements
+
+
+class JobExecutionResult:
+    """What ``execute`` returns: the statecore job and its completed checkpoints."""
+
+    def __init__(self, job_name: str, checkpoints: list[int]) -> None:
+        self.job_name = job_name
+        self.checkpoints = checkpoints
+        """The ids of the job's completed checkpoints."""
+
+    def get_job_id(self) -> str:
+        return self.job_name
+
+    def get_job_execution_result(self) -> JobExecutionResult:
+        return self
+
+    def __repr__(self) -> str:
+        return f"JobExecutionResult({self.job_name!r}, checkpoints={self.checkpoints})"
+
+
+def _key_type(plan: Plan) -> tuple[str, str]:
+    """The key column's type and the key's encoding (``sequence``: no ``key_by``)."""
+    if plan.key_selector is None:
+        return "long", KEYED_BY_SEQUENCE
+    name = getattr(plan.key_type, "name", None)
+    if name in ("STRING", "CHAR"):
+        return "string", "string"
+    if name in ("LONG", "INT", "SHORT", "BYTE"):
+        return "long", "long"
+    return "binary", "pickle"
+
+
+def _output_schema(plan: Plan) -> pa.Schema:
+    if not isinstance(plan.sink, DeltaSink):
+        return TEXT_SCHEMA
+    info = plan.element_type
+    if info is None or getattr(info, "pickled", False):
+        raise PyFlinkUnsupportedError(
+            f"sink_to(DeltaSink({plan.sink.path!r})): the stream's elements have no declared "
+            "type; give the last map or process an output_type (Types.ROW_NAMED([...], [...]) "
+            f"names the table's columns) ({COMING_FROM_PYFLINK})"
+        )
+    arrow = info.arrow
+    if pa.types.is_struct(arrow) and getattr(info, "kind", "") in ("ROW", "TUPLE"):
+        return pa.schema([arrow.field(i) for i in range(arrow.num_fields)])
+    return pa.schema([pa.field("value", arrow)])
+
+
+def _source(plan: Plan, stream: bool) -> Any:
+    from statecore.spark.dataflow import Source
+
+    source = plan.source
+    if isinstance(source, CollectionSource):
+        return Source(kind="rows", rows=[pickle.dumps(e, protocol=5) for e in source.elements])
+    if isinstance(source, FileSource):
+        if stream and source.bounded is False and len(source.paths) != 1:
+            raise PyFlinkUnsupportedError(
+                f"a monitored FileSource reads one folder, not {list(source.paths)} "
+                f"({COMING_FROM_PYFLINK})"
+            )
+        return Source(kind="text", paths=source.paths, bounded=source.bounded)
+    assert isinstance(source, KafkaSource)
+    options = {
+        "kafka.bootstrap.servers": source.bootstrap_servers,
+        "subscribe": ",".join(source.topics),
+        "startingOffsets": source.starting.spark_offsets,
+    }
+    options.update({f"kafka.{k}": v for k, v in source.properties.items()})
+    return Source(kind="kafka", options=options, bounded=source.bounded)
+
+
+def print_lines(rows: Iterable[tuple[int, str]], identifier: str | None, parallelism: int) -> None:
+    """Each row as Flink's print sink writes it: ``identifier:subtask> text``."""
+    out = sys.stdout
+    for subtask, text in rows:
+        if parallelism > 1:
+            prefix = f"{identifier}:{subtask + 1}> " if identifier else f"{subtask + 1}> "
+        else:
+            prefix = f"{identifier}> " if identifier else ""
+        out.write(f"{prefix}{text}\n")
+    out.flush()
+
+
+class _Sink:
+    """The driver side of ``print()`` and a streaming ``FileSink``: a checkpoint's rows."""
+
+    def __init__(self, plan: Plan, job: str, parallelism: int) -> None:
+        self.plan = plan
+        self.job = job
+        self.parallelism = parallelism
+
+    def __call__(self, checkpoint: int, rows: pa.Table) -> None:
+        pairs = list(zip(rows.column("subtask").to_pylist(), rows.column("text").to_pylist()))
+        sink = self.plan.sink
+        if isinstance(sink, FileSink):
+            if pairs:
+                fs, root = table_filesystem(sink.base_path)
+                fs.create_dir(root, recursive=True)
+                name = f"{root}/part-{self.job}-{checkpoint:012d}"
+                with fs.open_output_stream(name) as out:
+                    out.write("".join(f"{text}\n" for _, text in pairs).encode())
+            return
+        print_lines(pairs, self.plan.sink_identifier, self.parallelism)
+
+
+def dataflow(env: StreamExecutionEnvironment, plan: Plan, job: str) -> Dataflow:
+    """The :class:`~statecore.spark.dataflow.Dataflow` of ``plan`` in ``env``, as job ``job``."""
+    from statecore.spark.dataflow import Dataflow
+
+    batch = env._batch
+    stream = not batch and not isinstance(plan.source, CollectionSource)
+    watermarks = plan.watermarks
+    assigner = None if watermarks is None else watermarks.timestamp_assigner
+    event_time = bool(
+        watermarks is not None
+        and watermarks.out_of_orderness is not None
+        and (assigner is not None or isinstance(plan.source, KafkaSource))
+    )
+    lateness = timedelta(0)
+    if batch:
+        lateness = BATCH_LATENESS
+    elif event_time and watermarks is not None and watermarks.out_of_orderness is not None:
+        lateness = watermarks.out_of_orderness
+    key_type, encoding = _key_type(plan)
+    function = plan.function
+    if isinstance(function, Reduce):
+        function = Reduce(function.reduce_function, emit_each=not batch)
+    sink = plan.sink
+    delta = sink.path if isinstance(sink, DeltaSink) else None
+    return Dataflow(
+        job=job,
+        source=_source(plan, stream),
+        prepare=Prepare(
+            steps=plan.before,
+            key_selector=plan.key_selector,
+            key_encoding=encoding,
+            decode="pickle" if isinstance(plan.source, CollectionSource) else "text",
+            source_type=plan.source_type,
+            timestamp_assigner=assigner,
+            event_time=event_time,
+        ),
+        key_type=key_type,
+        function=PipelineFunction(
+            function,
+            plan.after,
+            function_type=plan.function_type,
+            output_type=plan.element_type,
+            output="columns" if delta is not None else "text",
+            pickled_key=encoding == "pickle",
+        ),
+        output_schema=_output_schema(plan),
+        stream=stream,
+        event_time=event_time,
+        allowed_lateness=lateness,
+        parallelism=env._parallelism,
+        max_parallelism=env._max_parallelism,
+        backend=env._backend,
+        trigger_interval=env._checkpoint_interval,
+        output_table=delta,
+        text_output=sink.base_path if isinstance(sink, FileSink) and not stream else None,
+        on_output=None if delta is not None else _Sink(plan, job, env.get_parallelism()),
+    )
+
+
+def run(env: StreamExecutionEnvironment, plan: Plan, job: str) -> JobExecutionResult:
+    from statecore.spark.dataflow import run_dataflow
+
+    return JobExecutionResult(job, run_dataflow(dataflow(env, plan, job), env.spark_session))
+
+
+class JobClient:
+    """PyFlink's ``JobClient`` of a job started by ``execute_async``: ``cancel()`` stops a
+    stream (the output of its completed checkpoints stays), ``wait()`` waits for the end."""
+
+    def __init__(self, env: StreamExecutionEnvironment, plan: Plan, job: str) -> None:
+        from statecore.spark.dataflow import run_dataflow
+
+        self._job = job
+        self._flow = dataflow(env, plan, job)
+        self._result: list[int] = []
+        self._error: BaseException | None = None
+
+        def target() -> None:
+            try:
+                self._result = run_dataflow(self._flow, env.spark_session)
+            except BaseException as exc:  # raised again by wait()
+                self._error = exc
+
+        self._thread = threading.Thread(target=target, name=f"statecore-{job}", daemon=True)
+        self._thread.start()
+
+    def get_job_id(self) -> str:
+        return self._job
+
+    def cancel(self) -> None:
+        self._flow.cancel.set()
+        self._thread.join()
+
+    def wait(self, timeout: float | None = None) -> JobExecutionResult:
+        self._thread.join(timeout)
+        if self._error is not None:
+            raise self._error
+        return JobExecutionResult(self._job, self._result)
+
+    get_job_execution_result = wait

@@ -1,0 +1,335 @@
+"""``run_dataflow``: a source, a stateless stage and one keyed stage, run as a statecore job: the
+DataStream layer (:mod:`statecore.pyflink.datastream`) plans a ported PyFlink job into a
+:class:`Dataflow` and runs it here. No second runtime: the keyed stage is
+:func:`~statecore.spark.keyed.keyed_process` (a batch, or a bounded collection) or
+:func:`~statecore.spark.stream.keyed_stream` (a stream), so the job's checkpoints, state and
+output table are those of any statecore job.
+
+The source gives ``(element, record timestamp)`` pairs: the rows of a collection (pickled bytes),
+the lines of text files (Spark's text source, ``readStream`` for a stream) or the values of
+Kafka records as strings with their Kafka timestamps (Spark's Kafka source). A ``mapInArrow``
+stage turns them into ``(key, value, ts, seq)`` rows with :attr:`Dataflow.prepare` (the steps
+before ``key_by``, the key, the event time); ``seq`` numbers a task's rows in source order and
+orders each key's records in the keyed stage.
+
+A stream writes its output to a Delta table; :attr:`Dataflow.on_output` gets the rows of each
+checkpoint once it completed, in checkpoint order (Flink's two-phase commit: printed or written
+exactly once). A bounded source in a stream runs the query with the ``availableNow`` trigger,
+then one run on no records with ``end_of_input`` fires every timer, as Flink's
+``MAX_WATERMARK`` at the end of a bounded source does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from itertools import islice
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import TaskContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_type
+
+from statecore.catalog import Catalog, CheckpointStatus
+from statecore.config import StatecoreConfig
+from statecore.errors import ConfigError
+from statecore.runtime.functions import KeyedProcessFunction
+from statecore.snapshot.output import checkpoint_of_file
+from statecore.snapshot.storage import open_table, table_filesystem
+from statecore.spark.keyed import keyed_process
+from statecore.spark.stream import _EXCLUDED_RULES, _run_every_task, keyed_stream
+
+__all__ = ["Dataflow", "Source", "run_dataflow"]
+
+log = logging.getLogger(__name__)
+
+_KEY_TYPES = {"string": T.StringType(), "long": T.LongType(), "binary": T.BinaryType()}
+_ARROW_KEYS = {"string": pa.string(), "long": pa.int64(), "binary": pa.binary()}
+_ROWS_PER_BATCH = 10_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """Where the elements come from: ``rows`` (pickled elements), ``text`` files under
+    ``paths`` or ``kafka`` (``options``: Spark's Kafka source options)."""
+
+    kind: str
+    rows: list[bytes] = field(default_factory=list, repr=False)
+    paths: tuple[str, ...] = ()
+    options: dict[str, str] = field(default_factory=dict)
+    bounded: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dataflow:
+    """A planned job: its source, the stateless stage, the keyed stage and the output."""
+
+    job: str
+    source: Source
+    prepare: Callable[[Iterable[tuple[Any, int | None]], int], Iterator[tuple[Any, ...]]]
+    """``(element, record timestamp)`` pairs and the task's partition to ``(key, pickled
+    value, event time, seq)`` rows."""
+    key_type: str
+    """``string``, ``long`` or ``binary``."""
+    function: KeyedProcessFunction
+    output_schema: pa.Schema
+    stream: bool
+    """A Structured Streaming query (else one run that ends the input)."""
+    event_time: bool = False
+    allowed_lateness: timedelta = timedelta(0)
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    backend: str = "heap"
+    trigger_interval: timedelta | None = None
+    output_table: str | None = None
+    """A Delta table for the output (a stream without one writes to the job's own)."""
+    text_output: str | None = None
+    """A batch without an output table: the ``text`` column written as text files here."""
+    on_output: Callable[[int, pa.Table], None] | None = None
+    """Gets each completed checkpoint's output rows (without ``output_table``)."""
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+    """Set to stop a stream (``cancel()`` of PyFlink's ``JobClient``)."""
+
+
+def _prepared_schema(key_type: str) -> T.StructType:
+    return T.StructType(
+        [
+            T.StructField("key", _KEY_TYPES[key_type]),
+            T.StructField("value", T.BinaryType()),
+            T.StructField("ts", T.LongType()),
+            T.StructField("seq", T.LongType()),
+        ]
+    )
+
+
+def _prepare_task(flow: Dataflow) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    prepare = flow.prepare
+    schema = pa.schema(
+        [
+            pa.field("key", _ARROW_KEYS[flow.key_type]),
+            pa.field("value", pa.binary()),
+            pa.field("ts", pa.int64()),
+            pa.field("seq", pa.int64()),
+        ]
+    )
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        partition = TaskContext.get().partitionId()  # type: ignore[union-attr]
+        records = (
+            pair
+            for batch in batches
+            for pair in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+        )
+        rows = prepare(records, partition)
+        while chunk := list(islice(rows, _ROWS_PER_BATCH)):
+            columns = [pa.array(c, type=f.type) for c, f in zip(zip(*chunk), schema)]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    return run
+
+
+def _spark_schema(schema: pa.Schema) -> T.StructType:
+    return T.StructType([T.StructField(f.name, from_arrow_type(f.type)) for f in schema])
+
+
+class _Run:
+    """One execution of a :class:`Dataflow`."""
+
+    def __init__(self, flow: Dataflow, spark: SparkSession | None) -> None:
+        self.flow = flow
+        session = spark or SparkSession.getActiveSession()
+        if session is None:
+            from statecore.spark.session import build_session
+
+            session = build_session()
+        self.spark: SparkSession = session
+        self.config = StatecoreConfig.resolve()
+
+    def source(self, stream: bool) -> DataFrame:
+        source = self.flow.source
+        spark = self.spark
+        if source.kind == "rows":
+            rows = [(r, None) for r in source.rows]
+            return spark.createDataFrame(rows, "element binary, record_ts long")
+        if source.kind == "text":
+            if stream:
+                if len(source.paths) != 1:
+                    raise ConfigError(
+                        f"job {self.flow.job!r}: a stream reads one folder of files, not "
+                        f"{list(source.paths)}"
+                    )
+                df = spark.readStream.text(source.paths[0])
+            else:
+                df = spark.read.text(list(source.paths))
+            return df.select(
+                F.col("value").alias("element"), F.lit(None).cast("long").alias("record_ts")
+            )
+        reader: Any = (spark.readStream if stream else spark.read).format("kafka")
+        for key, value in source.options.items():
+            reader = reader.option(key, value)
+        if not stream:
+            reader = reader.option("endingOffsets", "latest")
+        loaded: DataFrame = reader.load()
+        return loaded.select(
+            F.col("value").cast("string").alias("element"),
+            F.unix_millis(F.col("timestamp")).alias("record_ts"),
+        )
+
+    def prepared(self, df: DataFrame) -> DataFrame:
+        return df.mapInArrow(_prepare_task(self.flow), _prepared_schema(self.flow.key_type))
+
+    def options(self) -> dict[str, Any]:
+        flow = self.flow
+        return {
+            "key": "key",
+            "function": flow.function,
+            "output_schema": _spark_schema(flow.output_schema),
+            "job": flow.job,
+            "parallelism": flow.parallelism,
+            "max_parallelism": flow.max_parallelism,
+            "order_by": ["seq"],
+            "backend": flow.backend,
+            "event_time": "ts" if flow.event_time else None,
+            "allowed_lateness": flow.allowed_lateness,
+        }
+
+    def next_checkpoint_id(self) -> int:
+        job = self.flow.job
+        with Catalog.connect(self.config.catalog_url) as catalog:
+            latest = catalog.highest_completed_id(job) if catalog.has_job(job) else None
+        return 0 if latest is None else latest + 1
+
+    def completed(self) -> list[int]:
+        with Catalog.connect(self.config.catalog_url) as catalog:
+            records = catalog.list_checkpoints(
+                self.flow.job, status=CheckpointStatus.COMPLETED, with_tables=False
+            )
+        return [r.checkpoint_id for r in records]
+
+    def run_once(self, prepared: DataFrame, *, output_table: str | None, changelog: bool) -> int:
+        flow = self.flow
+        run = keyed_process(
+            prepared,
+            checkpoint_id=self.next_checkpoint_id(),
+            end_of_input=True,
+            output_table=output_table,
+            changelog=changelog,
+            **self.options(),
+        )
+        checkpoint = run.checkpoint.checkpoint_id
+        if output_table is not None:
+            return checkpoint
+        try:
+            if flow.text_output is not None:
+                run.output.select("text").write.mode("append").text(flow.text_output)
+            elif flow.on_output is not None:
+                rows = run.output.collect()
+                names = flow.output_schema.names
+                table = pa.Table.from_pylist(
+                    [r.asDict() for r in rows], schema=flow.output_schema
+                ).select(names)
+                flow.on_output(checkpoint, table)
+        finally:
+            run.unpersist()
+        return checkpoint
+
+    def batch(self) -> list[int]:
+        if not self.flow.source.bounded:
+            raise ConfigError(
+                f"job {self.flow.job!r}: a batch needs a bounded source (files read once, a "
+                "Kafka source with an end)"
+            )
+        prepared = self.prepared(self.source(stream=False))
+        self.run_once(prepared, output_table=self.flow.output_table, changelog=False)
+        return self.completed()
+
+    def stream(self) -> list[int]:
+        flow = self.flow
+        table = flow.output_table or f"{self.config.warehouse.rstrip('/')}/{flow.job}/output"
+        trigger: dict[str, Any] | None = None
+        if flow.source.bounded:
+            trigger = {"availableNow": True}
+        elif flow.trigger_interval is not None:
+            ms = int(flow.trigger_interval / timedelta(milliseconds=1))
+            trigger = {"processingTime": f"{ms} milliseconds"}
+        query = keyed_stream(
+            self.prepared(self.source(stream=True)),
+            checkpoint_location=f"{self.config.home.rstrip('/')}/dataflow/{flow.job}/query",
+            trigger=trigger,
+            output_table=table,
+            query_name=flow.job,
+            **self.options(),
+        )
+        outputs = None if flow.output_table else _Outputs(table, flow)
+        while not query.awaitTermination(1):
+            if outputs is not None:
+                outputs.deliver()
+            if flow.cancel.is_set():
+                query.stop()
+        error = query.exception()
+        if error is not None:
+            raise ConfigError(f"job {flow.job!r}: its query failed: {error}")
+        if flow.source.bounded and not flow.cancel.is_set():
+            self.end_input(table)
+        if outputs is not None:
+            outputs.deliver()
+        return self.completed()
+
+    def end_input(self, table: str) -> None:
+        """One run on no records with ``end_of_input``: every subtask's timers fire. Spark must
+        run the tasks of an empty shuffle, as for each micro-batch of a stream."""
+        conf = self.spark.conf
+        before = conf.get(_EXCLUDED_RULES, None)
+        _run_every_task(self.spark.createDataFrame([], "x int"))
+        try:
+            empty = self.spark.createDataFrame([], _prepared_schema(self.flow.key_type))
+            self.run_once(empty, output_table=table, changelog=True)
+        finally:
+            if before is None:
+                conf.unset(_EXCLUDED_RULES)
+            else:
+                conf.set(_EXCLUDED_RULES, before)
+
+
+class _Outputs:
+    """A stream's output table, its completed checkpoints' rows handed on once each."""
+
+    def __init__(self, table: str, flow: Dataflow) -> None:
+        self.table = table
+        self.flow = flow
+        self.delivered: set[int] = set()
+
+    def deliver(self) -> None:
+        try:
+            files = open_table(self.table).file_uris()
+        except Exception:  # no table yet: the first checkpoint with output creates it
+            return
+        pending: dict[int, list[str]] = {}
+        for file in files:
+            checkpoint = checkpoint_of_file(file.rsplit("/", 1)[-1])
+            if checkpoint is not None and checkpoint not in self.delivered:
+                pending.setdefault(checkpoint, []).append(file)
+        for checkpoint in sorted(pending):
+            tables = []
+            for file in sorted(pending[checkpoint]):
+                fs, path = table_filesystem(file)
+                tables.append(pq.read_table(path, filesystem=fs))
+            rows = pa.concat_tables(tables).select(self.flow.output_schema.names)
+            if self.flow.on_output is not None:
+                self.flow.on_output(checkpoint, rows)
+            self.delivered.add(checkpoint)
+
+
+def run_dataflow(flow: Dataflow, spark: SparkSession | None = None) -> list[int]:
+    """Run ``flow`` and return the ids of the job's completed checkpoints when it ends: after
+    its one run (a batch), when its bounded source is read and its input ended, or when
+    ``flow.cancel`` is set (a stream)."""
+    run = _Run(flow, spark)
+    return run.stream() if flow.stream else run.batch()
