@@ -52,7 +52,8 @@ KILL_POINTS = (
     "output:commit:after",
 )
 """The driver-side phases of a commit a run is SIGKILLed at (statecore.snapshot.faults)."""
-FINISHED = ("success", "failed")
+SKIP_REASONS = ("no input at", "no-op:", "nothing to", "the catalog has: none")
+"""How the bundled DAGs' logs say why a run skips its work."""
 
 
 def month_environment(home: Path, **extra: str) -> dict[str, str]:
@@ -272,12 +273,11 @@ def _stop_group(process: subprocess.Popen[bytes], grace: float = 30) -> None:
 
 
 def skip_reason(scheduler: Scheduler, run: dict[str, Any]) -> str | None:
-    """The reason a run's skipping task gave in its log (AirflowSkipException's message)."""
-    for task_id, (state, _) in run["tasks"].items():
-        if state != "skipped":
-            continue
+    """The reason a run with skipped tasks gave in a task's log: an ``AirflowSkipException``'s
+    message, or what a deciding task (``state_maintenance``'s ``jobs``) says it found."""
+    for task_id in run["tasks"]:
         log = scheduler.task_log(run["dag"], run["run"], task_id)
-        for marker in ("no input at", "no-op:", "nothing to"):
+        for marker in SKIP_REASONS:
             at = log.find(marker)
             if at >= 0:
                 return log[at : log.find("\n", at)][:200]
