@@ -161,9 +161,11 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
             seconds["stream's last hour"] = time.monotonic() - started
         time.sleep(10)  # the readers' last polls
     finally:
-        reader.stop()
-        ended = stream.stop()
-        scheduler.stop()
+        try:
+            reader.stop()
+            ended = stream.stop()
+        finally:  # whatever failed, no Airflow process of the test stays behind
+            scheduler.stop()
     seconds["total"] = time.monotonic() - started
     runs = scheduler.runs()
     import duckdb
