@@ -1,7 +1,9 @@
 """
 ### rescale
 
-Rescales a statecore job: **validate → savepoint → rescale → verify**.
+Rescales a statecore job: **validate → savepoint → rescale → verify**. The savepoint is a pin on
+the latest checkpoint (a catalog row, no copy of the state), which retention and VACUUM keep
+until it is deleted (`statecore savepoints delete NAME --job JOB`).
 
 Within the job's max parallelism only the parallelism changes (no state byte is rewritten); the
 next run of the job restores the key-group ranges of the new parallelism. With
@@ -73,7 +75,7 @@ def rescale() -> None:
             check = verify_rescale(
                 catalog,
                 rescaled["job"],
-                savepoint=savepoint["path"],
+                savepoint=savepoint["name"],
                 parallelism=rescaled["parallelism"],
                 max_parallelism=rescaled["max_parallelism"],
             )
@@ -86,7 +88,7 @@ def rescale() -> None:
         job=JOB,
         parallelism="{{ params.parallelism }}",
         max_parallelism="{{ params.max_parallelism }}",
-        savepoint="{{ ti.xcom_pull(task_ids='savepoint')['path'] }}",
+        savepoint="{{ ti.xcom_pull(task_ids='savepoint')['name'] }}",
     )
     checked >> savepoint >> rescaled
     verify(savepoint.output, rescaled.output)

@@ -1,16 +1,21 @@
 """
 ### savepoint
 
-Takes a savepoint of a statecore job: a self-contained copy of its latest checkpoint (own Delta
-tables plus `_savepoint.json`), which survives checkpoint retention and VACUUM and restores with an
-empty catalog (`stateful_pipeline` param `from_savepoint`, or `statecore savepoints restore`).
+Takes a savepoint of a statecore job's latest checkpoint. By default a **pin**: the catalog keeps
+the checkpoint's table versions under the savepoint's name (nothing is copied), and retention and
+VACUUM keep their files until it is deleted (`statecore savepoints delete NAME --job JOB`). With
+`export`, a self-contained copy (own Delta tables plus `_savepoint.json`) that relocates and
+restores with an empty catalog. Either restores with `stateful_pipeline` param `from_savepoint`
+(a pin by its name) or `statecore savepoints restore`.
 
 **Params**
 - `job`: the statecore job (default `clickstream`).
 - `name`: the savepoint's name; default: job, reason and time.
-- `target`: the parent folder; default `<warehouse>/_savepoints/<job>`.
+- `export`: copy the state into a folder instead of pinning it.
+- `target`: an export's parent folder; default `<warehouse>/_savepoints/<job>`.
 
-The task's XCom is `{"job", "name", "path", "checkpoint_id", "rows", "bytes"}`.
+The task's XCom is `{"job", "name", "kind", "path", "checkpoint_id", "rows", "bytes"}` (`path`:
+an export's folder, `null` for a pin).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from statecore_airflow import SavepointOperator
     params={
         "job": Param("clickstream", type="string", minLength=1),
         "name": Param(None, type=["null", "string"], pattern="^[A-Za-z0-9][A-Za-z0-9._-]*$"),
+        "export": Param(False, type="boolean"),
         "target": Param(None, type=["null", "string"]),
     },
 )
@@ -39,6 +45,7 @@ def savepoint() -> None:
         job="{{ params.job }}",
         name="{{ params.name or '' }}",
         target="{{ params.target or '' }}",
+        export="{{ params.export }}",
     )
 
 

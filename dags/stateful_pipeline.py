@@ -24,8 +24,9 @@ checkpointed are no-ops and days without input are skipped.
 - `parallelism`: parallel instances of the keyed operator; default: the job's current parallelism
   (as the `rescale` DAG left it). A change rescales at the next run.
 - `backend`: the keyed state backend, `heap` or `rocksdb`.
-- `from_savepoint`: a savepoint folder to start from instead of the latest checkpoint (works
-  with an empty catalog).
+- `from_savepoint`: a savepoint to start from instead of the latest checkpoint: the name of one
+  of the job's savepoints (a pin restores without copying), or an export's folder (works with
+  an empty catalog).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ RUN_DATE = "{{ params.date or ((dag_run.logical_date or dag_run.run_after) | ds)
         ),
         "backend": Param("heap", enum=["heap", "rocksdb"]),
         "from_savepoint": Param(
-            None, type=["null", "string"], description="savepoint folder to restore from"
+            None, type=["null", "string"], description="savepoint name or folder to restore from"
         ),
         "input": Param(
             None,

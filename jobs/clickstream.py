@@ -214,7 +214,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--from-savepoint",
         default="",
-        help="a savepoint folder to start from instead of the latest checkpoint",
+        help="a savepoint (name or export folder) to start from instead of the latest checkpoint",
     )
     parser.add_argument("--job", default=JOB)
     parser.add_argument(

@@ -8,7 +8,10 @@ Order (first wins): explicit arguments, the environment (``STATECORE_HOME``,
 ``STATECORE_CATALOG_URL``, ``STATECORE_WAREHOUSE``, ``STATECORE_LEASE_TIMEOUT`` in seconds,
 ``STATECORE_LATENCY_SAMPLE_INTERVAL`` and ``STATECORE_LATENCY_HISTORY_SIZE``), the TOML file
 named by ``STATECORE_CONFIG`` (default ``<home>/statecore.toml``), then the embedded, local
-defaults:
+defaults. The S3 settings (credentials, endpoint, and the retry budget of throttled requests,
+``STATECORE_S3_MAX_ATTEMPTS`` and ``STATECORE_S3_RETRY_TIMEOUT``) are not part of it: every
+process, a Spark executor's too, reads them from its own environment
+(:mod:`statecore.snapshot.storage`):
 
 >>> cfg = StatecoreConfig.resolve(home="/tmp/sc", env={})
 >>> cfg.catalog_url

@@ -65,37 +65,59 @@ class _StatecoreOperator(BaseOperator):
 
 
 class SavepointOperator(_StatecoreOperator):
-    """Take a savepoint of ``job``'s latest checkpoint (``statecore savepoint``).
+    """Pin ``job``'s latest checkpoint as a savepoint, or with ``export`` copy it into a
+    self-contained folder below ``target`` (``statecore savepoint [--export]``).
 
-    XCom: ``{"job", "name", "path", "checkpoint_id", "rows", "bytes"}``.
+    XCom: ``{"job", "name", "kind", "path", "checkpoint_id", "rows", "bytes"}``; ``kind`` is
+    ``"pin"`` (``path`` ``None``) or ``"export"`` (``path`` its folder).
     """
 
-    template_fields: Sequence[str] = ("job", "name", "target")
+    template_fields: Sequence[str] = ("job", "name", "target", "export")
 
     def __init__(
-        self, *, job: str, name: str | None = None, target: str | None = None, **kwargs: Any
+        self,
+        *,
+        job: str,
+        name: str | None = None,
+        target: str | None = None,
+        export: bool | str = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(job=job, **kwargs)
         self.name = name
         self.target = target
+        self.export = export
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from statecore.ops.savepoint import take_savepoint
+        from statecore.errors import ConfigError
+        from statecore.ops.savepoint import pin_savepoint, take_savepoint
 
+        export, target = _flag(self.export), _optional_str(self.target)
+        if target is not None and not export:
+            raise ConfigError(
+                f"savepoint of job {self.job!r}: target {target} is an export's folder; a pin "
+                "has none: set export to copy the state there"
+            )
         hook = self._hook()
         config = hook.get_config()
         with hook.catalog() as catalog:
-            point = take_savepoint(
-                config,
-                catalog,
-                self.job,
-                name=_optional_str(self.name),
-                target=_optional_str(self.target),
-                progress=self.log.info,
-            )
+            if export:
+                point = take_savepoint(
+                    config,
+                    catalog,
+                    self.job,
+                    name=_optional_str(self.name),
+                    target=target,
+                    progress=self.log.info,
+                )
+            else:
+                point = pin_savepoint(
+                    config, catalog, self.job, name=_optional_str(self.name), progress=self.log.info
+                )
         return {
             "job": point.job,
             "name": point.name,
+            "kind": "export" if export else "pin",
             "path": point.savepoint,
             "checkpoint_id": point.checkpoint_id,
             "rows": point.total_rows,
@@ -105,7 +127,7 @@ class SavepointOperator(_StatecoreOperator):
 
 class RescaleOperator(_StatecoreOperator):
     """Rescale ``job`` to ``parallelism`` (past its max parallelism with ``max_parallelism``),
-    as ``statecore rescale``; ``savepoint`` is one taken just before, if any.
+    as ``statecore rescale``; ``savepoint`` is one (name or folder) taken just before, if any.
 
     XCom: the :class:`~statecore.ops.rescale.RescaleResult` as a dict.
     """

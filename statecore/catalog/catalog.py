@@ -353,6 +353,11 @@ class Catalog:
         """Savepoint ``name`` of ``job``; :class:`CheckpointNotFoundError` if none."""
         return self.savepoints.get(job, name)
 
+    def delete_savepoint(self, job: str, name: str) -> SavepointRecord:
+        """Forget savepoint ``name`` of ``job``: a pin no longer keeps its table versions from
+        retention and VACUUM; an export's folder is left as it is. The record it was."""
+        return self.savepoints.delete(job, name)
+
     # the job's lease: held by a run or a maintenance operation
 
     def acquire_lease(

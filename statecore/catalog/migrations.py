@@ -302,6 +302,13 @@ def _v8_pending_outputs_and_output_owners(connection: sa.Connection) -> None:
     )
 
 
+def _v9_pinned_savepoints(connection: sa.Connection) -> None:
+    # A savepoint may be a pin on a completed checkpoint's table versions instead of a copy:
+    # the pinned state's description as one JSON document (NULL: an export, a folder at path).
+    json = sa.JSON().compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE statecore_savepoints ADD COLUMN pin {json}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -342,6 +349,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=8,
         description="checkpoints' pending output commits; output tables bound to their writer",
         apply=_v8_pending_outputs_and_output_owners,
+    ),
+    Migration(
+        version=9,
+        description="pinned savepoints",
+        apply=_v9_pinned_savepoints,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

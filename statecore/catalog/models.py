@@ -238,6 +238,7 @@ class SavepointRow(Base):
     rows: Mapped[int] = mapped_column(sa.BigInteger)
     bytes: Mapped[int] = mapped_column(sa.BigInteger)
     created_at: Mapped[datetime]
+    pin: Mapped[dict[str, Any] | None]
 
     def to_record(self, job: str) -> SavepointRecord:
         return SavepointRecord(
@@ -251,6 +252,7 @@ class SavepointRow(Base):
             rows=self.rows,
             bytes=self.bytes,
             created_at=self.created_at,
+            pin=self.pin,
         )
 
 

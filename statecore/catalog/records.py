@@ -188,10 +188,16 @@ class CheckpointRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class SavepointRecord:
-    """A savepoint the catalog knows: a self-contained copy of a job's state at ``path``.
+    """A savepoint the catalog knows: a pin or an export.
 
-    ``source_checkpoint`` is the checkpoint it was taken from (``None`` when it was derived from
-    another savepoint); ``reason`` says which operation took it (``"manual"``, ``"rescale"``, ...).
+    A **pin** (``pin`` set) keeps table versions of the job's own tables: ``pin`` is the pinned
+    state's description (tables with their paths and versions, states, watermark, source input:
+    :func:`statecore.checkpoint.points.pin_point` reads it), and retention, log cleanup and
+    VACUUM keep what those versions need until the pin is deleted; ``path`` is the job's
+    warehouse folder. An **export** (``pin`` is ``None``) is a self-contained copy in the folder
+    ``path``. ``source_checkpoint`` is the checkpoint it was taken from (``None`` when it was
+    derived from another savepoint); ``reason`` says which operation took it (``"manual"``,
+    ``"rescale"``, ...).
     """
 
     job: str
@@ -204,6 +210,12 @@ class SavepointRecord:
     rows: int
     bytes: int
     created_at: datetime
+    pin: dict[str, Any] | None = None
+
+    @property
+    def kind(self) -> str:
+        """``"pin"`` or ``"export"``."""
+        return "export" if self.pin is None else "pin"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""The savepoints the catalog records: self-contained copies, unique by name per job."""
+"""The savepoints the catalog records, pins and exports, unique by name per job."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ class SavepointStore(Store):
                     rows=savepoint.rows,
                     bytes=savepoint.bytes,
                     created_at=savepoint.created_at,
+                    pin=savepoint.pin,
                 )
                 session.add(row)
                 session.flush()
@@ -53,6 +54,19 @@ class SavepointStore(Store):
                 query = query.where(SavepointRow.job_id == load_job(session, job).id)
             rows = session.execute(query.order_by(SavepointRow.created_at, SavepointRow.id))
             return [row.to_record(name) for row, name in rows]
+
+    def delete(self, job: str, name: str) -> SavepointRecord:
+        """Forget savepoint ``name`` of ``job`` (a pin releases its table versions); the record
+        it was. :class:`CheckpointNotFoundError` (naming the job's savepoints) if none."""
+        record = self.get(job, name)
+        with self._write.begin() as session:
+            job_row = load_job(session, job, lock=True)
+            session.execute(
+                sa.delete(SavepointRow).where(
+                    SavepointRow.job_id == job_row.id, SavepointRow.name == name
+                )
+            )
+        return record
 
     def get(self, job: str, name: str) -> SavepointRecord:
         """Savepoint ``name`` of ``job``; :class:`CheckpointNotFoundError` if none."""

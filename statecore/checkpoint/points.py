@@ -2,10 +2,12 @@
 
 Every operation that reads a job's state (savepoint, rescale, diff, check, SQL, repair) takes a
 :class:`RestorePoint`, so it works the same on a checkpoint in the catalog and on a savepoint
-folder. A savepoint is described by its metadata file ``_savepoint.json``, whose table paths are
-relative to the savepoint's folder: the folder can be moved or copied anywhere, and restores with
-an empty catalog. It also keeps what its source checkpoint processed (``source_input``: for a
-stream's micro-batch, the source offsets a new query starts from).
+folder. An exported savepoint is described by its metadata file ``_savepoint.json``, whose table
+paths are relative to the savepoint's folder: the folder can be moved or copied anywhere, and
+restores with an empty catalog. A pinned savepoint is the same description, kept in the catalog
+with the paths of the job's own tables (:func:`pin_point`, :func:`pinned_tables`). Either also
+keeps what its source checkpoint processed (``source_input``: for a stream's micro-batch, the
+source offsets a new query starts from).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from statecore.catalog import (
     Catalog,
     CheckpointRecord,
     CheckpointStatus,
+    SavepointRecord,
     StateRecord,
     TableVersion,
 )
@@ -35,8 +38,12 @@ __all__ = [
     "SAVEPOINT_FORMAT",
     "RestorePoint",
     "checkpoint_point",
+    "is_savepoint_name",
     "load_savepoint",
+    "pin_point",
+    "pinned_tables",
     "resolve_point",
+    "savepoint_point",
     "table_location",
     "tables_by_name",
 ]
@@ -56,7 +63,8 @@ class RestorePoint:
     """The tables and registered states of one job at a completed checkpoint or a savepoint.
 
     ``checkpoint_id`` is the checkpoint (for a savepoint: the checkpoint it was taken from, if
-    any); ``savepoint`` is the savepoint's folder, ``None`` for a checkpoint.
+    any); ``savepoint`` is an exported savepoint's folder, ``None`` for a checkpoint or a pinned
+    savepoint (``pinned``: its tables are versions of the job's own tables).
     """
 
     job: str
@@ -74,10 +82,16 @@ class RestorePoint:
     input_identity: str | None = None
     """What the source checkpoint processed (``CheckpointRecord.input_identity``: a stream's
     micro-batch id and source offsets, where a new query continues from); ``None``: unknown."""
+    pinned: bool = False
 
     @property
     def label(self) -> str:
         """For messages: ``checkpoint 3 of job 'clicks'`` or ``savepoint 'sp' of job 'clicks'``."""
+        if self.pinned:
+            return (
+                f"pinned savepoint {self.name!r} of job {self.job!r} (checkpoint "
+                f"{self.checkpoint_id})"
+            )
         if self.savepoint is None:
             return f"checkpoint {self.checkpoint_id} of job {self.job!r}"
         return f"savepoint {self.name!r} of job {self.job!r} ({self.savepoint})"
@@ -108,8 +122,9 @@ class RestorePoint:
 
     # -- the metadata file -----------------------------------------------------------------
     def to_metadata(self) -> dict[str, Any]:
-        """The savepoint metadata: table paths relative to ``self.savepoint``."""
-        root = (self.savepoint or "").rstrip("/") + "/"
+        """The savepoint metadata: table paths relative to ``self.savepoint`` (as they are
+        without one: a pin's)."""
+        root = None if self.savepoint is None else self.savepoint.rstrip("/") + "/"
         return {
             "format": "statecore-savepoint",
             "format_version": SAVEPOINT_FORMAT,
@@ -139,7 +154,7 @@ class RestorePoint:
                     "operator": t.operator,
                     "state": t.state,
                     "table_kind": t.table_kind,
-                    "path": t.path.removeprefix(root),
+                    "path": t.path if root is None else t.path.removeprefix(root),
                     "version": t.version,
                     "rows": t.rows,
                     "bytes": t.bytes,
@@ -150,13 +165,16 @@ class RestorePoint:
         }
 
     @classmethod
-    def from_metadata(cls, data: dict[str, Any], folder: str) -> RestorePoint:
-        """A savepoint at ``folder`` from its metadata."""
-        root = folder.rstrip("/")
+    def from_metadata(cls, data: dict[str, Any], folder: str | None) -> RestorePoint:
+        """A savepoint at ``folder`` from its metadata (``None``: a pin, whose table paths are
+        the job's own tables')."""
+        root = None if folder is None else folder.rstrip("/")
         job = check_name("job", str(data["job"]))
         for t in data["tables"]:
             check_name("operator", t["operator"])
             segments = str(t["path"]).split("/")
+            if root is None:
+                continue
             if t["path"].startswith("/") or {"", ".", ".."} & set(segments):
                 raise ConfigError(
                     f"table path {t['path']!r} of state {t['state']!r} must lie inside the "
@@ -174,6 +192,7 @@ class RestorePoint:
             created_at=datetime.fromisoformat(created) if created else None,
             watermark=None if data.get("watermark") is None else int(data["watermark"]),
             input_identity=data.get("source_input"),
+            pinned=root is None,
             states=tuple(
                 StateRecord(
                     job=job,
@@ -191,7 +210,7 @@ class RestorePoint:
                     operator=t["operator"],
                     state=t["state"],
                     table_kind=t["table_kind"],
-                    path=f"{root}/{t['path']}",
+                    path=t["path"] if root is None else f"{root}/{t['path']}",
                     version=int(t["version"]),
                     rows=int(t["rows"]),
                     bytes=int(t["bytes"]),
@@ -264,16 +283,53 @@ def checkpoint_point(catalog: Catalog, job: str, checkpoint_id: int | None = Non
     )
 
 
+def pin_point(record: SavepointRecord) -> RestorePoint:
+    """The state a savepoint record keeps: a pin's from its description in the catalog, an
+    export's from its folder."""
+    if record.pin is None:
+        return load_savepoint(record.path)
+    try:
+        return RestorePoint.from_metadata(record.pin, None)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptSnapshotError(
+            f"pinned savepoint {record.name!r} of job {record.job!r}: its description in the "
+            f"catalog is unreadable: {exc}"
+        ) from exc
+
+
+def is_savepoint_name(ref: str) -> bool:
+    """A name in the catalog, not a folder."""
+    return "/" not in ref and "\\" not in ref
+
+
+def savepoint_point(catalog: Catalog, job: str, ref: str) -> RestorePoint:
+    """Savepoint ``ref`` of ``job``: a name in the catalog (a pin or an export), or a folder."""
+    if is_savepoint_name(ref):
+        return pin_point(catalog.get_savepoint(job, ref))
+    return load_savepoint(ref)
+
+
+def pinned_tables(catalog: Catalog, job: str) -> list[TableVersion]:
+    """The table versions the pinned savepoints of ``job`` keep: retention, log cleanup and
+    VACUUM keep what they need."""
+    if not catalog.has_job(job):
+        return []
+    return [
+        table
+        for record in catalog.list_savepoints(job)
+        if record.pin is not None
+        for table in pin_point(record).tables
+    ]
+
+
 def resolve_point(catalog: Catalog, job: str, ref: str | int | None = None) -> RestorePoint:
     """What ``ref`` names for ``job``: ``None`` the latest checkpoint, a number a checkpoint id,
-    else a savepoint name in the catalog or a savepoint folder."""
+    else a savepoint name in the catalog (a pin or an export) or a savepoint folder."""
     if ref is None:
         return checkpoint_point(catalog, job)
     if isinstance(ref, int) or ref.isdigit():
         return checkpoint_point(catalog, job, int(ref))
-    if "/" not in ref and "\\" not in ref:
-        return load_savepoint(catalog.get_savepoint(job, ref).path)
-    return load_savepoint(ref)
+    return savepoint_point(catalog, job, ref)
 
 
 def tables_by_name(point: RestorePoint) -> dict[tuple[str, str, str], TableVersion]:

@@ -23,8 +23,11 @@ retained checkpoints, of the last grace period and of one log checkpoint interva
 number of micro-batches. A state table's needed version is the one the catalog names; an output
 table's is the version its commit of the oldest retained CHECKPOINT made
 (:func:`~statecore.snapshot.output.output_version_at`; maintenance checkpoints commit no
-output, and their ids, from 10^18, say nothing of where the output stood). Savepoints have
-tables of their own, which this never touches. A table no retained checkpoint names (one a
+output, and their ids, from 10^18, say nothing of where the output stood). A pinned savepoint
+(:func:`~statecore.checkpoint.points.pinned_tables`) bounds the logs of its tables as a retained
+checkpoint does, and a table it pins is cut only to what its pinned version needs, even when no
+retained checkpoint names that table any more. Exported savepoints have tables of their own,
+which this never touches. A table no retained checkpoint names (one a
 checkpoint in progress created, or of a dropped state) is left alone.
 
 No data file is deleted: VACUUM stays an explicit operation (``statecore retention`` or the
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from statecore.catalog import Catalog, CheckpointKind, CheckpointRecord, CheckpointStatus
+from statecore.checkpoint.points import pinned_tables
 from statecore.errors import ConfigError
 from statecore.snapshot.log import LOG_GRACE, LogCleanup, cleanup_log
 from statecore.snapshot.output import output_version_at
@@ -141,10 +145,10 @@ def clean_logs(
     if not retained:
         return ()
     needed: dict[str, int] = {}
-    for checkpoint in retained:
-        for table in checkpoint.tables:
-            uri = table.path.rstrip("/")
-            needed[uri] = min(needed.get(uri, table.version), table.version)
+    pinned = pinned_tables(catalog, job)
+    for table in [t for c in retained for t in c.tables] + pinned:
+        uri = table.path.rstrip("/")
+        needed[uri] = min(needed.get(uri, table.version), table.version)
     # an output holds what CHECKPOINTs committed: its bound is the oldest retained one's (a
     # MAINTENANCE id, from 10^18, is above every run's and would name the head: perhaps a
     # commit not completed yet, whose roll-back needs the entries before it)

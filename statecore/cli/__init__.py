@@ -2,10 +2,11 @@
 
     statecore demo [--days N] [--parallelism P] [--backend heap] | demo --day YYYY-MM-DD
     statecore checkpoints list [--job J] | show JOB CHECKPOINT_ID [--key-groups]
-    statecore savepoint JOB [--name N] [--target DIR] [--checkpoint ID]
+    statecore savepoint JOB [--name N] [--checkpoint ID] [--export [--target DIR]]
     statecore savepoints list [--job J] | show REF [--job J] [--key-groups]
-                       | restore FOLDER [--job J] [--parallelism P] [--force]
-    statecore rescale JOB --parallelism P [--max-parallelism M] [--savepoint FOLDER]
+                       | restore NAME|FOLDER [--job J] [--parallelism P] [--force]
+                       | delete NAME --job J
+    statecore rescale JOB --parallelism P [--max-parallelism M] [--savepoint NAME|FOLDER]
     statecore retention JOB --retain N [--vacuum-retention-hours H | --no-vacuum]
                        [--log-grace SECONDS] [--output PATH ...] [--dry-run]
     statecore ttl-cleanup JOB [--dry-run] [--no-compact] [--vacuum-retention-hours H | --no-vacuum]
@@ -86,7 +87,7 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show.add_argument("--restore", action="store_true", help="each subtask's restore")
     cps.set_defaults(run=commands.checkpoints)
 
-    sps = sub.add_parser("savepoints", help="list, show or restore savepoints")
+    sps = sub.add_parser("savepoints", help="list, show, restore or delete savepoints")
     sp_sub = sps.add_subparsers(dest="action", required=True)
     _formatted(sp_sub.add_parser("list")).add_argument("--job")
     sp_show = _formatted(sp_sub.add_parser("show"))
@@ -96,10 +97,11 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     restore = _formatted(
         sp_sub.add_parser(
             "restore",
-            help="make a savepoint the job's latest checkpoint (works on an empty catalog)",
+            help="make a savepoint the job's latest checkpoint (an export's folder works on an "
+            "empty catalog)",
         )
     )
-    restore.add_argument("savepoint", help="savepoint folder")
+    restore.add_argument("savepoint", help="savepoint name (with --job) or export folder")
     restore.add_argument("--job", help="default: the savepoint's job")
     restore.add_argument("--parallelism", type=int)
     restore.add_argument(
@@ -107,6 +109,13 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="store_true",
         help="restore even if that discards checkpoints completed after the savepoint's source",
     )
+    delete = _formatted(
+        sp_sub.add_parser(
+            "delete", help="forget a savepoint: a pin's files become reclaimable by VACUUM"
+        )
+    )
+    delete.add_argument("savepoint", help="savepoint name")
+    delete.add_argument("--job", required=True)
     sps.set_defaults(run=commands.savepoints)
 
     diff = _formatted(sub.add_parser("diff", help="keys added, removed, changed per state"))
@@ -157,10 +166,18 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    savepoint = _formatted(sub.add_parser("savepoint", help="take a savepoint of a job"))
+    savepoint = _formatted(
+        sub.add_parser("savepoint", help="pin a checkpoint of a job as a savepoint, or export it")
+    )
     savepoint.add_argument("job")
     _new_savepoint_options(savepoint)
     savepoint.add_argument("--checkpoint", type=int, help="default: the latest checkpoint")
+    savepoint.add_argument(
+        "--export",
+        action="store_true",
+        help="copy the state into a self-contained, relocatable folder (--target) instead of "
+        "pinning it",
+    )
     savepoint.set_defaults(run=commands.savepoint)
 
     rescale = _formatted(sub.add_parser("rescale", help="change a job's parallelism"))
@@ -171,7 +188,9 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         type=int,
         help="a new max parallelism: the state is rewritten with new key groups",
     )
-    rescale.add_argument("--savepoint", help="a savepoint of the latest checkpoint, if taken")
+    rescale.add_argument(
+        "--savepoint", help="a savepoint (name or folder) of the latest checkpoint, if taken"
+    )
     rescale.add_argument(
         "--dry-run",
         action="store_true",

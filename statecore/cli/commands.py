@@ -26,6 +26,7 @@ from statecore.cli.output import (
     table_rows,
 )
 from statecore.config import StatecoreConfig
+from statecore.errors import ConfigError
 from statecore.progress import to_stderr
 
 __all__ = [
@@ -87,7 +88,7 @@ def checkpoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
 
 
 def savepoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.ops.savepoint import restore_savepoint
+    from statecore.ops.savepoint import delete_savepoint, restore_savepoint
 
     with Catalog.connect(config.catalog_url) as catalog:
         if args.action == "list":
@@ -102,6 +103,9 @@ def savepoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
                 + "\n\n"
                 + format_rows(rows, args.format)
             )
+        if args.action == "delete":
+            deleted = delete_savepoint(catalog, args.job, args.savepoint, progress=to_stderr)
+            return format_rows(savepoint_rows([deleted]), args.format)
         record = restore_savepoint(
             config,
             catalog,
@@ -115,9 +119,24 @@ def savepoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
 
 
 def savepoint(args: argparse.Namespace, config: StatecoreConfig) -> str:
-    from statecore.ops.savepoint import take_savepoint
+    from statecore.ops.savepoint import pin_savepoint, take_savepoint
 
+    if args.target is not None and not args.export:
+        raise ConfigError(
+            f"savepoint of job {args.job!r}: --target {args.target} is an export's folder; a "
+            "pin has none: add --export to copy the state there"
+        )
     with Catalog.connect(config.catalog_url) as catalog:
+        if not args.export:
+            point = pin_savepoint(
+                config,
+                catalog,
+                args.job,
+                name=args.name,
+                checkpoint_id=args.checkpoint,
+                progress=to_stderr,
+            )
+            return format_rows(point_rows(point), args.format)
         point = take_savepoint(
             config,
             catalog,

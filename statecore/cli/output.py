@@ -123,6 +123,7 @@ def savepoint_rows(records: Sequence[SavepointRecord]) -> list[dict[str, Any]]:
         {
             "job": s.job,
             "savepoint": s.name,
+            "kind": s.kind,
             "reason": s.reason,
             "from_checkpoint": s.source_checkpoint,
             "parallelism": s.parallelism,
@@ -141,6 +142,7 @@ def point_rows(point: RestorePoint) -> list[dict[str, Any]]:
         {
             "job": point.job,
             "name": point.name,
+            "kind": "pin" if point.pinned else ("export" if point.savepoint else "checkpoint"),
             "reason": point.reason,
             "from_checkpoint": point.checkpoint_id,
             "parallelism": point.parallelism,

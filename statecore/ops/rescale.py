@@ -1,7 +1,8 @@
 """Rescale a job: another parallelism, within or past its max parallelism.
 
-Within the max parallelism a rescale is a catalog change: it validates, takes a savepoint and sets
-the job's parallelism; the next run restores the key-group ranges of the new parallelism and
+Within the max parallelism a rescale is a catalog change: it validates, pins the latest checkpoint
+as a savepoint (:func:`~statecore.ops.savepoint.record_pin`: one catalog row, nothing copied) and
+sets the job's parallelism; the next run restores the key-group ranges of the new parallelism and
 redistributes operator state. No keyed-state byte is rewritten.
 
 Past the max parallelism the key groups themselves change: every table partitioned by key group
@@ -28,12 +29,18 @@ import pyarrow as pa
 
 from statecore.catalog import Catalog, JobRecord, TableVersion
 from statecore.checkpoint.lock import maintenance_lock
-from statecore.checkpoint.points import checkpoint_point, load_savepoint
+from statecore.checkpoint.points import checkpoint_point, savepoint_point
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError, StateMismatchError
 from statecore.keygroups import UPPER_BOUND_MAX_PARALLELISM
 from statecore.keygroups.arrow import assign_to_key_groups
-from statecore.ops.savepoint import Rewrite, TableRewriter, import_point, write_savepoint
+from statecore.ops.savepoint import (
+    Rewrite,
+    TableRewriter,
+    import_point,
+    record_pin,
+    write_savepoint,
+)
 from statecore.progress import Progress, silent
 from statecore.query.diff import TableChecksum, checksums
 from statecore.snapshot.rewrite import TableLayout, read_files, table_files, table_layout
@@ -61,7 +68,7 @@ class RescaleResult:
     parallelism: int
     max_parallelism_before: int
     max_parallelism: int
-    savepoint: str | None  # the savepoint taken before anything changed
+    savepoint: str | None  # the savepoint taken before anything changed (a pin's name)
     rewritten_savepoint: str | None  # past the max parallelism: the state with new key groups
     checkpoint_id: int | None  # past the max parallelism: the job's new latest checkpoint
     keyed_bytes_rewritten: int
@@ -167,9 +174,9 @@ def rescale(
 ) -> RescaleResult:
     """Rescale ``job`` to ``parallelism`` (and ``max_parallelism``, when given and different).
 
-    ``savepoint`` is a savepoint of the job's latest checkpoint taken just before (e.g. by the
-    DAG's savepoint task); without it, one is taken. A job without a completed checkpoint has
-    no state: only its parallelism changes.
+    ``savepoint`` is a savepoint (name or folder) of the job's latest checkpoint taken just
+    before (e.g. by the DAG's savepoint task); without it, the checkpoint is pinned. A job
+    without a completed checkpoint has no state: only its parallelism changes.
     """
     record = catalog.get_job(job)
     target = check_rescale(record, parallelism, max_parallelism)
@@ -196,14 +203,14 @@ def rescale(
             )
         point = checkpoint_point(catalog, job)
         if savepoint is not None:
-            taken = load_savepoint(savepoint)
+            taken = savepoint_point(catalog, job, savepoint)
             if (taken.job, taken.checkpoint_id) != (job, point.checkpoint_id):
                 raise ConfigError(
                     f"rescale {job}: savepoint {savepoint} is of {taken.label}, not of the latest "
                     f"checkpoint {point.checkpoint_id}; take a new one"
                 )
         else:
-            taken = write_savepoint(catalog, config, point, reason="rescale", progress=progress)
+            taken = record_pin(catalog, config, point, reason="rescale", progress=progress)
         if target == current_max:
             lease.check()
             catalog.set_job_parallelism(job, parallelism=parallelism, max_parallelism=target)
@@ -213,7 +220,7 @@ def rescale(
             )
             return RescaleResult(
                 **base,
-                savepoint=taken.savepoint,
+                savepoint=taken.savepoint or taken.name,
                 rewritten_savepoint=None,
                 checkpoint_id=None,
                 keyed_bytes_rewritten=0,
@@ -236,7 +243,7 @@ def rescale(
         )
         return RescaleResult(
             **base,
-            savepoint=taken.savepoint,
+            savepoint=taken.savepoint or taken.name,
             rewritten_savepoint=regrouped.savepoint,
             checkpoint_id=checkpoint.checkpoint_id,
             keyed_bytes_rewritten=rewritten,
@@ -263,12 +270,13 @@ def verify_rescale(
 ) -> RescaleCheck:
     """Check that rescaling ``job`` to ``parallelism`` and ``max_parallelism`` kept its state.
 
-    ``savepoint`` is the savepoint taken just before the rescale; every table of it must have the
-    same rows, keys and checksum as in the job's latest checkpoint, and the job must be at the
-    given parallelism and max parallelism. Raises :class:`~statecore.errors.StateMismatchError`
-    naming the job, the checkpoint and each state that differs.
+    ``savepoint`` is the savepoint (name or folder) taken just before the rescale; every table of it
+    must have the same rows, keys and checksum as in the job's latest checkpoint, and the job must
+    be at the given parallelism and max parallelism. Raises
+    :class:`~statecore.errors.StateMismatchError` naming the job, the checkpoint and each state that
+    differs.
     """
-    before_point = load_savepoint(savepoint)
+    before_point = savepoint_point(catalog, job, savepoint)
     if before_point.job != job:
         raise ConfigError(
             f"verify rescale of job {job!r}: savepoint {savepoint} is of job {before_point.job!r}"

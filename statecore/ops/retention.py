@@ -7,8 +7,9 @@ once they are older than a grace period. Whatever the grace period, VACUUM keeps
 checkpoint in progress may reference: each file written since the earliest IN_PROGRESS checkpoint
 began (less :data:`MAX_CLOCK_SKEW`, as the catalog's clock, the writer's and the storage's may
 disagree), and every file of a table version committed after the latest completed checkpoint (a
-run commits its tables before the catalog completes it). Savepoints live in folders of their own
-and are never touched.
+run commits its tables before the catalog completes it), and every file of a table version a
+pinned savepoint keeps (:func:`~statecore.checkpoint.points.pinned_tables`) until the pin is
+deleted. Exported savepoints live in folders of their own and are never touched.
 
 Last, the Delta logs of the tables are cut to what the retained checkpoints need
 (:func:`statecore.checkpoint.retain.clean_logs`: entries below the newest log checkpoint at or
@@ -29,6 +30,7 @@ from typing import Any
 
 from statecore.catalog import Catalog, CheckpointKind, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint.lock import maintenance_lock
+from statecore.checkpoint.points import pinned_tables
 from statecore.checkpoint.recover import check_catalog_not_behind
 from statecore.checkpoint.retain import clean_logs
 from statecore.config import StatecoreConfig
@@ -156,9 +158,8 @@ def _vacuum(
     version (a merge's small files, a rolled-back checkpoint's)."""
     check_catalog_not_behind(config, catalog, job)
     versions: dict[str, set[int]] = defaultdict(set)
-    for checkpoint in retained:
-        for table in checkpoint.tables:
-            versions[table.path.rstrip("/")].add(table.version)
+    for table in [t for c in retained for t in c.tables] + pinned_tables(catalog, job):
+        versions[table.path.rstrip("/")].add(table.version)
     running = catalog.list_checkpoints(job, status=CheckpointStatus.IN_PROGRESS)
     protected_since = min(c.started_at for c in running) - MAX_CLOCK_SKEW if running else None
     latest = catalog.latest_checkpoint(job)

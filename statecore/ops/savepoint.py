@@ -1,20 +1,33 @@
-"""Savepoints: self-contained, relocatable copies of a job's state, and restoring from them.
+"""Savepoints: pins on a job's checkpoints, exports (self-contained, relocatable copies of its
+state), and restoring from them.
 
-A savepoint is a folder (by default ``<warehouse>/_savepoints/<job>/<name>``) holding its own
-Delta tables, laid out as in the warehouse (``<operator>/keyed/<state>``, ``<operator>/operator/
-<state>``, ``<operator>/timers``), and ``_savepoint.json``: job, operators, state descriptors and
-schemas, parallelism, max parallelism, the checkpoint it was taken from, its event-time
-watermark (a stream restored from it starts there) and what that checkpoint processed (a
-stream's source offsets: :func:`statecore.spark.offsets.savepoint_offsets`). The metadata file is
-written last, so a folder without one is not a savepoint. Files are copied, never shared, so
-checkpoint retention and VACUUM cannot touch a savepoint.
+A **pin** (:func:`pin_savepoint`, ``statecore savepoint JOB``) is a savepoint that copies
+nothing: the catalog keeps the table versions of a completed checkpoint under the savepoint's
+name, with its states, watermark and source input, and retention, Delta log cleanup and VACUUM
+keep every file and log entry those versions need
+(:func:`~statecore.checkpoint.points.pinned_tables`) until the pin is deleted
+(:func:`delete_savepoint`). Taking one costs one catalog row, whatever the state's size.
+Restoring it into its own job commits, in each table, the pinned version's files again (Delta's
+RESTORE: no byte copied); at another parallelism the next run restores the new key-group ranges,
+as after any rescale within the max parallelism.
+
+An **export** (:func:`take_savepoint`, ``statecore savepoint JOB --export``) is a folder (by default
+``<warehouse>/_savepoints/<job>/<name>``) holding its own Delta tables, laid out as in the warehouse
+(``<operator>/keyed/<state>``, ``<operator>/operator/<state>``, ``<operator>/timers``), and
+``_savepoint.json``: job, operators, state descriptors and schemas, parallelism, max parallelism,
+the checkpoint it was taken from, its event-time watermark (a stream restored from it starts there)
+and what that checkpoint processed (a stream's source offsets:
+:func:`statecore.spark.offsets.savepoint_offsets`). The metadata file is written last, so a folder
+without one is not a savepoint. Files are copied, never shared, so checkpoint retention and VACUUM
+cannot touch an export; it is copied one file after another through this process.
 
 :func:`write_savepoint` also derives savepoints from a restore point with some tables rewritten
 (rescale past the max parallelism, repair); :func:`import_point` makes a restore point the job's
 latest checkpoint, as a MAINTENANCE checkpoint in the job's own tables, so the job continues
-incrementally from it; :func:`restore_savepoint` does that for a savepoint folder, with an empty
-catalog if need be. Both refuse (:class:`~statecore.errors.RestoreWouldDiscardError`, naming them)
-to discard checkpoints the job completed after the point's source checkpoint, unless forced.
+incrementally from it; :func:`restore_savepoint` does that for a savepoint (a name in the catalog,
+or an export's folder, with an empty catalog if need be). Both refuse
+(:class:`~statecore.errors.RestoreWouldDiscardError`, naming them) to discard checkpoints the job
+completed after the point's source checkpoint, unless forced.
 """
 
 from __future__ import annotations
@@ -39,7 +52,9 @@ from statecore.checkpoint.points import (
     METADATA_FILE,
     RestorePoint,
     checkpoint_point,
+    is_savepoint_name,
     load_savepoint,
+    savepoint_point,
     table_location,
 )
 from statecore.checkpoint.recover import check_catalog_not_behind, commit_metadata
@@ -53,6 +68,7 @@ from statecore.snapshot.rewrite import (
     commit_files,
     copy_files,
     partition_sizes,
+    restore_version,
     table_files,
     table_layout,
     write_partition_file,
@@ -62,8 +78,11 @@ __all__ = [
     "Rewrite",
     "TableRewriter",
     "check_restore",
+    "delete_savepoint",
     "discarded_checkpoints",
     "import_point",
+    "pin_savepoint",
+    "record_pin",
     "register_savepoint_job",
     "restore_savepoint",
     "savepoint_folder",
@@ -228,6 +247,77 @@ def write_savepoint(
     return saved
 
 
+def record_pin(
+    catalog: Catalog,
+    config: StatecoreConfig,
+    point: RestorePoint,
+    *,
+    reason: str,
+    name: str | None = None,
+    progress: Progress = silent,
+) -> RestorePoint:
+    """Record ``point`` (a completed checkpoint of its job) as a pinned savepoint: one catalog
+    row, no file written. No lock is taken: callers hold the job's."""
+    if point.savepoint is not None or point.pinned or point.checkpoint_id is None:
+        raise ConfigError(f"{point.label} is not a completed checkpoint: only those are pinned")
+    name = name or _default_name(point, reason)
+    check_name("savepoint", name)
+    pinned = replace(point, name=name, reason=reason, pinned=True, created_at=datetime.now(UTC))
+    catalog.add_savepoint(
+        SavepointRecord(
+            job=point.job,
+            name=name,
+            path=f"{config.warehouse.rstrip('/')}/{point.job}",
+            reason=reason,
+            source_checkpoint=point.checkpoint_id,
+            parallelism=point.parallelism,
+            max_parallelism=point.max_parallelism,
+            rows=point.total_rows,
+            bytes=point.total_bytes,
+            created_at=pinned.created_at or datetime.now(UTC),
+            pin=pinned.to_metadata(),
+        )
+    )
+    progress(
+        f"savepoint {name}: pinned checkpoint {point.checkpoint_id} of job {point.job!r} "
+        f"({point.total_rows} rows, {point.total_bytes} bytes, nothing copied)"
+    )
+    return pinned
+
+
+def pin_savepoint(
+    config: StatecoreConfig,
+    catalog: Catalog,
+    job: str,
+    *,
+    name: str | None = None,
+    checkpoint_id: int | None = None,
+    progress: Progress = silent,
+) -> RestorePoint:
+    """Pin the latest (or the given) completed checkpoint of ``job`` as savepoint ``name``: the
+    catalog keeps its table versions, retention and VACUUM keep their files, nothing is copied.
+    :class:`~statecore.errors.CheckpointNotFoundError` for a checkpoint that did not complete,
+    :class:`ConfigError` for a name the job's savepoints have already."""
+    catalog.get_job(job)  # JobNotFoundError names the known jobs
+    with maintenance_lock(catalog, job, "savepoint"):
+        point = checkpoint_point(catalog, job, checkpoint_id)
+        return record_pin(catalog, config, point, reason="manual", name=name, progress=progress)
+
+
+def delete_savepoint(
+    catalog: Catalog, job: str, name: str, *, progress: Progress = silent
+) -> SavepointRecord:
+    """Forget savepoint ``name`` of ``job``: a pin releases its table versions (the next
+    retention and VACUUM may reclaim them); an export's folder stays where it is (restorable by
+    its path) and is for its owner to remove. The record it was."""
+    record = catalog.delete_savepoint(job, name)
+    if record.pin is None:
+        progress(f"savepoint {name}: forgotten; its folder {record.path} was left as it is")
+    else:
+        progress(f"savepoint {name}: pin on checkpoint {record.source_checkpoint} released")
+    return record
+
+
 def take_savepoint(
     config: StatecoreConfig,
     catalog: Catalog,
@@ -238,7 +328,8 @@ def take_savepoint(
     checkpoint_id: int | None = None,
     progress: Progress = silent,
 ) -> RestorePoint:
-    """Copy the latest (or the given) completed checkpoint of ``job`` into a new savepoint."""
+    """Export the latest (or the given) completed checkpoint of ``job``: copy it into a new,
+    self-contained savepoint folder (``statecore savepoint JOB --export``)."""
     catalog.get_job(job)  # JobNotFoundError names the known jobs
     with maintenance_lock(catalog, job, "savepoint"):
         point = checkpoint_point(catalog, job, checkpoint_id)
@@ -305,8 +396,10 @@ def import_point(
     progress: Progress = silent,
 ) -> CheckpointRecord:
     """Make ``point`` the latest checkpoint of ``point.job``: its tables are copied into the
-    job's own tables and completed as a MAINTENANCE checkpoint, fenced by ``lease`` (the
-    job's, which the caller holds: :func:`commit_maintenance_checkpoint`).
+    job's own tables (a table that is one of them already, as a pin's, gets its pinned
+    version's files back without a copy: :func:`~statecore.snapshot.rewrite.restore_version`)
+    and completed as a MAINTENANCE checkpoint, fenced by ``lease`` (the job's, which the
+    caller holds: :func:`commit_maintenance_checkpoint`).
 
     The job is registered if the catalog does not know it; its parallelism becomes
     ``parallelism`` (default: the job's, else the point's) and its max parallelism the point's.
@@ -335,6 +428,17 @@ def import_point(
             uri = state_table_uri(
                 config.warehouse, job, table.operator, table.table_kind, table.state
             )
+            if table.path.rstrip("/") == uri.rstrip("/"):  # a pin of the job: nothing copied
+                version = restore_version(
+                    uri,
+                    table.version,
+                    app_id=f"{job}/{table.operator}/{table.state}",
+                    checkpoint_id=checkpoint_id,
+                    metadata=commit_metadata(point, table, checkpoint_id),
+                    fence=fence,
+                )
+                tables.append(replace(table, version=version))
+                continue
             layout = table_layout(table.path, table.version)
             files = copy_files(
                 table.path,
@@ -383,10 +487,16 @@ def import_point(
 def register_savepoint_job(
     catalog: Catalog, path: str, *, job: str | None = None, parallelism: int | None = None
 ) -> RestorePoint:
-    """The savepoint at ``path`` as a restore point of ``job`` (default: the savepoint's job),
-    with the job registered (with the savepoint's max parallelism) if the catalog does not
-    know it: a writer can then take the job's lease to restore it."""
-    point = load_savepoint(path)
+    """The savepoint ``path`` (a folder, or a name among ``job``'s savepoints) as a restore
+    point of ``job`` (default: the savepoint's job), with the job registered (with the
+    savepoint's max parallelism) if the catalog does not know it: a writer can then take the
+    job's lease to restore it."""
+    if is_savepoint_name(path):
+        if job is None:
+            raise ConfigError(f"savepoint {path!r} is a name: give its job (--job) too")
+        point = savepoint_point(catalog, job, path)
+    else:
+        point = load_savepoint(path)
     if job is not None and job != point.job:  # its source is another job's checkpoint
         point = replace(point.for_job(job), checkpoint_id=None)
     catalog.ensure_job(
@@ -408,8 +518,9 @@ def restore_savepoint(
     progress: Progress = silent,
     lease: JobLease | None = None,
 ) -> CheckpointRecord:
-    """Restore ``job`` (default: the savepoint's job) from the savepoint folder ``path``: the
-    next run of the job continues from it. Works with an empty catalog. Refuses to discard the
+    """Restore ``job`` (default: the savepoint's job) from the savepoint ``path``: a name among
+    the job's savepoints (a pin restores without copying) or an export's folder (which works
+    with an empty catalog). The next run of the job continues from it. Refuses to discard the
     checkpoints the job completed after the savepoint's source checkpoint, unless ``force``.
 
     It holds the job's lease while it restores: its own, or ``lease``, one the caller holds on

@@ -47,7 +47,7 @@ from statecore.query.views import (
 )
 from statecore.snapshot.changelog import CHANGE_CHECKPOINT, TOMBSTONE
 from statecore.snapshot.rewrite import missing_log_entries
-from statecore.snapshot.storage import S3Settings
+from statecore.snapshot.storage import S3Settings, throttling_hint
 
 __all__ = [
     "StateViews",
@@ -100,6 +100,11 @@ def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:
         return
     import_extension("httpfs", con=con)
     con.execute("LOAD httpfs")
+    # Throttled (503 SlowDown) and failed requests of the data files: the attempts of the
+    # snapshot tables' other clients (storage.py), with exponential backoff from 100 ms.
+    con.execute(f"SET http_retries = {settings.max_attempts - 1}")
+    con.execute("SET http_retry_wait_ms = 100")
+    con.execute("SET http_retry_backoff = 2")
     options = {"REGION": settings.region}
     if settings.access_key_id and settings.secret_access_key:
         options.update(KEY_ID=settings.access_key_id, SECRET=settings.secret_access_key)
@@ -267,7 +272,9 @@ class StateViews:
                 f"statecore sql reads only the state tables of its views: {exc}"
             ) from exc
         except duckdb.Error as exc:
-            raise ConfigError(f"SQL error: {exc} (views: {', '.join(self.views)})") from exc
+            raise ConfigError(
+                f"SQL error: {exc}{throttling_hint(exc)} (views: {', '.join(self.views)})"
+            ) from exc
 
     def close(self) -> None:
         self.connection.close()

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from statecore.errors import SnapshotWriteError
 from statecore.snapshot.faults import fault_point
-from statecore.snapshot.storage import table_filesystem
+from statecore.snapshot.storage import table_filesystem, throttling_hint
 
 __all__ = [
     "WRITE_THREADS",
@@ -138,6 +138,7 @@ def write_file(table_uri: str, relative: str, partition_value: int, rows: pa.Tab
     except (OSError, pa.ArrowException) as exc:
         raise SnapshotWriteError(
             f"snapshot table {table_uri}: file {relative} cannot be written: {exc}"
+            f"{throttling_hint(exc)}"
         ) from exc
 
 
@@ -160,7 +161,7 @@ def write_key_group_file(
     except (OSError, pa.ArrowException) as exc:
         raise SnapshotWriteError(
             f"checkpoint {checkpoint_id}: {partition} {key_group} of snapshot table "
-            f"{table_uri} cannot be written to {relative}: {exc}"
+            f"{table_uri} cannot be written to {relative}: {exc}{throttling_hint(exc)}"
         ) from exc
     fault_point("task:snapshot")
     return written

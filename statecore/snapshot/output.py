@@ -43,7 +43,7 @@ from statecore.snapshot.commits import head_version
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
 from statecore.snapshot.log import checkpoint_log
-from statecore.snapshot.storage import POST_COMMIT, create_table, open_table
+from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
 from statecore.snapshot.table import (
     CHECKPOINT_METADATA,
     Fence,
@@ -239,15 +239,17 @@ class OutputTable:
                 commit_properties=properties,
                 post_commithook_properties=POST_COMMIT,
             )
-        except DeltaError as exc:
+        except (DeltaError, OSError) as exc:  # delta-rs raises OSError for storage errors
             fenced = fenced_failure(exc, self.uri, fence, where)
             if fenced is not None:
                 raise fenced from exc
-            raise CheckpointCommitError(f"{where}: commit failed: {exc}") from exc
+            raise CheckpointCommitError(
+                f"{where}: commit failed: {exc}{throttling_hint(exc)}"
+            ) from exc
         fault_point("output:commit:after")
         try:
             table.update_incremental()
-        except DeltaError as exc:  # committed: only the log checkpoint is skipped
+        except (DeltaError, OSError) as exc:  # committed: only the log checkpoint is skipped
             log.warning("%s: reading the new version back failed: %s", where, exc)
         else:
             checkpoint_log(table, self.uri)

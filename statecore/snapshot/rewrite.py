@@ -33,7 +33,7 @@ from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
 from statecore.snapshot.log import checkpoint_log
 from statecore.snapshot.output import checkpoint_of_file, newest_checkpoint_commit
-from statecore.snapshot.storage import POST_COMMIT, create_table, open_table
+from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
 from statecore.snapshot.table import Fence, TableFile, fenced_failure, read_table_files
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "missing_log_entries",
     "partition_sizes",
     "read_files",
+    "restore_version",
     "table_files",
     "table_layout",
     "table_version",
@@ -86,7 +87,7 @@ def _open(uri: str, version: int | None = None) -> DeltaTable:
         return open_table(uri, version=version)
     except (TableNotFoundError, DeltaError, OSError) as exc:
         raise CorruptSnapshotError(
-            f"snapshot table {uri} version {version} cannot be opened: {exc}"
+            f"snapshot table {uri} version {version} cannot be opened: {exc}{throttling_hint(exc)}"
         ) from exc
 
 
@@ -194,7 +195,7 @@ def verify_file(uri: str, version: int | None, f: TableFile) -> None:
         with fs.open_input_file(f"{root}/{f.path}") as source:
             rows = pq.ParquetFile(source).metadata.num_rows
     except (OSError, pa.ArrowInvalid) as exc:
-        raise CorruptSnapshotError(f"{where} is unreadable: {exc}") from exc
+        raise CorruptSnapshotError(f"{where} is unreadable: {exc}{throttling_hint(exc)}") from exc
     if rows != f.rows:
         raise CorruptSnapshotError(f"{where} holds {rows} rows, the Delta log says {f.rows}")
 
@@ -224,7 +225,7 @@ def copy_files(
             target_fs.create_dir(f"{target_root}/{layout.partition}={f.key_group}", recursive=True)
         except OSError as exc:  # e.g. a bucket that does not exist
             raise SnapshotWriteError(
-                f"snapshot table {target_uri} cannot be written: {exc}"
+                f"snapshot table {target_uri} cannot be written: {exc}{throttling_hint(exc)}"
             ) from exc
         try:
             if same_fs:
@@ -239,7 +240,7 @@ def copy_files(
         except OSError as exc:
             raise CorruptSnapshotError(
                 f"snapshot table {source_uri}: file {f.path} cannot be copied to {target_uri}: "
-                f"{exc}"
+                f"{exc}{throttling_hint(exc)}"
             ) from exc
         # Row counts are all the committer needs; min/max statistics are an optimization.
         stats = f'{{"numRecords": {f.rows}}}'
@@ -335,12 +336,61 @@ def commit_files(
                 post_commithook_properties=POST_COMMIT,
             )
         return _committed(uri)
-    except DeltaError as exc:
+    except (DeltaError, OSError) as exc:  # delta-rs raises OSError for storage errors
         fenced = fenced_failure(exc, uri, fence, where)
         if fenced is not None:
             raise fenced from exc
         raise CheckpointCommitError(
             f"checkpoint {checkpoint_id}: commit of {app_id} at {uri} failed: {exc}"
+            f"{throttling_hint(exc)}"
+        ) from exc
+
+
+def restore_version(
+    uri: str,
+    version: int,
+    *,
+    app_id: str,
+    checkpoint_id: int,
+    metadata: CommitMetadata | None = None,
+    fence: Fence | None = None,
+) -> int:
+    """Make the table's files those of its ``version`` again, in a new commit that adds and
+    removes files but copies no byte (Delta's RESTORE); the version that holds them: the new
+    one, or ``version`` itself when the table is still at it (nothing to commit). Fenced and
+    recorded as :func:`commit_files` commits."""
+    transactions = [Transaction(app_id, checkpoint_id)]
+    if fence is not None:
+        transactions.append(fence.transaction())
+    where = f"checkpoint {checkpoint_id}: {app_id} at {uri}"
+    try:
+        table = open_table(uri)
+        if fence is not None:
+            fence.verify(table, where)
+        if table.version() == version:
+            return version
+        missing = missing_log_entries(uri, version)
+        if missing:
+            raise CorruptSnapshotError(
+                f"snapshot table {uri}: version {version} cannot be restored, its log entries "
+                f"{', '.join(missing)} are gone"
+            )
+        table.restore(
+            version,
+            commit_properties=CommitProperties(
+                app_transactions=transactions,
+                custom_metadata=None if metadata is None else metadata.to_properties(),
+            ),
+            post_commithook_properties=POST_COMMIT,
+        )
+        return _committed(uri)
+    except DeltaError as exc:
+        fenced = fenced_failure(exc, uri, fence, where)
+        if fenced is not None:
+            raise fenced from exc
+        raise CheckpointCommitError(
+            f"checkpoint {checkpoint_id}: restore of {app_id} at {uri} to version {version} "
+            f"failed: {exc}"
         ) from exc
 
 
@@ -399,7 +449,9 @@ def vacuum(
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     except OSError as exc:
-        raise CorruptSnapshotError(f"snapshot table {uri} cannot be listed: {exc}") from exc
+        raise CorruptSnapshotError(
+            f"snapshot table {uri} cannot be listed: {exc}{throttling_hint(exc)}"
+        ) from exc
     for info in infos:
         if info.type != pafs.FileType.File:
             continue

@@ -14,9 +14,25 @@ passed as arguments, stored in the catalog, or part of a URI or message.
 ...      "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true"}
 ... )
 >>> settings  # the credentials never show
-S3Settings(region='us-east-1', endpoint_url='http://127.0.0.1:9000', allow_http=True)
+S3Settings(region='us-east-1', endpoint_url='http://127.0.0.1:9000', allow_http=True, \
+max_attempts=10, retry_timeout=datetime.timedelta(seconds=180))
 >>> settings.delta_options()["AWS_ENDPOINT_URL"], settings.endpoint_host, settings.use_ssl
 ('http://127.0.0.1:9000', '127.0.0.1:9000', False)
+
+**Throttling**: S3 answers ``503 SlowDown`` when a prefix gets more requests than it takes.
+Every client statecore builds here retries it with exponential backoff and jitter, up to
+``STATECORE_S3_MAX_ATTEMPTS`` attempts of one request (default 10) and, for delta-rs, within
+``STATECORE_S3_RETRY_TIMEOUT`` seconds of the first (default 180): pyarrow's filesystem (the
+AWS SDK's standard retry strategy), delta-rs (object_store's retries, ``max_retries`` and
+``retry_timeout``) and DuckDB (``http_retries``, :mod:`statecore.query.sql`). A throttled
+request was not applied, so retrying it is safe, also a commit's conditional put; statecore
+retries nothing itself above the clients: a commit whose outcome is unknown fails the
+checkpoint, which the next attempt rolls back (:mod:`statecore.snapshot.table`).
+:func:`throttling_hint` names the setting in the error of a request throttled through
+every attempt.
+
+>>> S3Settings.from_env({"STATECORE_S3_MAX_ATTEMPTS": "5"}).delta_options()["max_retries"]
+'4'
 
 Concurrent commits are safe on S3 because delta-rs 1.x writes each commit file
 ``_delta_log/<version>.json`` with a conditional put (``If-None-Match: *``): of two writers
@@ -53,6 +69,7 @@ __all__ = [
     "open_table",
     "storage_options",
     "table_filesystem",
+    "throttling_hint",
 ]
 
 TOMBSTONE_RETENTION = timedelta(hours=1)
@@ -90,7 +107,12 @@ is unset, so ``true``)."""
 
 S3_SCHEMES = ("s3://", "s3a://")
 DEFAULT_REGION = "us-east-1"
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_RETRY_TIMEOUT = timedelta(minutes=3)
 _UNSAFE = "AWS_S3_ALLOW_UNSAFE_RENAME"
+_MAX_ATTEMPTS = "STATECORE_S3_MAX_ATTEMPTS"
+_RETRY_TIMEOUT = "STATECORE_S3_RETRY_TIMEOUT"
+_THROTTLED = ("SlowDown", "SLOW_DOWN", "HTTP status 503", "HTTP 503", "503 Service Unavailable")
 
 
 def is_s3(uri: str) -> bool:
@@ -109,8 +131,17 @@ class S3Settings:
     region: str = DEFAULT_REGION
     endpoint_url: str | None = None
     allow_http: bool = False
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    """Attempts of one request that S3 throttles (``503 SlowDown``) or fails transiently."""
+    retry_timeout: timedelta = DEFAULT_RETRY_TIMEOUT
+    """delta-rs retries a request no longer than this after its first attempt."""
 
     def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.retry_timeout <= timedelta(0):
+            raise ConfigError(
+                f"{_MAX_ATTEMPTS} must be at least 1 and {_RETRY_TIMEOUT} positive, not "
+                f"{self.max_attempts} and {self.retry_timeout.total_seconds()} seconds"
+            )
         if self.endpoint_url is not None:
             parts = urlsplit(self.endpoint_url)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -139,6 +170,10 @@ class S3Settings:
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION,
             endpoint_url=(env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None),
             allow_http=env.get("AWS_ALLOW_HTTP", "").strip().lower() in ("1", "true", "yes"),
+            max_attempts=int(_number(env, _MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS)),
+            retry_timeout=timedelta(
+                seconds=_number(env, _RETRY_TIMEOUT, DEFAULT_RETRY_TIMEOUT.total_seconds())
+            ),
         )
 
     def delta_options(self) -> dict[str, str]:
@@ -153,6 +188,8 @@ class S3Settings:
             options["AWS_ENDPOINT_URL"] = self.endpoint_url
         if self.allow_http:
             options["AWS_ALLOW_HTTP"] = "true"
+        options["max_retries"] = str(self.max_attempts - 1)
+        options["retry_timeout"] = f"{max(1, round(self.retry_timeout.total_seconds()))}s"
         return options
 
     @property
@@ -169,9 +206,35 @@ class S3Settings:
         return _s3_filesystem(self)
 
 
+def _number(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return float(text) if name == _RETRY_TIMEOUT else int(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name} {text!r} is not a number") from exc
+
+
+def throttling_hint(exc: BaseException) -> str:
+    """What to say after an error whose S3 request was throttled through every attempt (``""``
+    for another error)."""
+    text = str(exc)
+    if not any(marker in text for marker in _THROTTLED):
+        return ""
+    settings = S3Settings.from_env()
+    return (
+        f" (S3 kept answering 503 SlowDown through {settings.max_attempts} attempts with "
+        f"backoff: retry later, or raise {_MAX_ATTEMPTS} or {_RETRY_TIMEOUT})"
+    )
+
+
 @functools.lru_cache(maxsize=8)
 def _s3_filesystem(settings: S3Settings) -> pafs.FileSystem:
-    kwargs: dict[str, Any] = {"region": settings.region}
+    kwargs: dict[str, Any] = {
+        "region": settings.region,
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=settings.max_attempts),
+    }
     if settings.access_key_id and settings.secret_access_key:
         kwargs.update(access_key=settings.access_key_id, secret_key=settings.secret_access_key)
         if settings.session_token:

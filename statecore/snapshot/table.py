@@ -38,7 +38,7 @@ from statecore.keygroups import KeyGroupRange
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile, table_filesystem
 from statecore.snapshot.log import checkpoint_log
-from statecore.snapshot.storage import POST_COMMIT, create_table, open_table
+from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
 
 __all__ = ["Fence", "SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
 
@@ -102,7 +102,7 @@ def commit_properties(
 
 
 def fenced_failure(
-    exc: DeltaError, uri: str, fence: Fence | None, label: str
+    exc: Exception, uri: str, fence: Fence | None, label: str
 ) -> ConcurrentRunError | None:
     """The :class:`ConcurrentRunError` behind a failed commit, when a newer writer's commit
     made it conflict."""
@@ -150,6 +150,7 @@ def read_table_files(
         except (OSError, pa.ArrowInvalid) as exc:
             raise CorruptSnapshotError(
                 f"{label}, key group {f.key_group}: file {f.path} is missing or unreadable: {exc}"
+                f"{throttling_hint(exc)}"
             ) from exc
         yield f, rows
 
@@ -179,7 +180,7 @@ class SnapshotTable:
         except (TableNotFoundError, DeltaError, OSError) as exc:
             raise CorruptSnapshotError(
                 f"snapshot table of {self.label} at {self.uri} version {version} cannot be "
-                f"opened: {exc}"
+                f"opened: {exc}{throttling_hint(exc)}"
             ) from exc
         return self._opened
 
@@ -300,7 +301,7 @@ class SnapshotTable:
                     post_commithook_properties=POST_COMMIT,
                 )
             table.update_incremental()
-        except DeltaError as exc:
+        except (DeltaError, OSError) as exc:  # delta-rs raises OSError for storage errors
             fenced = fenced_failure(
                 exc, self.uri, fence, f"checkpoint {checkpoint_id}: {self.label}"
             )
@@ -308,6 +309,7 @@ class SnapshotTable:
                 raise fenced from exc
             raise CheckpointCommitError(
                 f"checkpoint {checkpoint_id}: commit of {self.label} at {self.uri} failed: {exc}"
+                f"{throttling_hint(exc)}"
             ) from exc
         checkpoint_log(table, self.uri)
         self._opened = table
@@ -330,9 +332,10 @@ class SnapshotTable:
                 commit_properties=None if fence is None else _fence_properties(fence),
                 post_commithook_properties=POST_COMMIT,
             )
-        except DeltaError as exc:
+        except (DeltaError, OSError) as exc:
             raise CheckpointCommitError(
                 f"rollback of {self.label} at {self.uri} to version {version} failed: {exc}"
+                f"{throttling_hint(exc)}"
             ) from exc
         return True
 

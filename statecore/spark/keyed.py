@@ -92,8 +92,9 @@ def keyed_process(
     to the tasks). ``backend`` names the keyed state backend (``heap`` or ``rocksdb``) and
     ``backend_options`` configures it (``RocksDBOptions`` for ``rocksdb``); or ``backend`` is a
     :class:`~statecore.backends.BackendParameters` holding both. ``restore_from`` is
-    a savepoint folder: the run starts from it instead of the job's latest checkpoint (the
-    catalog may be empty); a savepoint older than that checkpoint is refused unless
+    a savepoint, a name among the job's savepoints (a pin restores without copying) or an
+    export's folder (the catalog may be empty): the run starts from it instead of the job's
+    latest checkpoint; a savepoint older than that checkpoint is refused unless
     ``force_restore``.
 
     Without ``output_table`` the output comes back as a DataFrame of the persisted result

@@ -53,7 +53,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from statecore.backends.registry import BackendParameters
 from statecore.catalog import Catalog
-from statecore.checkpoint.points import RestorePoint, load_savepoint
+from statecore.checkpoint.points import RestorePoint, is_savepoint_name, savepoint_point
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
 from statecore.ops import streams
@@ -377,7 +377,10 @@ def _query_start(
         latest = catalog.highest_completed_id(job) if catalog.has_job(job) else None
         if restore_from is not None:
             check_restore(
-                config, catalog, _savepoint_of(restore_from, job), force=template.force_restore
+                config,
+                catalog,
+                _savepoint_of(catalog, restore_from, job),
+                force=template.force_restore,
             )
     base = 0 if latest is None else latest + 1
     data = {"job": job, "checkpoint_id_base": base}
@@ -390,10 +393,12 @@ def _query_start(
     return base, restore_from
 
 
-def _savepoint_of(path: str, job: str) -> RestorePoint:
+def _savepoint_of(catalog: Catalog, path: str, job: str) -> RestorePoint:
     """The savepoint at ``path`` as a restore point of ``job`` (from an unknown checkpoint when
     it is another job's), as a restore takes it."""
-    point = load_savepoint(path)
+    if is_savepoint_name(path):  # one of the job's own: a pin or an export
+        return savepoint_point(catalog, job, path)
+    point = savepoint_point(catalog, job, path)
     if point.job == job:
         return point
     return dataclasses.replace(point.for_job(job), checkpoint_id=None)

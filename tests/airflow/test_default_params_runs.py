@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from jobs import clickstream
 from statecore.catalog import Catalog, CheckpointStatus
-from statecore.checkpoint.points import load_savepoint
+from statecore.checkpoint.points import resolve_point
 from statecore.config import StatecoreConfig
 from statecore.ops.streams import NOT_STARTED
 from tests.airflow.dagrun import run_dags
@@ -42,12 +42,15 @@ def test_default_params_every_dag_runs_with_its_defaults(tmp_path: Path) -> None
     )
     log = (home / "dag-runs.log").read_text()
 
-    # savepoint: of clickstream's latest checkpoint, named after the job, in the warehouse
+    # savepoint: a pin on clickstream's latest checkpoint, named after the job, nothing copied
     assert saved["tasks"] == {"savepoint": "success"}
     savepoint = saved["xcom"]["savepoint"]
     assert savepoint["job"] == clickstream.JOB and savepoint["checkpoint_id"] == 20260103
     assert savepoint["name"].startswith(clickstream.JOB) and savepoint["rows"] > 0
-    assert load_savepoint(savepoint["path"]).checkpoint_id == 20260103
+    assert (savepoint["kind"], savepoint["path"]) == ("pin", None)
+    with Catalog.connect(config.catalog_url) as catalog:
+        pinned = resolve_point(catalog, clickstream.JOB, savepoint["name"])
+    assert pinned.pinned and pinned.checkpoint_id == 20260103
 
     # state_maintenance: the job of the home (no Asset event: every listed job the catalog
     # has); retain 7 of 3 checkpoints expires none

@@ -1,8 +1,8 @@
 """The operations DAGs on a real Airflow (``dag.test()``), on state made by the pipeline.
 
-One Airflow interpreter runs, in order: the pipeline (day 1, parallelism 2), ``rescale`` to 3,
-the pipeline (day 2, at the job's parallelism), ``rescale`` to 1, the pipeline (day 3),
-``rescale`` to 2 with max parallelism 128 → 256, ``savepoint``, then ``state_maintenance`` for the
+One Airflow interpreter runs, in order: the pipeline (day 1, parallelism 2), ``rescale`` to 3, the
+pipeline (day 2, at the job's parallelism), ``rescale`` to 1, the pipeline (day 3), ``rescale`` to 2
+with max parallelism 128 → 256, ``savepoint`` (an export), then ``state_maintenance`` for the
 clickstream job and for a job with TTL state (written on Spark 3 hours apart). The effects are
 checked against a reference run of the same days at parallelism 2 that never rescaled, and the
 savepoint restores with a fresh catalog.
@@ -27,11 +27,14 @@ from statecore.checkpoint.points import (
     RestorePoint,
     checkpoint_point,
     load_savepoint,
+    resolve_point,
     tables_by_name,
 )
 from statecore.cli.demo import generate_clickstream
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group
+from statecore.ops.retention import apply_retention
+from statecore.ops.savepoint import delete_savepoint
 from statecore.query import connect, delta_scan
 from statecore.query.diff import checksums
 from tests.airflow.dagrun import run_dags
@@ -104,7 +107,7 @@ def test_rescale_savepoint_and_maintenance_dags(tmp_path: Path) -> None:
             ("rescale", {"parallelism": 1}),
             ("stateful_pipeline", {"date": "2026-01-03"}),
             ("rescale", {"parallelism": 2, "max_parallelism": 256}),
-            ("savepoint", {"name": "after-rescales"}),
+            ("savepoint", {"name": "after-rescales", "export": True}),
             ("state_maintenance", {"retain": 2, "vacuum_retention_hours": 0}),
             ("state_maintenance", {"job": "sessions", "retain": 5, "vacuum_retention_hours": 0}),
         ],
@@ -113,6 +116,9 @@ def test_rescale_savepoint_and_maintenance_dags(tmp_path: Path) -> None:
     assert [r["rescale"]["parallelism"] for r in rescales] == [3, 1, 2]
     assert [r["rescale"]["keyed_bytes_rewritten"] > 0 for r in rescales] == [False, False, True]
     assert all(r["verify"]["keys"] > 0 and r["validate"] for r in rescales)
+    # each rescale pinned the checkpoint before it (no copy); the verify read the pin back
+    assert [r["savepoint"]["kind"] for r in rescales] == ["pin", "pin", "pin"]
+    assert all(r["savepoint"]["path"] is None for r in rescales)
 
     with Catalog.connect(config.catalog_url) as catalog:
         days = {
@@ -135,12 +141,23 @@ def test_rescale_savepoint_and_maintenance_dags(tmp_path: Path) -> None:
             rows = con.execute(f"SELECT key, key_group FROM {delta_scan(table)}").fetchall()
             assert all(kg == assign_to_key_group(key, 256) for key, kg in rows), table.state
 
-        # retention kept the last two checkpoints and vacuumed the rest
+        # retention kept the last two checkpoints; the rescales' pins kept the files of theirs
         retention = steps[7]["xcom"]["retention"]
-        assert retention["expired"] == [20260101, 20260102] and retention["files_deleted"] > 0
+        assert retention["expired"] == [20260101, 20260102] and retention["files_deleted"] == 0
         statuses = {c.checkpoint_id: c.status for c in catalog.list_checkpoints("clickstream")}
         assert statuses[20260101] is CheckpointStatus.EXPIRED
         assert state_of(checkpoint_point(catalog, "clickstream", 20260103))
+        pins = [resolve_point(catalog, "clickstream", r["savepoint"]["name"]) for r in rescales]
+        assert [p.checkpoint_id for p in pins] == [20260101, 20260102, 20260103]
+        assert state_of(pins[2]) == reference[DAYS[2]]
+        assert all(state_of(p) for p in pins)  # every file of the expired ones still read
+        # deleting the pins releases them: the next retention reclaims their files
+        for r in rescales:
+            delete_savepoint(catalog, "clickstream", r["savepoint"]["name"])
+        released = apply_retention(
+            config, catalog, "clickstream", retain=2, vacuum_after=timedelta(0)
+        )
+        assert released.files_deleted > 0
 
         # TTL cleanup: what expired is gone, as a maintenance checkpoint
         cleanup = steps[8]["xcom"]["ttl_cleanup"]

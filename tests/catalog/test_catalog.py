@@ -19,6 +19,7 @@ from statecore.catalog import (
     StateRecord,
     TableVersion,
 )
+from statecore.catalog.migrations import MIGRATIONS
 from statecore.catalog.models import Base
 from statecore.errors import (
     CheckpointCommitError,
@@ -87,7 +88,7 @@ def test_connect_twice_applies_migrations_once(catalog_url: str) -> None:
             versions = connection.exec_driver_sql(
                 "SELECT version FROM statecore_schema_version ORDER BY version"
             ).scalars()
-            assert list(versions) == list(range(1, SCHEMA_VERSION + 1))
+            assert list(versions) == [m.version for m in MIGRATIONS]  # each once, in order
     finally:
         engine.dispose()
 
@@ -478,3 +479,37 @@ def test_bad_url_is_a_config_error(tmp_path: Path) -> None:
         Catalog.connect("not a url")
     with pytest.raises(ConfigError, match="cannot open checkpoint catalog"):
         Catalog.connect("nosuchdb://host/x")
+
+
+def test_an_export_recorded_before_pinned_savepoints_reads_as_an_export(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'before.db'}"
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as connection:  # a catalog at the version before pins
+            for step in MIGRATIONS:
+                if step.version < 8:
+                    step.apply(connection)
+            connection.exec_driver_sql(
+                "CREATE TABLE statecore_schema_version (version INTEGER PRIMARY KEY, "
+                "description VARCHAR(200) NOT NULL, applied_at DATETIME NOT NULL)"
+            )
+            for step in MIGRATIONS:
+                if step.version < 8:
+                    connection.exec_driver_sql(
+                        "INSERT INTO statecore_schema_version VALUES (?, ?, CURRENT_TIMESTAMP)",
+                        (step.version, step.description),
+                    )
+            connection.exec_driver_sql(
+                "INSERT INTO statecore_jobs (id, name, parallelism, max_parallelism, created_at, "
+                "last_completion_seq) VALUES (1, 'clicks', 2, 128, CURRENT_TIMESTAMP, 0)"
+            )
+            connection.exec_driver_sql(
+                "INSERT INTO statecore_savepoints (job_id, name, path, reason, source_checkpoint, "
+                "parallelism, max_parallelism, rows, bytes, created_at) VALUES "
+                "(1, 'old', '/sp/old', 'manual', 2, 2, 128, 10, 100, CURRENT_TIMESTAMP)"
+            )
+    finally:
+        engine.dispose()
+    with Catalog.connect(url) as catalog:
+        [record] = catalog.list_savepoints("clicks")
+    assert (record.name, record.kind, record.pin, record.path) == ("old", "export", None, "/sp/old")

@@ -60,6 +60,31 @@ class S3Server:
         with urllib.request.urlopen(request, timeout=10):
             pass
 
+    def throttle(
+        self, prefix: str, count: int, methods: str = "", *, applied: bool = False
+    ) -> None:
+        """Answer the first request under ``prefix`` (``bucket/key prefix``; of ``methods``,
+        e.g. ``"PUT,POST"``; default all) and its retries ``503 SlowDown``, ``count`` times;
+        ``applied``: apply each first (its answer is lost)."""
+        self._call(
+            f"_throttle?prefix={prefix}&count={count}&methods={methods}&applied={int(applied)}",
+            "PUT",
+        )
+
+    def throttled(self) -> list[str]:
+        """The requests answered ``503 SlowDown`` since the last :meth:`unthrottle`
+        (``METHOD bucket/key``)."""
+        return self._call("_throttle", "GET").splitlines()
+
+    def unthrottle(self) -> list[str]:
+        """Drop every throttling rule; the requests throttled."""
+        return self._call("_throttle", "DELETE").splitlines()
+
+    def _call(self, path: str, method: str) -> str:
+        request = urllib.request.Request(f"{self.endpoint}/{path}", method=method)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return str(response.read().decode())
+
 
 @pytest.fixture(scope="session")
 def s3_server(request: pytest.FixtureRequest) -> Iterator[S3Server]:

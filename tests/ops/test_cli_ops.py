@@ -58,7 +58,7 @@ def test_sizes_per_state_and_key_group(job: StatecoreConfig, capsys: Any) -> Non
 def test_savepoint_list_show_and_sql_over_it(job: StatecoreConfig, capsys: Any) -> None:
     code, out, err = run(job, capsys, "savepoint", JOB, "--name", "sp1", "--format", "json")
     assert code == 0 and json_lines(out)[0]["name"] == "sp1"
-    assert "savepoint sp1: table 1/5" in err  # progress on stderr
+    assert "savepoint sp1: pinned checkpoint 2" in err  # progress on stderr
     code, out, _ = run(job, capsys, "savepoints", "list", "--format", "csv")
     assert code == 0 and "sp1" in out and "manual" in out
     code, out, _ = run(job, capsys, "savepoints", "show", "sp1", "--job", JOB)

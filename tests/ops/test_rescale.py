@@ -8,7 +8,12 @@ import pytest
 from statecore.catalog import Catalog
 from statecore.checkpoint.points import RestorePoint
 from statecore.config import StatecoreConfig
-from statecore.errors import ConfigError, MaintenanceLockedError, StateMismatchError
+from statecore.errors import (
+    CheckpointNotFoundError,
+    ConfigError,
+    MaintenanceLockedError,
+    StateMismatchError,
+)
 from statecore.keygroups import assign_to_key_group
 from statecore.ops.rescale import rescale, verify_rescale
 from statecore.query import connect, delta_scan
@@ -39,7 +44,8 @@ def test_within_max_parallelism_nothing_is_rewritten(job: StatecoreConfig) -> No
         3,
         0,
     )
-    assert result.savepoint == savepoint.path and savepoint.reason == "rescale"
+    assert result.savepoint == savepoint.name and savepoint.reason == "rescale"
+    assert savepoint.kind == "pin"  # the checkpoint pinned, not copied
     assert latest(job) == before  # same checkpoint, same table versions
     assert files_under(f"{job.warehouse}/{JOB}") == files
 
@@ -156,7 +162,7 @@ def test_verify_rescale_names_the_states_that_differ(job: StatecoreConfig) -> No
                 catalog, JOB, savepoint=result.savepoint, parallelism=3, max_parallelism=128
             )
     message = str(raised.value)
-    assert f"job {JOB!r}: the state of checkpoint 3 differs from savepoint" in message
+    assert f"job {JOB!r}: the state of checkpoint 3 differs from pinned savepoint" in message
     assert "main/keyed/plain: before 41 rows, 41 keys, checksum" in message
     assert "main/keyed/total" in message
     assert "main/keyed/seen" not in message and "main/operator/offsets" not in message
@@ -179,7 +185,7 @@ def test_verify_rescale_checks_the_parallelism_and_the_savepoint(job: StatecoreC
             verify_rescale(
                 catalog, JOB, savepoint=result.savepoint, parallelism=3, max_parallelism=256
             )
-        with pytest.raises(ConfigError, match="savepoint .* is of job 'other'"):
-            verify_rescale(
+        with pytest.raises(CheckpointNotFoundError, match="job 'clicks' has no savepoint named"):
+            verify_rescale(  # a pin's name is one of its job's
                 catalog, JOB, savepoint=other.savepoint, parallelism=3, max_parallelism=128
             )

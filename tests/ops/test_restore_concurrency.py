@@ -58,7 +58,7 @@ def test_concurrent_restore_of_the_latest_checkpoints_savepoint_needs_no_force(
 ) -> None:
     config = statecore_home
     run(config, JOB, 1)
-    assert main(["--home", config.home, "savepoint", JOB, "--name", "sp"]) == 0
+    assert main(["--home", config.home, "savepoint", JOB, "--name", "sp", "--export"]) == 0
     folder = f"{config.warehouse}/_savepoints/{JOB}/sp"
     with Catalog.connect(config.catalog_url) as catalog:
         restore_savepoint(config, catalog, folder)  # nothing completed since checkpoint 1

@@ -17,7 +17,7 @@ from statecore.cli.demo import generate_clickstream
 from statecore.config import StatecoreConfig
 from statecore.errors import MaintenanceLockedError, RestoreWouldDiscardError
 from statecore.ops.retention import apply_retention
-from statecore.ops.savepoint import take_savepoint
+from statecore.ops.savepoint import pin_savepoint, take_savepoint
 from statecore.ops.ttl_cleanup import ttl_cleanup
 from statecore.query import run_sql
 from statecore.query.diff import checksums
@@ -93,6 +93,37 @@ def test_restore_from_an_older_savepoint_concurrently_is_refused_unless_forced(
     assert after == before  # neither restored nor begun
     result = run_day(spark, config, days[1], 3, restore_from=saved.savepoint, force_restore=True)
     assert not result.replayed and result.checkpoint.restored_from >= 10**18
+
+
+def test_a_run_restores_from_a_pinned_savepoint_by_name_at_another_parallelism(
+    spark: Any, days: list[Path], tmp_path: Path
+) -> None:
+    config = StatecoreConfig.resolve(home=str(tmp_path / "home"), env={})
+    run_day(spark, config, days[0], 1)
+    with Catalog.connect(config.catalog_url) as catalog:
+        pin_savepoint(config, catalog, "clickstream", name="day1")
+    run_day(spark, config, days[1], 2)
+    day2 = keyed_state(config)
+    # day 2 again, from the pin of day 1, at parallelism 3: the same keyed state and timers as
+    # the first time (operator state holds an element per instance: it depends on parallelism)
+    result = clickstream.run(
+        spark,
+        spark.read.parquet(str(days[1])),
+        checkpoint_id=3,
+        config=config,
+        parallelism=3,
+        restore_from="day1",
+        force_restore=True,
+    )
+    result.unpersist()
+    assert not result.replayed and result.checkpoint.restored_from >= 10**18
+    assert result.checkpoint.parallelism == 3 and keyed_state(config) == day2
+
+
+def keyed_state(config: StatecoreConfig) -> list[tuple[str, int, str]]:
+    with Catalog.connect(config.catalog_url) as catalog:
+        point = checkpoint_point(catalog, "clickstream")
+    return [(c.state, c.rows, c.checksum) for c in checksums(point) if c.table_kind != "operator"]
 
 
 def test_a_run_waits_for_maintenance_and_expired_days_replay(
