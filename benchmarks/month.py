@@ -1,0 +1,127 @@
+"""A month on one home, longer than the suite's (issue 33): the harness of
+``tests/airflow/test_month.py`` (``tests/airflow/month_run.py``) with more input days, two days
+of hourly ``streaming_pipeline`` runs, its result written to RESULTS.md.
+
+    python -m benchmarks.month                       # -> the RESULTS.md section
+    python -m benchmarks.month --days 30 --input-every 6 --stream-hours 3 --no-write  # the test's
+
+One Airflow (``airflow api-server`` + ``dag-processor`` + ``scheduler``, LocalExecutor, SQLite,
+parallelism 2) runs ``stateful_pipeline`` by backfills over ``--days`` past logical days (input
+on one day in ``--input-every``, one day's input late), ``state_maintenance`` on every
+checkpoint's Asset event, a savepoint and a rescale mid-month, and ``streaming_pipeline`` hourly
+over the last ``--stream-hours`` hours, while a DuckDB reader and a Delta ``readStream`` poll the
+output tables and four runs are SIGKILLed at commit phases (one per scheduler start, see
+``MonthPlan.kills``). ``streaming_kafka`` is not part of it: the test Kafka broker is a JVM
+the suite starts only in its ``jvm`` group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.report import replace_section
+from tests.airflow.month_run import MonthPlan, MonthResult, judge, run_month
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+HEADING = "## A month on one home (issue 33)"
+
+
+def run_counts(result: MonthResult) -> list[tuple[str, str]]:
+    """Per DAG: runs, how they ended, and task tries beyond the first (retries)."""
+    rows = []
+    for dag in sorted({run["dag"] for run in result.runs}):
+        runs = [run for run in result.runs if run["dag"] == dag]
+        states = Counter(
+            "skipped"
+            if run["state"] == "success"
+            and all(state == "skipped" for state, _ in run["tasks"].values())
+            else run["state"]
+            for run in runs
+        )
+        retries = sum(max(0, tries - 1) for run in runs for _, tries in run["tasks"].values())
+        ended = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        rows.append((dag, f"{len(runs)} | {ended} | {retries}"))
+    return rows
+
+
+def render(result: MonthResult, failed: list[str]) -> str:
+    plan = result.plan
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    sizes = [
+        f"| {name} | {', '.join(f'{k} {v}' for k, v in size.items())} |"
+        for name, size in result.sizes.items()
+    ]
+    return "\n".join(
+        [
+            HEADING,
+            "",
+            f"`python -m benchmarks.month --days {plan.days} --stream-hours {plan.stream_hours} "
+            f"--input-every {plan.input_every}` ({time.strftime('%Y-%m-%d')}, commit {commit}, "
+            f"2 shared cores): {plan.days} logical days of `stateful_pipeline` (input on a day in "
+            f"{plan.input_every}, {plan.late_days} late; {plan.users} users, {plan.events} "
+            f"events a day), {plan.stream_hours} hourly `streaming_pipeline` runs, "
+            "`state_maintenance` on every checkpoint, a savepoint and a rescale, on one "
+            "Airflow's real scheduler; a DuckDB reader polled the outputs "
+            f"{result.reader_polls} times and a Delta `readStream` read "
+            f"{len(result.stream_reader['rows'])} rows. Killed at: "
+            f"{', '.join(result.kill_points) or 'none'}; fired: "
+            f"{'; '.join(result.fired) or 'none'}.",
+            "",
+            "| DAG | runs | ended | retries |",
+            "|---|---:|---|---:|",
+            *(f"| {dag} | {cells} |" for dag, cells in run_counts(result)),
+            "",
+            "| phase | seconds since start |",
+            "|---|---:|",
+            *(f"| {name} | {value:.0f} |" for name, value in result.seconds.items()),
+            "",
+            "| at the end | |",
+            "|---|---|",
+            *sizes,
+            "",
+            "Every check held."
+            if not failed
+            else "Checks that failed:\n\n" + "\n".join(f"- {line}" for line in failed),
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=int, default=60)
+    parser.add_argument("--input-every", type=int, default=4)
+    parser.add_argument("--stream-hours", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=33)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args(argv)
+    plan = MonthPlan(
+        days=args.days,
+        input_every=args.input_every,
+        stream_hours=args.stream_hours,
+        seed=args.seed,
+        run_timeout=4 * 3600,
+    )
+    with tempfile.TemporaryDirectory(prefix="statecore-month-") as tmp:
+        result = run_month(Path(tmp) / "home", plan)
+        failed = judge(result)
+    section = render(result, failed)
+    print(section)
+    if not args.no_write:
+        RESULTS.write_text(replace_section(RESULTS.read_text(), HEADING, section))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
