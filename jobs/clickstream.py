@@ -158,11 +158,13 @@ def run(
     restore_from: str | None = None,
     force_restore: bool = False,
     config: StatecoreConfig | None = None,
+    output_table: str | None = None,
 ) -> KeyedRun:
     """Process ``events`` as one checkpoint of ``job`` (``rules`` replace the flagging rules;
     ``backend`` is a name or ``BackendParameters``, ``backend_options`` configure a named
     backend, e.g. ``RocksDBOptions``; ``restore_from`` is a savepoint folder to start from,
-    refused if older than the latest checkpoint unless ``force_restore``)."""
+    refused if older than the latest checkpoint unless ``force_restore``; ``output_table``: a
+    Delta table the enriched events are committed to once the checkpoint completes)."""
     return keyed_process(
         events.select("user_id", "event_type", "amount", "ts"),
         key="user_id",
@@ -178,6 +180,7 @@ def run(
         restore_from=restore_from,
         force_restore=force_restore,
         config=config,
+        output_table=output_table,
     )
 
 
@@ -198,6 +201,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--output",
         help="folder for the enriched events (default: $STATECORE_HOME/output/clickstream)",
+    )
+    parser.add_argument(
+        "--output-table",
+        help="the Delta table the enriched events are committed to after each checkpoint "
+        "completes, which a replay reads them back from (default: "
+        "$STATECORE_HOME/output/<job>_events)",
     )
     parser.add_argument(
         "--parallelism",
@@ -230,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     home = StatecoreConfig.resolve().home
     args.input = args.input or os.environ.get("STATECORE_INPUT") or f"{home}/data/clickstream"
     args.output = args.output or f"{home}/output/clickstream"
+    args.output_table = args.output_table or f"{home}/output/{args.job}_events"
     # statecore's lines at INFO, everything else (py4j's connection chatter) from WARNING
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("statecore").setLevel(logging.INFO)
@@ -246,11 +256,15 @@ def main(argv: list[str] | None = None) -> None:
         backend=args.backend,
         rules=args.rules,
         restore_from=args.from_savepoint or None,
+        output_table=args.output_table,
     )
+    # The day's folder is written from the rows the output table holds for the checkpoint, on a
+    # replay too: a run killed after its checkpoint completed, before it wrote the folder, is
+    # retried as a replay, which must not leave the day without its events.
+    result.output.write.mode("overwrite").parquet(f"{args.output}/date={day}")
     if result.replayed:
         print(f"checkpoint {result.checkpoint.checkpoint_id} already complete: nothing to do")
     else:
-        result.output.write.mode("overwrite").parquet(f"{args.output}/date={day}")
         print(
             f"{day}: {result.records} events, checkpoint {result.checkpoint.checkpoint_id} "
             f"complete with {result.checkpoint.total_rows} state rows"

@@ -134,7 +134,11 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
             scheduler.backfill("streaming_pipeline", begin.isoformat(), stream_end.isoformat())
 
         def start_reader() -> None:
-            tables = [path for kind, path in output_tables(home).values() if kind == "delta"]
+            tables = [
+                path
+                for name, (kind, path) in output_tables(home).items()
+                if kind == "delta" and name not in BATCH_OUTPUTS
+            ]
             if stream.process is None and tables:
                 stream.start(tables[0])
 
@@ -253,6 +257,10 @@ def sizes(home: Path, config: StatecoreConfig) -> dict[str, Any]:
     return out
 
 
+BATCH_OUTPUTS = ("clickstream", "clickstream_events")
+"""The batch job's outputs: its day folders (Parquet) and its Delta output table."""
+
+
 def judge(result: MonthResult) -> list[str]:
     """Every check of the month; what failed (empty: all held)."""
     failed = []
@@ -262,13 +270,14 @@ def judge(result: MonthResult) -> list[str]:
             failed.append(f"run {name} {run['state']}: {run['tasks']}")
         elif name in result.reasons and result.reasons[name] is None:
             failed.append(f"run {name} skipped without a reason in its log: {run['tasks']}")
-    batch = result.outputs.get("clickstream", set())
-    if batch != result.batch_input:
-        failed.append(
-            f"batch output clickstream: {len(result.batch_input - batch)} input records "
-            f"missing, {len(batch - result.batch_input)} not in the input"
-        )
-    streams = {name for name in result.outputs if name != "clickstream"}
+    for name in BATCH_OUTPUTS:
+        batch = result.outputs.get(name, set())
+        if batch != result.batch_input:
+            failed.append(
+                f"batch output {name}: {len(result.batch_input - batch)} input records "
+                f"missing, {len(batch - result.batch_input)} not in the input"
+            )
+    streams = {name for name in result.outputs if name not in BATCH_OUTPUTS}
     if result.plan.stream_hours and not streams:
         failed.append("no output table of streaming_pipeline")
     for name in sorted(streams):
