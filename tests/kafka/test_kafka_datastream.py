@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
+from scripts.kafka_broker import KafkaBroker
 from statecore.config import StatecoreConfig
 from statecore.pyflink.datastream import RuntimeExecutionMode
-from tests.kafka.broker import KafkaBroker
 from tests.pyflink.jobs.kafka_clicks import kafka_clicks
 
 pytestmark = pytest.mark.spark
