@@ -5,7 +5,9 @@ Runs the statecore clickstream job (`jobs/clickstream.py`) once per logical date
 provider's `SparkSubmitOperator` (connection `spark_default`, `local[*]` by default). Each run
 restores keyed state from the previous day's checkpoint, processes the day's events and completes a
 new checkpoint in the statecore catalog; the checkpoint is published as the Asset
-`statecore://clickstream`.
+`statecore://clickstream`. The day's enriched events are committed to the Delta table
+`$STATECORE_HOME/output/clickstream_events` once the checkpoint completes, and written from it
+to `$STATECORE_HOME/output/clickstream/date=YYYY-MM-DD` (Parquet), by a retried run too.
 
 Before Spark starts, the `check` task skips the run, with the reason in its log, when the day's
 input is not there yet (so a scheduled run ahead of its data, or unpausing the DAG, never fails)
