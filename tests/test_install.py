@@ -21,7 +21,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_documented_path_install_shows_each_step_as_it_goes(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    # as a newcomer types it: not inside another make (make test's MAKELEVEL and MAKEFLAGS would
+    # add "make[1]: Entering directory" lines)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "MAKELEVEL", "MAKEFLAGS", "MFLAGS")
+    }
     began = time.monotonic()
     process = subprocess.Popen(
         ["make", f"VENV={venv}", f"{venv}/.installed"],

@@ -223,7 +223,7 @@ def task_function(
         index = TaskContext.get().partitionId()  # type: ignore[union-attr]
         with task_gc_policy():  # once per task, restore (or the hand-over) included
             if spec.warm_host and spec.keep_warm and hosting():
-                yield from hosted(spec, function, process, index, batches)
+                yield from hosted(spec, function, process, index, batches, run_task)
             else:
                 yield from run_task(spec, function, process, index, batches)
 

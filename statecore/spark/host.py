@@ -194,13 +194,13 @@ def hosted(
     process: Any,
     index: int,
     batches: Iterator[pa.RecordBatch],
-    fallback: Callable[..., Iterator[pa.RecordBatch]] | None = None,
+    fallback: Callable[..., Iterator[pa.RecordBatch]],
 ) -> Iterator[pa.RecordBatch]:
     """:func:`~statecore.spark.executor.run_task` of operator instance ``index`` in its host
     (started when there is none): the partition's ``batches`` stream there, its result
     batches come back, checked (:mod:`statecore.spark.host_wire`). A host this task may not
-    trust, or one that cannot load the task, makes it run here instead (``fallback``, default
-    ``run_task``: a cold restore), before any batch is read."""
+    trust, or one that cannot load the task, makes it run here instead (``fallback``, the
+    executor's ``run_task``: a cold restore), before any batch is read."""
     started, started_cpu = time.perf_counter(), time.thread_time()
     who = f"job {spec.job}, operator {spec.operator}, subtask {index}"
     connection = None
@@ -213,10 +213,6 @@ def hosted(
     except WarmHostRefusedError as exc:
         log.error("%s: %s; the task runs in its Python worker (a cold restore)", who, exc)
     if connection is None:
-        if fallback is None:
-            from statecore.spark.executor import run_task
-
-            fallback = run_task
         yield from fallback(spec, function, process, index, batches)
         return
     with connection:

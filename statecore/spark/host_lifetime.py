@@ -4,9 +4,10 @@ A stream's hosts hold its state (and a RocksDB instance's files) between micro-b
 the query stops (``query.stop()``, an ``availableNow`` query that is done), a listener on the
 driver asks the hosts of its job and operator on the driver's machine to exit (every executor
 folder there: ``local[*]``, or a cluster's executors on that machine), unless another query of
-the same job and operator is active by then. A query that fails leaves its hosts until they
-are idle for ``STATECORE_HOST_IDLE_SECONDS``, so a live lookup can read what its last
-micro-batch left (a restarted query's tasks continue in them, and restore: the failed
+the same job and operator is active by then. A query with live lookups on does not register
+here (its hosts serve lookups of its last micro-batch until idle), and one that fails leaves
+its hosts until they are idle for ``STATECORE_HOST_IDLE_SECONDS``, so a live lookup can read
+what its last micro-batch left (a restarted query's tasks continue in them, and restore: the failed
 checkpoint is not the one they hold). Hosts on other machines exit when their executor does
 (a session that ends), or when idle.
 """

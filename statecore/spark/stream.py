@@ -325,7 +325,9 @@ def _start(
         "" if restore_from is None else f", state from savepoint {restore_from}",
     )
     query = writer.start()
-    if template.warm_hosts:
+    if template.warm_hosts and not template.live_lookups:
+        # With live lookups the hosts serve the last micro-batch's state after the query ends
+        # (as after a failure), until they are idle (STATECORE_HOST_IDLE_SECONDS).
         stop_hosts_with(stream_df.sparkSession, query, template.job, template.operator)
     return query
 

@@ -16,19 +16,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
 from statecore.pyflink.common.watermark_strategy import WatermarkStrategy
 from statecore.pyflink.datastream.functions import KeyedProcessFunction
 from statecore.pyflink.datastream.operators import Reduce, Step
 
-if TYPE_CHECKING:
-    from statecore.pyflink.datastream.stream_execution_environment import (
-        StreamExecutionEnvironment,
-    )
-
 __all__ = ["DataStream", "DataStreamSink", "KeyedStream", "Plan"]
+
+Environment = Any
+"""The job's ``StreamExecutionEnvironment`` (typed as ``Any``: its module imports this one,
+and statecore's modules import no cycle, see tests/test_import_cycles.py)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ def _unsupported(what: str, instead: str) -> PyFlinkUnsupportedError:
 class DataStream:
     """A stream of elements: transform it, key it, or sink it."""
 
-    def __init__(self, env: StreamExecutionEnvironment, plan: Plan) -> None:
+    def __init__(self, env: Environment, plan: Plan) -> None:
         self._env = env
         self._plan = plan
 
@@ -79,7 +78,7 @@ class DataStream:
     def get_type(self) -> Any:
         return self._plan.element_type
 
-    def get_execution_environment(self) -> StreamExecutionEnvironment:
+    def get_execution_environment(self) -> Environment:
         return self._env
 
     # operator settings Spark owns: accepted, nothing to do

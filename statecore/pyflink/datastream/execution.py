@@ -28,7 +28,7 @@ from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
 from statecore.pyflink.datastream.connectors.delta import DeltaSink
 from statecore.pyflink.datastream.connectors.file_system import FileSink, FileSource
 from statecore.pyflink.datastream.connectors.kafka import KafkaSource
-from statecore.pyflink.datastream.data_stream import Plan
+from statecore.pyflink.datastream.data_stream import Environment, Plan
 from statecore.pyflink.datastream.operators import (
     KEYED_BY_SEQUENCE,
     PipelineFunction,
@@ -38,9 +38,6 @@ from statecore.pyflink.datastream.operators import (
 from statecore.snapshot.storage import table_filesystem
 
 if TYPE_CHECKING:
-    from statecore.pyflink.datastream.stream_execution_environment import (
-        StreamExecutionEnvironment,
-    )
     from statecore.spark.dataflow import Dataflow
 
 __all__ = ["BATCH_LATENESS", "CollectionSource", "JobClient", "JobExecutionResult", "dataflow"]
@@ -164,7 +161,7 @@ class _Sink:
         print_lines(pairs, self.plan.sink_identifier, self.parallelism)
 
 
-def dataflow(env: StreamExecutionEnvironment, plan: Plan, job: str) -> Dataflow:
+def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
     """The :class:`~statecore.spark.dataflow.Dataflow` of ``plan`` in ``env``, as job ``job``."""
     from statecore.spark.dataflow import Dataflow
 
@@ -223,7 +220,7 @@ def dataflow(env: StreamExecutionEnvironment, plan: Plan, job: str) -> Dataflow:
     )
 
 
-def run(env: StreamExecutionEnvironment, plan: Plan, job: str) -> JobExecutionResult:
+def run(env: Environment, plan: Plan, job: str) -> JobExecutionResult:
     from statecore.spark.dataflow import run_dataflow
 
     return JobExecutionResult(job, run_dataflow(dataflow(env, plan, job), env.spark_session))
@@ -233,7 +230,7 @@ class JobClient:
     """PyFlink's ``JobClient`` of a job started by ``execute_async``: ``cancel()`` stops a
     stream (the output of its completed checkpoints stays), ``wait()`` waits for the end."""
 
-    def __init__(self, env: StreamExecutionEnvironment, plan: Plan, job: str) -> None:
+    def __init__(self, env: Environment, plan: Plan, job: str) -> None:
         from statecore.spark.dataflow import run_dataflow
 
         self._job = job
