@@ -49,7 +49,7 @@ class TaskInstance:  # an upstream task's XCom, as the task returned it
     def xcom_pull(self, task_ids=None, key="return_value", **kwargs):
         if task_ids == "check":  # streaming_kafka's: the bootstrap servers it resolved
             return "broker-1:9092"
-        return {"path": "/savepoints/upstream", "checkpoint_id": 1}
+        return {"name": "upstream", "kind": "pin", "path": None, "checkpoint_id": 1}
 
 
 def edges(schema):

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from statecore.catalog import Catalog
-from statecore.checkpoint.points import load_savepoint
+from statecore.checkpoint.points import resolve_point
 from statecore.cli.demo import airflow_environment
 from statecore.config import StatecoreConfig
 from tests.airflow.dagrun import REPO
@@ -235,7 +235,8 @@ def test_trigger_a_dag_over_the_rest_api(standalone: Standalone) -> None:
     assert standalone.run_state == "success", standalone.log_tail
     with Catalog.connect(standalone.config.catalog_url) as catalog:
         [saved] = catalog.list_savepoints("clicks")
-    assert saved.name == "smoke" and load_savepoint(saved.path).total_rows == 2
+        pinned = resolve_point(catalog, "clicks", "smoke")  # a pin: nothing copied
+    assert saved.name == "smoke" and pinned.total_rows == 2
 
 
 def test_documented_path_make_up_serves_airflow_on_loopback_only(standalone: Standalone) -> None:
