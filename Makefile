@@ -25,8 +25,6 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 # So does the Airflow of `make up` (its API server and UI; Airflow's default is every interface):
 # `make up AIRFLOW__API__HOST=0.0.0.0` serves other machines too.
 export AIRFLOW__API__HOST ?= 127.0.0.1
-# spark-submit logs Spark's warnings and errors, not its INFO (conf/spark/log4j2.properties).
-export SPARK_CONF_DIR ?= $(CURDIR)/conf/spark
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
 export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
@@ -62,6 +60,11 @@ demo: $(STAMP)
 # process: without this filter each task log starts with its DeprecationWarning (as
 # statecore.cli.demo.PYTHONWARNINGS, which `make demo` and the tests' Airflow use).
 up: export PYTHONWARNINGS ?= ignore:GitWildMatchPattern:DeprecationWarning
+# Its spark-submits log Spark's warnings and errors, not its INFO (conf/spark/log4j2.properties;
+# `make demo` and the tests' Airflow set the same in statecore.cli.demo.airflow_environment).
+# Not exported for `make test`: a non-empty folder on a driver's class path stops the JVM from
+# writing the class-data archive the test drivers start from (scripts/spark_cds.py).
+up: export SPARK_CONF_DIR ?= $(CURDIR)/conf/spark
 up: $(STAMP)
 	@mkdir -p $(AIRFLOW_HOME)
 	@echo "Airflow UI: http://$(AIRFLOW__API__HOST):$${AIRFLOW__API__PORT:-8080}  (user admin; password in" \
