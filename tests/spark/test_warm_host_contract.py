@@ -5,6 +5,7 @@ plain task."""
 
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +19,16 @@ from statecore.descriptors import ValueStateDescriptor
 from statecore.keygroups import assign_to_key_group
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
 from statecore.spark import keyed_stream
+from statecore.spark.executor import run_task
 from statecore.spark.host import hosted
 
 from .test_stream import completed, delta_rows, spec, totals
 from .test_warm_host import OUTPUT, USERS, write_batches
 from .test_warm_state import Totals, events
 from .test_warm_state import run as run_task_here
+
+hosted_task = functools.partial(hosted, fallback=run_task)
+"""A task in its warm state host, run in the worker when the host is not to be trusted."""
 
 pytestmark = pytest.mark.spark
 
@@ -132,14 +137,16 @@ def test_worker_contract_the_function_s_error_keeps_its_type_message_traceback_a
     """The task's error, raised in its host, is raised in the worker as the same type with the
     same message, its cause chained, and the host's traceback (the function's line) in a note:
     what Spark reports of the task."""
-    run_task_here(statecore_home, events(1), job="contract_err", checkpoint_id=1, runner=hosted)
+    run_task_here(
+        statecore_home, events(1), job="contract_err", checkpoint_id=1, runner=hosted_task
+    )
     with pytest.raises(ValueError) as failed:
         run_task_here(
             statecore_home,
             events(2),
             job="contract_err",
             checkpoint_id=2,
-            runner=hosted,
+            runner=hosted_task,
             function=Failing(),
         )
     assert type(failed.value) is ValueError and str(failed.value) == "no rate for k3"

@@ -14,6 +14,7 @@ idle, a task its host cannot load, statecore shipped with the job (``--py-files`
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ import pytest
 from statecore.config import StatecoreConfig
 from statecore.runtime.warm import WARM_POOL
 from statecore.spark import host
-from statecore.spark.executor import META
+from statecore.spark.executor import META, run_task
 from statecore.spark.host import host_address, hosted
 from statecore.spark.host_wire import HostReplyError
 
@@ -46,6 +47,10 @@ from .test_warm_state import OUTPUT, Totals, cold, events, run
 JOB = "guarded"
 OWN = os.getuid()
 NOBODY = 65534
+
+
+hosted_task = functools.partial(hosted, fallback=run_task)
+"""A task in its warm state host, run in the worker when the host is not to be trusted."""
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +94,7 @@ def test_host_security_a_hosts_folder_planted_as_a_link_is_refused_and_tasks_res
     root_of(host_dir).symlink_to(theirs)
     expected = cold_rows(statecore_home, 2)
     for i in (1, 2):
-        rows, restore = run(statecore_home, events(i), job=JOB, checkpoint_id=i, runner=hosted)
+        rows, restore = run(statecore_home, events(i), job=JOB, checkpoint_id=i, runner=hosted_task)
         assert rows == expected[i - 1]
         assert restore["warm_tasks"] == (0 if i == 1 else 2)  # kept in this "worker"
     assert not sockets(theirs)
@@ -105,12 +110,12 @@ def test_host_security_a_hosts_folder_swapped_for_a_link_after_the_first_task_is
     """The folder is checked at every connection, not once per process: swapped for a link
     after the first tasks, the next tasks do not follow it (they restore cold)."""
     expected = cold_rows(statecore_home, 2)
-    rows, _ = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted)
+    rows, _ = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted_task)
     assert rows == expected[0]
     moved = tmp_path / "moved"
     root_of(host_dir).rename(moved)
     root_of(host_dir).symlink_to(moved)  # the hosts still listen, behind a link
-    rows, restore = run(statecore_home, events(2), job=JOB, checkpoint_id=2, runner=hosted)
+    rows, restore = run(statecore_home, events(2), job=JOB, checkpoint_id=2, runner=hosted_task)
     assert rows == expected[1]
     assert restore["warm_tasks"] == 0
     assert any("is not a folder (a symbolic link" in m for m in refused(caplog))
@@ -127,7 +132,7 @@ def test_host_security_a_hosts_folder_of_another_user_is_refused_and_tasks_resto
     root_of(host_dir).mkdir(mode=0o700)
     os.chown(root_of(host_dir), NOBODY, NOBODY)
     expected = cold_rows(statecore_home, 1)
-    rows, restore = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted)
+    rows, restore = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted_task)
     assert rows == expected[0]
     assert restore["warm_tasks"] == 0
     assert not sockets(host_dir)
@@ -140,9 +145,9 @@ def test_host_security_a_socket_of_another_user_is_refused(
     """A socket in the folder that is not this user's is not connected to: its subtask's task
     runs in its worker; the other subtask continues warm in its host."""
     expected = cold_rows(statecore_home, 2)
-    run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted)
+    run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted_task)
     os.chown(host_address(JOB, "main", 0), NOBODY, NOBODY)
-    rows, restore = run(statecore_home, events(2), job=JOB, checkpoint_id=2, runner=hosted)
+    rows, restore = run(statecore_home, events(2), job=JOB, checkpoint_id=2, runner=hosted_task)
     assert rows == expected[1]
     assert restore["warm_tasks"] == 1
     assert any("is not a socket of this user" in m for m in refused(caplog))
@@ -212,7 +217,7 @@ def test_host_security_a_host_of_another_user_is_refused_before_anything_is_sent
     expected = cold_rows(statecore_home, 1)
     address = host_address(JOB, "main", 0)
     with fake_host(address, forged_error(marker), uid=NOBODY):
-        rows, _ = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted)
+        rows, _ = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted_task)
     assert rows == expected[0]
     assert not marker.exists()
     assert any(f"is a process of user {NOBODY}" in m for m in refused(caplog))
@@ -227,9 +232,9 @@ def test_host_security_a_forged_error_reply_is_never_unpickled(
     expected = cold_rows(statecore_home, 1)
     with fake_host(host_address(JOB, "main", 0), forged_error(marker)):
         with pytest.raises(HostReplyError, match="not an error's text"):
-            run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted)
+            run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted_task)
     assert not marker.exists()
-    rows, _ = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted)
+    rows, _ = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted_task)
     assert rows == expected[0]
 
 
@@ -291,8 +296,8 @@ def test_host_security_a_forged_report_is_refused_and_nothing_of_it_is_committed
     expected = cold_rows(statecore_home, 1)
     with fake_host(host_address(JOB, "main", 0), forged_report(path, subtask, checkpoint)):
         with pytest.raises(HostReplyError, match=why):
-            run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted)
-    rows, _ = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted)
+            run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted_task)
+    rows, _ = run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted_task)
     assert rows == expected[0]
 
 
@@ -326,7 +331,7 @@ def test_warm_host_a_task_waiting_while_its_host_exits_is_taken_by_a_new_host(
     """A host asked to exit (by ``stop_hosts``, a rescale, an eviction) while a task waits in
     its socket's backlog: the task is taken by a new host (a cold restore), not failed."""
     expected = cold_rows(statecore_home, 2, parallelism=1)
-    run(statecore_home, events(1), job=JOB, checkpoint_id=1, parallelism=1, runner=hosted)
+    run(statecore_home, events(1), job=JOB, checkpoint_id=1, parallelism=1, runner=hosted_task)
     address = host_address(JOB, "main", 0)
     pid = host_pid(address)
     os.kill(pid, signal.SIGSTOP)  # both wait in the backlog: the exit first, then the task
@@ -334,7 +339,12 @@ def test_warm_host_a_task_waiting_while_its_host_exits_is_taken_by_a_new_host(
         host._ask_to_exit(address)
         thread, out = in_thread(
             lambda: run(
-                statecore_home, events(2), job=JOB, checkpoint_id=2, parallelism=1, runner=hosted
+                statecore_home,
+                events(2),
+                job=JOB,
+                checkpoint_id=2,
+                parallelism=1,
+                runner=hosted_task,
             )
         )
         time.sleep(0.5)
@@ -354,14 +364,19 @@ def test_warm_host_an_idle_host_serves_the_task_already_waiting_before_it_exits(
     (warm) before it exits, rather than ending under it."""
     monkeypatch.setenv("STATECORE_HOST_IDLE_SECONDS", "1")
     expected = cold_rows(statecore_home, 2, parallelism=1)
-    run(statecore_home, events(1), job=JOB, checkpoint_id=1, parallelism=1, runner=hosted)
+    run(statecore_home, events(1), job=JOB, checkpoint_id=1, parallelism=1, runner=hosted_task)
     pid = host_pid(host_address(JOB, "main", 0))
     os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(2.5)  # idle for longer than allowed, the task arrives while it is stopped
         thread, out = in_thread(
             lambda: run(
-                statecore_home, events(2), job=JOB, checkpoint_id=2, parallelism=1, runner=hosted
+                statecore_home,
+                events(2),
+                job=JOB,
+                checkpoint_id=2,
+                parallelism=1,
+                runner=hosted_task,
             )
         )
         time.sleep(0.5)
@@ -396,7 +411,7 @@ def test_warm_host_a_host_running_a_long_task_is_not_evicted_as_idle(
     monkeypatch.setattr(host, "EVICT_AFTER", 0.3)
     monkeypatch.setenv("STATECORE_MAX_HOSTS", "1")
     expected = cold_rows(statecore_home, 3, parallelism=1)
-    run(statecore_home, events(1), job=JOB, checkpoint_id=1, parallelism=1, runner=hosted)
+    run(statecore_home, events(1), job=JOB, checkpoint_id=1, parallelism=1, runner=hosted_task)
     time.sleep(0.5)
     timer = threading.Timer(0.8, host._evict, [host_address(JOB, "main", 0).parent])
     timer.start()  # while the next task runs (1.5 s)
@@ -406,14 +421,14 @@ def test_warm_host_a_host_running_a_long_task_is_not_evicted_as_idle(
         job=JOB,
         checkpoint_id=2,
         parallelism=1,
-        runner=hosted,
+        runner=hosted_task,
         function=Slow(1.5),
     )
     timer.join()
     assert rows == expected[1]
     time.sleep(0.3)  # the host read the request after its task
     rows, restore = run(
-        statecore_home, events(3), job=JOB, checkpoint_id=3, parallelism=1, runner=hosted
+        statecore_home, events(3), job=JOB, checkpoint_id=3, parallelism=1, runner=hosted_task
     )
     assert rows == expected[2]
     assert restore["warm_tasks"] == 1
@@ -433,19 +448,19 @@ def test_warm_host_a_task_its_host_cannot_load_runs_in_its_worker_and_the_host_g
     statecore_home: StatecoreConfig, host_dir: Path
 ) -> None:
     expected = cold_rows(statecore_home, 3)
-    run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted)
+    run(statecore_home, events(1), job=JOB, checkpoint_id=1, runner=hosted_task)
     rows, restore = run(
         statecore_home,
         events(2),
         job=JOB,
         checkpoint_id=2,
-        runner=hosted,
+        runner=hosted_task,
         function=LoadsOnlyInWorkers(),
     )
     assert rows == expected[1]
     assert restore["warm_tasks"] == 0
     assert len(sockets(host_dir)) == 2  # the hosts did not end
-    rows, _ = run(statecore_home, events(3), job=JOB, checkpoint_id=3, runner=hosted)
+    rows, _ = run(statecore_home, events(3), job=JOB, checkpoint_id=3, runner=hosted_task)
     assert rows == expected[2]
 
 

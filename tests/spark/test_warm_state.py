@@ -62,6 +62,10 @@ MAX_P = 128
 OUTPUT = pa.schema([("key", pa.string()), ("total", pa.int64()), ("seen", pa.int64())])
 
 
+hosted_task = functools.partial(hosted, fallback=run_task)
+"""A task in its warm state host, run in the worker when the host is not to be trusted."""
+
+
 class Totals(KeyedProcessFunction, CheckpointedFunction):
     """A running sum per key (keyed state), the records seen by the subtask (operator state)
     and an event-time timer per key that fires when the run ends (timers)."""
@@ -258,7 +262,7 @@ def test_warm_state_in_a_host_continues_whichever_process_asks(
     runs = [{"records": events(i), "checkpoint_id": i, "backend": backend} for i in range(1, 4)]
     expected = cold(statecore_home, runs, f"cold_{backend}")
     for i, (kw, rows) in enumerate(zip(runs, expected)):
-        got, restore = run(statecore_home, job=f"hosted_{backend}", runner=hosted, **kw)
+        got, restore = run(statecore_home, job=f"hosted_{backend}", runner=hosted_task, **kw)
         assert got == rows
         assert restore["warm_tasks"] == (0 if i == 0 else 2)
         assert len(WARM_POOL) == 0  # the hosts keep the state, not this process
@@ -270,11 +274,11 @@ def test_warm_state_hosts_of_subtasks_a_rescale_dropped_exit(
 ) -> None:
     """At parallelism 4 then 2, the hosts of subtasks 2 and 3 hold state no task will ask for:
     the first task at 2 asks them to exit; the others go on (and restore: a rescale)."""
-    run(statecore_home, events(1), job="shrunk", checkpoint_id=1, parallelism=4, runner=hosted)
+    run(statecore_home, events(1), job="shrunk", checkpoint_id=1, parallelism=4, runner=hosted_task)
     sockets = lambda: sorted(host_dir.glob("*/*/*.sock"))  # noqa: E731
     assert len(sockets()) == 4
     rows, restore = run(
-        statecore_home, events(2), job="shrunk", checkpoint_id=2, parallelism=2, runner=hosted
+        statecore_home, events(2), job="shrunk", checkpoint_id=2, parallelism=2, runner=hosted_task
     )
     assert restore["warm_tasks"] == 0 and restore["tasks"] == 2
     expected = cold(
@@ -293,7 +297,7 @@ def test_warm_state_hosts_of_subtasks_a_rescale_dropped_exit(
         host_address("shrunk", "main", i).name for i in (0, 1)
     )
     _, restore = run(
-        statecore_home, events(3), job="shrunk", checkpoint_id=3, parallelism=2, runner=hosted
+        statecore_home, events(3), job="shrunk", checkpoint_id=3, parallelism=2, runner=hosted_task
     )
     assert restore["warm_tasks"] == 2
 
@@ -313,7 +317,7 @@ def test_warm_state_host_start_removes_folders_of_executors_gone_for_a_day(
         (folder / "x.sock.log").write_text("a host's log\n")
     for path in (old, old / "x.sock.log", alive, alive / "x.sock.log"):
         os.utime(path, (time.time() - 2 * 86_400,) * 2)
-    run(statecore_home, events(1), job="swept", checkpoint_id=1, parallelism=1, runner=hosted)
+    run(statecore_home, events(1), job="swept", checkpoint_id=1, parallelism=1, runner=hosted_task)
     assert not old.exists()
     assert (recent / "x.sock.log").exists(), "gone for less than a day: kept"
     assert (alive / "x.sock.log").exists(), "its executor runs: kept"
