@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, noload
 
 from statecore.catalog.jobs import upsert_states
-from statecore.catalog.leases import check_epoch
+from statecore.catalog.leases import check_epoch, load_in_progress
 from statecore.catalog.lookup import find_checkpoint, load_checkpoint, load_job
 from statecore.catalog.models import CheckpointRow, CheckpointTableRow, JobRow, PendingOutputRow
 from statecore.catalog.records import (
@@ -41,7 +41,6 @@ from statecore.catalog.validation import (
 from statecore.errors import (
     CheckpointCommitError,
     CheckpointOrderError,
-    ConcurrentRunError,
     ConfigError,
     ReplayMismatchError,
 )
@@ -127,20 +126,14 @@ class CheckpointStore(Store):
             check_states(job, *states)
         try:
             with self._write.begin() as session:
-                job_row = load_job(session, job, lock=True)
-                if epoch is not None:
-                    check_epoch(session, job_row, epoch)
-                row = load_checkpoint(session, job_row, checkpoint_id)
-                if epoch is not None and row.epoch != epoch:
-                    raise ConcurrentRunError(
-                        f"{where} was begun again by the writer of epoch {row.epoch}; the "
-                        f"writer of epoch {epoch} cannot complete it"
-                    )
-                if row.status != _IN_PROGRESS:
-                    raise CheckpointCommitError(
-                        f"{where} is {row.status}, not IN_PROGRESS: it cannot complete "
-                        "(begin it again to retry)"
-                    )
+                job_row, row = load_in_progress(
+                    session,
+                    job,
+                    checkpoint_id,
+                    epoch=epoch,
+                    act="complete it",
+                    refused="it cannot complete (begin it again to retry)",
+                )
                 if states is not None:  # the catalog's schemas move with the tables, or not at all
                     upsert_states(session, job_row, *states)
                 job_row.last_completion_seq += 1

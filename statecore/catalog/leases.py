@@ -6,15 +6,15 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from statecore.catalog.lookup import load_job
-from statecore.catalog.models import JobRow, MaintenanceLockRow
+from statecore.catalog.lookup import load_checkpoint, load_job
+from statecore.catalog.models import CheckpointRow, JobRow, MaintenanceLockRow
 from statecore.catalog.records import MaintenanceLock
 from statecore.catalog.store import Store, database_now
 from statecore.config import DEFAULT_LEASE_TIMEOUT
-from statecore.errors import ConcurrentRunError, MaintenanceLockedError
+from statecore.errors import CheckpointCommitError, ConcurrentRunError, MaintenanceLockedError
 from statecore.processes import owner_gone
 
-__all__ = ["RUN_OPERATION", "LeaseStore", "check_epoch"]
+__all__ = ["RUN_OPERATION", "LeaseStore", "check_epoch", "load_in_progress"]
 
 RUN_OPERATION = "run"
 """The operation of a lease held by a run of the job (``run`` + the checkpoint id)."""
@@ -110,6 +110,34 @@ def check_epoch(session: Session, job_row: JobRow, epoch: int) -> None:
         f"job {job_row.name!r}: the lease of epoch {epoch} was lost ({held}); this writer's "
         "commits are refused and nothing it wrote becomes visible"
     )
+
+
+def load_in_progress(
+    session: Session,
+    job: str,
+    checkpoint_id: int,
+    *,
+    epoch: int | None,
+    act: str,
+    refused: str,
+) -> tuple[JobRow, CheckpointRow]:
+    """The job's row, locked for the transaction, and its IN_PROGRESS checkpoint's row, fenced
+    by ``epoch`` (unless ``None``): :class:`ConcurrentRunError` if its lease or the checkpoint
+    was taken by another writer (who then cannot ``act``), :class:`CheckpointCommitError`
+    (saying ``refused``) if the checkpoint is no longer IN_PROGRESS."""
+    where = f"checkpoint {checkpoint_id} of job {job!r}"
+    job_row = load_job(session, job, lock=True)
+    if epoch is not None:
+        check_epoch(session, job_row, epoch)
+    row = load_checkpoint(session, job_row, checkpoint_id)
+    if epoch is not None and row.epoch != epoch:
+        raise ConcurrentRunError(
+            f"{where} was begun again by the writer of epoch {row.epoch}; the writer of epoch "
+            f"{epoch} cannot {act}"
+        )
+    if row.status != "IN_PROGRESS":
+        raise CheckpointCommitError(f"{where} is {row.status}, not IN_PROGRESS: {refused}")
+    return job_row, row
 
 
 def _is_run(lease: MaintenanceLock) -> bool:

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from statecore.catalog.leases import check_epoch
+from statecore.catalog.leases import load_in_progress
 from statecore.catalog.lookup import load_checkpoint, load_job
 from statecore.catalog.models import CheckpointRow, OutputOwnerRow, PendingOutputRow
 from statecore.catalog.records import CheckpointStatus, OutputOwner, PendingOutput
 from statecore.catalog.store import Store, now
-from statecore.errors import CheckpointCommitError, ConcurrentRunError, OutputOwnedError
+from statecore.errors import CheckpointCommitError, OutputOwnedError
 
 __all__ = ["OutputStore"]
 
@@ -83,21 +83,15 @@ class OutputStore(Store):
         """Record ``outputs`` as the pending output commits of the IN_PROGRESS checkpoint (in
         place of any an earlier attempt recorded: their files must be gone), fenced by
         ``epoch`` as its completion is."""
-        where = f"checkpoint {checkpoint_id} of job {job!r}"
         with self._write.begin() as session:
-            job_row = load_job(session, job, lock=True)
-            if epoch is not None:
-                check_epoch(session, job_row, epoch)
-            row = load_checkpoint(session, job_row, checkpoint_id)
-            if epoch is not None and row.epoch != epoch:
-                raise ConcurrentRunError(
-                    f"{where} was begun again by the writer of epoch {row.epoch}; the writer "
-                    f"of epoch {epoch} cannot record its output"
-                )
-            if row.status != CheckpointStatus.IN_PROGRESS.name:
-                raise CheckpointCommitError(
-                    f"{where} is {row.status}, not IN_PROGRESS: its output cannot be recorded"
-                )
+            job_row, _ = load_in_progress(
+                session,
+                job,
+                checkpoint_id,
+                epoch=epoch,
+                act="record its output",
+                refused="its output cannot be recorded",
+            )
             session.execute(
                 sa.delete(PendingOutputRow).where(
                     PendingOutputRow.job_id == job_row.id,
