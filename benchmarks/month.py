@@ -5,7 +5,7 @@ of hourly ``streaming_pipeline`` runs, its result written to RESULTS.md.
     python -m benchmarks.month                       # -> the RESULTS.md section
     python -m benchmarks.month --days 30 --input-every 6 --stream-hours 3 --no-write  # the test's
 
-One Airflow (``airflow api-server`` + ``dag-processor`` + ``scheduler``, LocalExecutor, SQLite,
+One Airflow (``airflow api-server`` + ``dag-processor`` + ``scheduler``, LocalExecutor, PostgreSQL,
 parallelism 2) runs ``stateful_pipeline`` by backfills over ``--days`` past logical days (input
 on one day in ``--input-every``, one day's input late), ``state_maintenance`` on every
 checkpoint's Asset event, a savepoint and a rescale mid-month, and ``streaming_pipeline`` hourly

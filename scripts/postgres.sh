@@ -34,6 +34,10 @@ done
 if [ "$(as_postgres psql -qAtc "SELECT 1 FROM pg_roles WHERE rolname = '$ROLE'")" != 1 ]; then
   as_postgres psql -qc "CREATE ROLE $ROLE LOGIN PASSWORD '$PASSWORD'"
 fi
+# the month test (tests/airflow/month.py) gives its Airflow a metadata database of its own
+if [ "$(as_postgres psql -qAtc "SELECT rolcreatedb FROM pg_roles WHERE rolname = '$ROLE'")" != t ]; then
+  as_postgres psql -qc "ALTER ROLE $ROLE CREATEDB"
+fi
 if [ "$(as_postgres psql -qAtc "SELECT 1 FROM pg_database WHERE datname = '$DATABASE'")" != 1 ]; then
   as_postgres psql -qc "CREATE DATABASE $DATABASE OWNER $ROLE"
 fi

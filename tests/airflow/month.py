@@ -3,11 +3,14 @@ logical dates (backfills) while readers poll the output tables; the harness of
 ``tests/airflow/test_month.py`` and ``benchmarks/month.py``.
 
 :class:`Scheduler` starts ``airflow dag-processor`` and ``airflow scheduler`` (LocalExecutor,
-SQLite, ``AIRFLOW__CORE__PARALLELISM=2``) as subprocesses of their own process groups, and reads
-the metadata database directly (``sqlite3``) to wait for runs and judge them. :class:`DuckReader`
-polls every output table with DuckDB (Parquet folders and Delta tables) in a thread and keeps
-every row it saw; :class:`StreamReader` runs a Delta ``readStream`` of a Delta output table in a
-Spark process of its own (``tests/airflow/month_stream_reader.py``) into a Parquet sink.
+``AIRFLOW__CORE__PARALLELISM=2``) as subprocesses of their own process groups on a PostgreSQL
+metadata database of their own (:func:`airflow_database`, as production's Airflow runs: SQLite
+takes one writer at a time, and the CLI's ``backfill create`` failed with "database is locked"
+beside the DAG processor), and reads that database directly to wait for runs and judge them.
+:class:`DuckReader` polls every output table with DuckDB (Parquet folders and Delta tables) in
+a thread and keeps every row it saw; :class:`StreamReader` runs a Delta ``readStream`` of a
+Delta output table in a Spark process of its own (``tests/airflow/month_stream_reader.py``)
+into a Parquet sink.
 """
 
 from __future__ import annotations
@@ -17,16 +20,18 @@ import random
 import secrets
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
+
+import sqlalchemy as sa
 
 from statecore.cli.demo import airflow_environment, generate_clickstream
 
@@ -56,17 +61,44 @@ SKIP_REASONS = ("no input at", "no-op:", "nothing to", "the catalog has: none")
 """How the bundled DAGs' logs say why a run skips its work."""
 
 
-def month_environment(home: Path, **extra: str) -> dict[str, str]:
-    """The environment of the month's Airflow: ``airflow_environment`` plus the LocalExecutor's
-    settings, an API server on a free port of 127.0.0.1, task retries (a killed run is
-    retried as production's would be) and a short lease
-    timeout (a killed run's lease is taken over seconds later)."""
+POSTGRES_URL = os.environ.get(
+    "STATECORE_TEST_POSTGRES_URL",
+    "postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test",
+)
+"""The PostgreSQL whose role creates the month's metadata databases (``make postgres``)."""
+
+
+@contextmanager
+def airflow_database(server_url: str = POSTGRES_URL) -> Iterator[str]:
+    """A PostgreSQL database of its own for one month's Airflow (on ``server_url``'s server, by
+    its role), dropped afterwards with whatever connection is still open to it: its URL."""
+    url = sa.engine.make_url(server_url)
+    name = f"airflow_month_{secrets.token_hex(4)}"
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as con:
+            con.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield url.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as con:
+                con.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+def month_environment(home: Path, database: str, **extra: str) -> dict[str, str]:
+    """The environment of the month's Airflow: ``airflow_environment`` on the metadata
+    database ``database`` (a SQLAlchemy URL) plus the LocalExecutor's settings, an API server
+    on a free port of 127.0.0.1, task retries (a killed run is retried as production's would
+    be) and a short lease timeout (a killed run's lease is taken over seconds later)."""
     env = airflow_environment(REPO, home)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env.update(
         {
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
@@ -93,13 +125,14 @@ def month_environment(home: Path, **extra: str) -> dict[str, str]:
 @dataclass
 class Scheduler:
     """``airflow api-server`` (the tasks' Execution API), ``airflow dag-processor`` and
-    ``airflow scheduler`` on the home's SQLite metadata DB."""
+    ``airflow scheduler`` on the metadata database of ``env`` (``month_environment``)."""
 
     home: Path
     env: dict[str, str]
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     scheduler: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    _engine: sa.engine.Engine | None = None
 
     @property
     def airflow_home(self) -> Path:
@@ -136,9 +169,8 @@ class Scheduler:
         self.scheduler = self._spawn("scheduler", env)
 
     def stop_scheduler(self) -> None:
-        """Stop the scheduler (its LocalExecutor workers with it). The CLI's writes (unpause,
-        backfill, trigger) happen while it is stopped: SQLite takes one writer at a time, and
-        ``backfill create`` fails with "database is locked" beside a busy scheduler."""
+        """Stop the scheduler (its LocalExecutor workers with it): the month's phases are
+        planned (unpause, backfill, trigger) while no run is going."""
         if self.scheduler is not None:
             _stop_group(self.scheduler)
             self.scheduler = None
@@ -161,14 +193,19 @@ class Scheduler:
         for process in self.processes:
             _stop_group(process)
         self.processes = []
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
 
     def alive(self) -> None:
         for process in [*self.processes, *([self.scheduler] if self.scheduler else [])]:
             assert process.poll() is None, f"{process.args} exited ({process.returncode})"
 
-    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(self.airflow_home / "airflow.db", timeout=30) as db:
-            return db.execute(sql, args).fetchall()
+    def query(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+        if self._engine is None:
+            self._engine = sa.create_engine(self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+        with self._engine.connect() as con:
+            return [tuple(row) for row in con.execute(sa.text(sql), params)]
 
     def wait_parsed(self, dag_ids: Iterable[str], timeout: float = 600) -> None:
         wanted = set(dag_ids)
@@ -177,7 +214,7 @@ class Scheduler:
             self.alive()
             try:
                 found = {row[0] for row in self.query("SELECT dag_id FROM dag")}
-            except sqlite3.OperationalError:
+            except sa.exc.ProgrammingError:  # before ``db migrate`` made the table
                 found = set()
             if wanted <= found:
                 return

@@ -25,6 +25,7 @@ from .month import (
     DuckReader,
     Scheduler,
     StreamReader,
+    airflow_database,
     input_rows,
     lay_out_input,
     month_environment,
@@ -85,6 +86,13 @@ def _iso(day: date) -> str:
 
 
 def run_month(home: Path, plan: MonthPlan) -> MonthResult:
+    """The month ``plan`` describes, on ``home``, by an Airflow on a PostgreSQL metadata
+    database of its own (dropped afterwards)."""
+    with airflow_database() as database:
+        return _run_month(home, plan, database)
+
+
+def _run_month(home: Path, plan: MonthPlan, database: str) -> MonthResult:
     rng = random.Random(plan.seed)
     half = plan.first + timedelta(days=plan.days // 2 - 1)
     last = plan.first + timedelta(days=plan.days - 1)
@@ -99,7 +107,7 @@ def run_month(home: Path, plan: MonthPlan) -> MonthResult:
     on_time = [day for day in with_input if day not in late]
     folders = lay_out_input(home, on_time, users=plan.users, events=plan.events)
     points = [f"{point or rng.choice(KILL_POINTS)}:1" for point in plan.kills]
-    scheduler = Scheduler(home, month_environment(home))
+    scheduler = Scheduler(home, month_environment(home, database))
     reader = DuckReader(home)
     stream = StreamReader(home, scheduler.env)
     seconds: dict[str, float] = {}

@@ -1,5 +1,5 @@
 """A month on one home (issue 33): one Airflow with its real scheduler (``airflow scheduler`` +
-``airflow dag-processor``, LocalExecutor, SQLite, parallelism 2) runs the bundled DAGs over 30
+``airflow dag-processor``, LocalExecutor, PostgreSQL, parallelism 2) runs the bundled DAGs over 30
 past logical days by backfills, while a DuckDB reader and a Delta ``readStream`` poll the output
 tables and runs are SIGKILLed at random commit phases (``tests/airflow/month_run.py``).
 
