@@ -32,7 +32,8 @@ A host exits when its query stops (:mod:`.host_lifetime`), when its executor is 
 hosts (default 8) of its executor exist and it is the least recently used and idle for a minute
 (the host decides, when it reads the request), or when its job's parallelism went down below
 its subtask (the first task at the lower parallelism in another host of the job on its executor
-asks it to). The folder of an executor that is gone is removed a day after its last change, by
+asks it to), or when a task left it over its memory bound (:mod:`.host_memory`). The folder of
+an executor that is gone is removed a day after its last change, by
 the next host start. Hosts live in ``$STATECORE_HOST_DIR`` (default the temporary folder) under
 ``statecore-hosts-<uid>``, a folder only its owner may use; each host logs to ``<socket>.log``
 beside its socket and starts with its worker's ``sys.path`` (``--py-files`` included).
@@ -65,6 +66,7 @@ import pyarrow as pa
 from statecore.errors import ConfigError
 from statecore.processes import process_exists
 from statecore.spark.host_context import add_accumulators, dumps_task, task_context
+from statecore.spark.host_memory import memory_bound
 from statecore.spark.host_wire import (
     HostReplyError,
     WarmHostRefusedError,
@@ -204,6 +206,7 @@ def hosted(
     started, started_cpu = time.perf_counter(), time.thread_time()
     who = f"job {spec.job}, operator {spec.operator}, subtask {index}"
     connection = None
+    memory_bound()  # a bound that is not a size fails the task, before any host starts
     try:
         address = _address(os.environ.get(HOST_DIR_ENV), spec.job, spec.operator, index, None)
         payload = dumps_task((spec, function, process, index))

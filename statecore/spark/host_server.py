@@ -47,6 +47,7 @@ from statecore.spark.host import (
     to_ipc,
 )
 from statecore.spark.host_context import accumulator_updates, loads_task, set_task_context
+from statecore.spark.host_memory import memory_bound, over_bound
 from statecore.spark.host_wire import accept, error_from_text, error_text, listen
 
 __all__ = ["Host", "main"]
@@ -60,18 +61,22 @@ WATCH_EVERY = 1.0
 class Host:
     """The server of one subtask's host: one task at a time, over the socket at ``address``."""
 
-    def __init__(self, address: Path, executor: int, idle: float) -> None:
+    def __init__(
+        self, address: Path, executor: int, idle: float, memory: int | None = None
+    ) -> None:
         self.address = address
         self.executor = executor
         self.idle = idle
+        self.memory = memory_bound() if memory is None else memory
         self.last_task = time.monotonic()
         self.inode = 0
         self.parallelism: int | None = None  # of the last task's job
 
     def serve(self) -> None:
-        """Serve tasks until asked to exit, the executor is gone or no task came for
-        ``idle`` seconds; when exiting, the socket goes first, then every connection already
-        waiting is served (a task never meets a host that ends before it takes it)."""
+        """Serve tasks until asked to exit, the executor is gone, no task came for ``idle``
+        seconds or a task left the host over its memory bound; when exiting, the socket goes
+        first, then every connection already waiting is served (a task never meets a host that
+        ends before it takes it)."""
         listener = listen(self.address)
         self.inode = os.stat(self.address).st_ino
         listener.settimeout(WATCH_EVERY)
@@ -86,8 +91,15 @@ class Host:
                     self._drain(listener)
                     self.exit(why)
                 continue
-            if connection is not None and not self.serve_one(connection):
+            if connection is None:
+                continue
+            if not self.serve_one(connection):
                 self.exit("asked to exit (stop_hosts, a rescale, or too many hosts)")
+            why = over_bound(self.memory)
+            if why is not None:
+                self._unlink()
+                self._drain(listener)
+                self.exit(why)
 
     def _why_exit(self) -> str | None:
         if not process_exists(self.executor):
