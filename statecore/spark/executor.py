@@ -106,6 +106,9 @@ class TaskSpec:
     warm_host: bool = False
     """With ``keep_warm``: whether tasks run in their subtask's warm state host instead of the
     Python worker Spark picked (:mod:`statecore.spark.host`; a stream's runs)."""
+    host_stop_marker: str | None = None
+    """With ``warm_host``: where the stream's query, once stopped, leaves the marker that makes
+    its hosts on every machine exit (:mod:`statecore.spark.host_stop`)."""
     live_token: str | None = None
     """When set (and ``keep_warm``), tasks serve live lookups of their state with this token
     (see :mod:`statecore.runtime.live`)."""

@@ -48,6 +48,7 @@ from statecore.spark.host import (
 )
 from statecore.spark.host_context import accumulator_updates, loads_task, set_task_context
 from statecore.spark.host_memory import memory_bound, over_bound
+from statecore.spark.host_stop import DEFAULT_POLL, POLL_ENV, stopped_at
 from statecore.spark.host_wire import accept, error_from_text, error_text, listen
 
 __all__ = ["Host", "main"]
@@ -69,6 +70,10 @@ class Host:
         self.idle = idle
         self.memory = memory_bound() if memory is None else memory
         self.last_task = time.monotonic()
+        self.stop_poll = float(os.environ.get(POLL_ENV) or DEFAULT_POLL)
+        self.next_poll = 0.0
+        self.stop_marker: str | None = None  # of the last task's query, with its checkpoint
+        self.last_checkpoint = 0
         self.inode = 0
         self.parallelism: int | None = None  # of the last task's job
 
@@ -104,9 +109,21 @@ class Host:
     def _why_exit(self) -> str | None:
         if not process_exists(self.executor):
             return f"executor process {self.executor} is gone"
-        if time.monotonic() - self.last_task > self.idle:
+        idle = time.monotonic() - self.last_task
+        if idle > self.idle:
             return f"no task for {self.idle:g} s"
+        if self.stop_marker is not None and idle >= self.stop_poll and self._poll_due():
+            stopped = stopped_at(self.stop_marker)
+            if stopped is not None and self.last_checkpoint <= stopped:
+                return f"its query stopped after checkpoint {stopped} ({self.stop_marker})"
         return None
+
+    def _poll_due(self) -> bool:
+        """Whether to read the stop marker now (once every ``stop_poll`` seconds)."""
+        if time.monotonic() < self.next_poll:
+            return False
+        self.next_poll = time.monotonic() + self.stop_poll
+        return True
 
     def _drain(self, listener: socket.socket) -> None:
         """Serve the connections that reached the socket before it was removed."""
@@ -162,6 +179,8 @@ class Host:
         handover_s = max(0.0, time.perf_counter() - float(started))
         handover_cpu_s = float(worker_cpu_s) + time.thread_time() - loading_cpu
         self._rescaled(spec)
+        self.stop_marker = getattr(spec, "host_stop_marker", None)
+        self.last_checkpoint = spec.checkpoint_id
         set_task_context(context)
         try:
             with task_gc_policy():

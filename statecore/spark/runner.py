@@ -44,6 +44,7 @@ from statecore.runtime.task import StateSchema, StateSnapshotResult
 from statecore.snapshot import TIMERS, state_table_uri
 from statecore.snapshot.output import OutputFile, OutputTable, output_table_key
 from statecore.spark.executor import META, TaskSpec, task_function
+from statecore.spark.host_stop import stop_marker_uri
 from statecore.spark.identity import input_identity
 from statecore.spark.job import KeyedJob, KeyedRun
 from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
@@ -294,6 +295,11 @@ class KeyedRunner:
                 coordinator.catalog.live_token(job.job, create=True) if job.live_lookups else None
             ),
             warm_host=job.stream and job.warm_hosts,
+            host_stop_marker=(
+                stop_marker_uri(self.config.warehouse, job.job, job.operator)
+                if job.stream and job.warm_hosts and not job.live_lookups
+                else None
+            ),
         )
         return _Plan(checkpoint=planned, spec=spec)
 

@@ -64,6 +64,7 @@ from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.files import table_filesystem
 from statecore.spark.executor import per_batch, per_record
 from statecore.spark.host_lifetime import stop_hosts_with
+from statecore.spark.host_stop import stop_marker_uri
 from statecore.spark.keyed import KeyedJob, KeyedRun, _KeyedRunner
 from statecore.spark.offsets import batch_offsets, data_moved, savepoint_offsets
 from statecore.ttl.time import TtlTimeProvider
@@ -302,16 +303,15 @@ def _start(
     ticking = ticks and trigger is not None and "processingTime" in trigger
     if ticking:
         source = _with_ticks(stream_df)
+    micro_batch = _MicroBatch(
+        template,
+        base,
+        tick=ticking,
+        checkpoint_location=checkpoint_location,
+        restore_from=restore_from,
+    )
     writer = (
-        source.writeStream.foreachBatch(
-            _MicroBatch(
-                template,
-                base,
-                tick=ticking,
-                checkpoint_location=checkpoint_location,
-                restore_from=restore_from,
-            )
-        )
+        source.writeStream.foreachBatch(micro_batch)
         .option("checkpointLocation", checkpoint_location)
         .queryName(query_name or f"statecore:{template.job}/{template.operator}")
     )
@@ -328,7 +328,14 @@ def _start(
     if template.warm_hosts and not template.live_lookups:
         # With live lookups the hosts serve the last micro-batch's state after the query ends
         # (as after a failure), until they are idle (STATECORE_HOST_IDLE_SECONDS).
-        stop_hosts_with(stream_df.sparkSession, query, template.job, template.operator)
+        stop_hosts_with(
+            stream_df.sparkSession,
+            query,
+            template.job,
+            template.operator,
+            last_checkpoint=lambda: micro_batch.last_checkpoint,
+            marker=stop_marker_uri(config.warehouse, template.job, template.operator),
+        )
     return query
 
 
@@ -429,6 +436,8 @@ class _MicroBatch:
         or none; after a restart it is unknown, so the first micro-batch runs)."""
         self.known = False
         self.last_run: KeyedRun | None = None
+        self.last_checkpoint: int | None = None
+        """The checkpoint id of the last micro-batch this query began (its hosts' last)."""
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         template = self.template
@@ -442,8 +451,9 @@ class _MicroBatch:
         offsets = batch_offsets(self.checkpoint_location, batch_id, ticks=self.tick)
         if offsets is not None:
             fingerprint["offsets"] = offsets
+        self.last_checkpoint = self.base + batch_id
         job = dataclasses.replace(
-            template, checkpoint_id=self.base + batch_id, input_fingerprint=fingerprint
+            template, checkpoint_id=self.last_checkpoint, input_fingerprint=fingerprint
         )
         if self.restore_from is not None and not self._checkpointed():
             # checked when the query first started; what it discards since are the restores of

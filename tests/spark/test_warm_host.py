@@ -21,6 +21,7 @@ from statecore.descriptors import ValueStateDescriptor
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
 from statecore.spark import keyed_stream
 from statecore.spark.host import host_name
+from statecore.spark.host_stop import stop_marker_uri, stopped_at
 
 from .test_stream import completed, spec, totals, write_file
 
@@ -124,7 +125,8 @@ def test_warm_host_hosts_exit_when_their_query_stops(
     spark: Any, statecore_home: StatecoreConfig, tmp_path: Path
 ) -> None:
     """A stopped query's hosts do not hold its state (and RocksDB's files) for half an hour:
-    they are asked to exit when it terminates."""
+    those on the driver's machine are asked to exit when it terminates, and it leaves the stop
+    marker with its last checkpoint for those on other machines."""
     s = spec(tmp_path, job="hosted_stop")
     write_batches(Path(s["input"]), 0, 2)
     query = start(spark, s, {"processingTime": "100 milliseconds"})
@@ -137,6 +139,8 @@ def test_warm_host_hosts_exit_when_their_query_stops(
     while host_pids("hosted_stop") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert host_pids("hosted_stop") == []
+    last = max(c.checkpoint_id for c in completed(statecore_home, "hosted_stop"))
+    assert stopped_at(stop_marker_uri(statecore_home.warehouse, "hosted_stop", "main")) == last
 
 
 def test_warm_host_an_error_in_the_function_fails_the_query_as_itself(
