@@ -44,7 +44,7 @@ from statecore.runtime.functions import KeyedProcessFunction
 from statecore.snapshot.output import checkpoint_of_file
 from statecore.snapshot.storage import open_table, table_filesystem
 from statecore.spark.keyed import keyed_process
-from statecore.spark.stream import _EXCLUDED_RULES, _run_every_task, keyed_stream
+from statecore.spark.stream import every_task_runs, keyed_stream
 
 __all__ = ["Dataflow", "Source", "run_dataflow"]
 
@@ -285,17 +285,9 @@ class _Run:
     def end_input(self, table: str) -> None:
         """One run on no records with ``end_of_input``: every subtask's timers fire. Spark must
         run the tasks of an empty shuffle, as for each micro-batch of a stream."""
-        conf = self.spark.conf
-        before = conf.get(_EXCLUDED_RULES, None)
-        _run_every_task(self.spark.createDataFrame([], "x int"))
-        try:
+        with every_task_runs(self.spark):
             empty = self.spark.createDataFrame([], _prepared_schema(self.flow.key_type))
             self.run_once(empty, output_table=table, changelog=True)
-        finally:
-            if before is None:
-                conf.unset(_EXCLUDED_RULES)
-            else:
-                conf.set(_EXCLUDED_RULES, before)
 
 
 class _Outputs:

@@ -38,15 +38,17 @@ timer due is skipped without a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.query import StreamingQuery
@@ -72,6 +74,7 @@ from statecore.ttl.time import TtlTimeProvider
 __all__ = [
     "STREAM_METADATA",
     "batch_offsets",
+    "every_task_runs",
     "keyed_stream",
     "keyed_stream_batches",
     "savepoint_offsets",
@@ -494,7 +497,27 @@ class _MicroBatch:
 def _run_every_task(df: DataFrame) -> None:
     """Every task runs, with records or without (see :data:`_EMPTY_RELATION_RULE`); set on the
     micro-batch's session (Spark's clone of the session that started the query)."""
-    conf = df.sparkSession.conf
+    _exclude_empty_relation_rule(df.sparkSession.conf)
+
+
+@contextlib.contextmanager
+def every_task_runs(spark: SparkSession) -> Iterator[None]:
+    """Within it, every task of ``spark``'s jobs runs, with records or without (as for each
+    micro-batch of a stream: a run on no records that must fire every subtask's timers); the
+    session's setting is as before afterwards."""
+    conf = spark.conf
+    before = conf.get(_EXCLUDED_RULES, None)
+    _exclude_empty_relation_rule(conf)
+    try:
+        yield
+    finally:
+        if before is None:
+            conf.unset(_EXCLUDED_RULES)
+        else:
+            conf.set(_EXCLUDED_RULES, before)
+
+
+def _exclude_empty_relation_rule(conf: Any) -> None:
     rules = [r for r in (conf.get(_EXCLUDED_RULES, None) or "").split(",") if r]
     if _EMPTY_RELATION_RULE not in rules:
         conf.set(_EXCLUDED_RULES, ",".join([*rules, _EMPTY_RELATION_RULE]))

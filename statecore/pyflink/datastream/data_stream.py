@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import timedelta
+from typing import Any, Protocol
 
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
 from statecore.pyflink.common.watermark_strategy import WatermarkStrategy
@@ -25,9 +26,24 @@ from statecore.pyflink.datastream.operators import Reduce, Step
 
 __all__ = ["DataStream", "DataStreamSink", "KeyedStream", "Plan"]
 
-Environment = Any
-"""The job's ``StreamExecutionEnvironment`` (typed as ``Any``: its module imports this one,
-and statecore's modules import no cycle, see tests/test_import_cycles.py)."""
+
+class Environment(Protocol):
+    """What the layer reads of the job's ``StreamExecutionEnvironment`` (described here, not
+    imported: its module imports this one, and statecore's modules import no cycle, see
+    tests/test_import_cycles.py)."""
+
+    spark_session: Any
+    _parallelism: int | None
+    _max_parallelism: int | None
+    _checkpoint_interval: timedelta | None
+    _backend: str
+
+    @property
+    def _batch(self) -> bool: ...
+
+    def get_parallelism(self) -> int: ...
+
+    def _add_plan(self, plan: Plan) -> None: ...
 
 
 @dataclass(frozen=True)
