@@ -32,6 +32,7 @@ pytestmark = pytest.mark.spark
 
 MAIN = [
     Case("catalog:begin"),
+    Case("catalog:pending"),
     Case("task:process:2"),
     Case("task:snapshot:5"),
     Case("output:commit:before"),
