@@ -186,8 +186,8 @@ def render(plan: dict[str, float], reads: dict[str, dict[str, float]], args: Any
         "",
         "| | before (whole plan per task) | now (its part) | ratio |",
         "|---|---:|---:|---:|",
-        f"| bytes a task unpickles into objects | {plan['whole_bytes'] / kb:,.0f} KB | "
-        f"{(plan['part_bytes'] + plan['common_bytes']) / kb:,.1f} KB (its part "
+        f"| bytes a task decodes (before: unpickles) | {plan['whole_bytes'] / kb:,.0f} KB | "
+        f"{(plan['part_bytes'] + plan['common_bytes']) / kb:,.1f} KB (its compressed part "
         f"{plan['part_bytes'] / kb:,.1f} KB + common {plan['common_bytes'] / kb:,.1f} KB) | "
         f"{plan['whole_bytes'] / (plan['part_bytes'] + plan['common_bytes']):,.0f}× |",
         f"| time to find its share (unpickle + task files, bytes, file paths) | "

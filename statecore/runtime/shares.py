@@ -4,10 +4,11 @@ The driver's :class:`~statecore.runtime.restore.RestorePlan` names every file of
 being restored: at max parallelism 32,768, 32,768 files per keyed state. :class:`TaskShares` cuts
 it once, on the driver, into what each subtask restores: the files of keyed state, pending
 changes and timers grouped by the subtask whose key groups hold them, each subtask's group
-pickled on its own. A task unpickles only its own part (:meth:`TaskShares.share`), so what it
-decodes and looks through follows its key groups, not the checkpoint's; what every task needs
-whole (the registered states and their schemas, the operator-state files each subtask
-redistributes) is kept once, in :attr:`TaskShares.common`.
+pickled and compressed on its own (paths and sizes repeat: about a quarter of the plan's
+bytes travel with the tasks' spec). A task unpickles only its own part
+(:meth:`TaskShares.share`), so what it decodes and looks through follows its key groups, not
+the checkpoint's; what every task needs whole (the registered states and their schemas, the
+operator-state files each subtask redistributes) is kept once, in :attr:`TaskShares.common`.
 
 >>> from statecore.runtime.restore import RestorePlan, RestoredState
 >>> from statecore.snapshot import TableFile
@@ -23,6 +24,7 @@ True
 from __future__ import annotations
 
 import pickle
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -57,7 +59,8 @@ class TaskShares:
     job to the executors with the tasks' spec).
 
     ``common`` is the plan without the files of its keyed tables (they are in ``parts``, one
-    pickled part per subtask); :meth:`share` is one subtask's plan, holding only its files.
+    pickled, zlib-compressed part per subtask); :meth:`share` is one subtask's plan, holding
+    only its files.
     """
 
     common: RestorePlan
@@ -85,7 +88,7 @@ class TaskShares:
             common=_with_files(plan, {}),
             parallelism=parallelism,
             max_parallelism=max_parallelism,
-            parts=tuple(pickle.dumps(p, pickle.HIGHEST_PROTOCOL) for p in parts),
+            parts=tuple(zlib.compress(pickle.dumps(p, pickle.HIGHEST_PROTOCOL), 1) for p in parts),
         )
 
     @property
@@ -124,7 +127,7 @@ class TaskShares:
         files: dict[_Table, list[TableFile]] = {}
         for index in subtasks:
             if 0 <= index < len(self.parts):
-                part: _Part = pickle.loads(self.parts[index])
+                part: _Part = pickle.loads(zlib.decompress(self.parts[index]))
                 for table, rows in part.items():
                     files.setdefault(table, []).extend(TableFile(*row) for row in rows)
         return _with_files(self.common, files)
