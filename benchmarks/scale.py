@@ -18,8 +18,9 @@ statecore writes them) without a data file behind it, since the driver never rea
 - ``driver``: one operator at max parallelism 32,768 and parallelism 1,000, through the real
   :class:`~statecore.checkpoint.coordinator.CheckpointCoordinator`: ``plan`` (catalog + restore
   plan), ``commit`` of 1,000 subtasks' results (32,768 files), the next ``plan`` (the restore
-  plan lists 32,768 files), the plan's pickled size, a subtask's share of it, and tracemalloc's
-  peak of each step.
+  plan lists 32,768 files), the plan's pickled size, its cut into each subtask's part
+  (:class:`~statecore.runtime.shares.TaskShares`), a subtask's share (what a task does to find
+  its files), and tracemalloc's peak of each step.
 
 Run: ``python -m benchmarks.scale`` (a few minutes; records ``benchmarks/SCALE_MEASURED.md``,
 which ``benchmarks/SCALE.md`` quotes and projects from).
@@ -332,6 +333,7 @@ def driver_cycle(
     from statecore.config import StatecoreConfig
     from statecore.descriptors import ValueStateDescriptor
     from statecore.keygroups import compute_key_group_range_for_operator_index
+    from statecore.runtime.shares import TaskShares
     from statecore.types import TypeInfo, schema_to_text
 
     config = StatecoreConfig.resolve(home=home, env={})
@@ -369,13 +371,21 @@ def driver_cycle(
         out["restore_files"] = sum(len(r.files) for r in restore.states.values())
         with measured(out, "pickle"):
             out["plan_pickled_bytes"] = len(pickle.dumps(restore))
+        with measured(out, "cut"):  # each task's part of the plan (TaskShares), once per run
+            shares = TaskShares.cut(
+                restore, parallelism=parallelism, max_parallelism=max_parallelism
+            )
+            shipped = pickle.dumps(shares)
+        out["shares_pickled_bytes"] = len(shipped)
         step = max(1, parallelism // sample_subtasks)
         sample = list(range(0, parallelism, step))
-        with measured(out, "subtask_share"):
+        out["part_pickled_bytes"] = max(len(shares.parts[i]) for i in sample)
+        with measured(out, "subtask_share"):  # as a task: the spec unpickled, then its part
             for i in sample:
-                restore.task_files(ranges[i], i)
-                restore.bytes_to_restore(ranges[i])
-                restore.file_paths(ranges[i])
+                mine = pickle.loads(shipped).share(i)
+                mine.task_files(ranges[i], i)
+                mine.bytes_to_restore(ranges[i])
+                mine.file_paths(ranges[i])
         out["subtask_share"] /= len(sample)
         changed = sorted(
             {int(kg) for kg in range(0, max_parallelism, max(1, int(1 / changed_share)))}
@@ -505,7 +515,16 @@ def report(data: dict[str, Any]) -> str:
         ),
         (f"plan: restore plan of {d['restore_files']:,} files", "plan_restore"),
         (f"pickle the restore plan ({_mb(d['plan_pickled_bytes'])} MB)", "pickle"),
-        ("a subtask's share (task_files + bytes_to_restore + file_paths), each", "subtask_share"),
+        (
+            f"cut the plan into each subtask's part ({_mb(d['shares_pickled_bytes'])} MB "
+            f"pickled, a part at most {d['part_pickled_bytes'] / 1e3:,.1f} KB)",
+            "cut",
+        ),
+        (
+            "a subtask's share (spec unpickled, its part; task_files + bytes_to_restore + "
+            "file_paths), each",
+            "subtask_share",
+        ),
         (f"commit: {d['incremental_files']:,} changed key groups", "commit_incremental"),
         ("plan after the incremental commit", "plan_after_incremental"),
     ]

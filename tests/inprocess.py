@@ -21,6 +21,7 @@ from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group, compute_key_group_range_for_operator_index
 from statecore.runtime import KeyedProcessFunction
 from statecore.runtime.latency import LatencyTracking, latency_percentiles
+from statecore.runtime.shares import TaskShares
 from statecore.runtime.task import KeyedOperatorTask, probe_states
 from statecore.snapshot import state_table_uri
 from statecore.snapshot.changelog import ChangelogConfig
@@ -92,13 +93,15 @@ def run_checkpoint(
         results = []
         timings: list[dict[str, Any]] = []
         reports = []
+        shares = TaskShares.cut(planned.restore, parallelism=parallelism, max_parallelism=MAX_P)
         for index in range(parallelism):
             key_groups = compute_key_group_range_for_operator_index(MAX_P, parallelism, index)
+            restore = shares.share(index)  # the task's part of the plan, as a Spark task's
             backend = backend_class(
                 key_type=key_type,
                 key_group_range=key_groups,
                 max_parallelism=MAX_P,
-                restore_source=planned.restore.source(key_groups, key_type),
+                restore_source=restore.source(key_groups, key_type),
                 ttl_time_provider=clock,
             )
             task = KeyedOperatorTask(
@@ -108,15 +111,13 @@ def run_checkpoint(
                 operator=operator,
                 subtask_index=index,
                 parallelism=parallelism,
-                restore=planned.restore,
+                restore=restore,
                 changelog=changelog,
                 latency=latency,
             )
             started = time.perf_counter()
             task.open()
-            timings.append(
-                planned.restore.restore_timing(key_groups, index, time.perf_counter() - started)
-            )
+            timings.append(restore.restore_timing(key_groups, index, time.perf_counter() - started))
             mine = [(k, None, r) for k, r in records if assign_to_key_group(k, MAX_P) in key_groups]
             outputs += task.process(mine)
             outputs += task.advance_watermark(watermark)

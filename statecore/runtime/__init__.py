@@ -9,6 +9,7 @@
 - :mod:`~statecore.runtime.task`: one parallel instance over its key-group range, independent
   of Spark.
 - :mod:`~statecore.runtime.restore`: what a task reads back from the checkpoint it starts from.
+- :mod:`~statecore.runtime.shares`: the restore plan cut into each task's part on the driver.
 """
 
 from statecore.runtime.functions import (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,26 +171,31 @@ class RestorePlan:
         label: str,
     ) -> Iterator[tuple[int, pa.Table]]:
         """The materialized rows of each key group with its pending changes applied (in
-        checkpoint order), then migrated."""
+        checkpoint order), then migrated. The state files and the change files are each read
+        as one stream in key-group order (several at a time,
+        :func:`~statecore.snapshot.reads.read_table_files`), taken a key group at a time."""
         stored = schema_from_text(restored.schema)
-        mine = [f for f in restored.files if key_groups is None or f.key_group in key_groups]
-        changed = [f for f in changes.files if key_groups is None or f.key_group in key_groups]
-        by_kg: dict[int, list[TableFile]] = {}
-        for f in mine:
-            by_kg.setdefault(f.key_group, []).append(f)
-        changes_by_kg: dict[int, list[TableFile]] = {}
-        for f in changed:
-            changes_by_kg.setdefault(f.key_group, []).append(f)
-        state_table = SnapshotTable(restored.uri, stored, label=label)
-        changes_table = SnapshotTable(changes.uri, changes_schema(stored), label=label)
-        for kg in sorted(by_kg.keys() | changes_by_kg.keys()):
-            parts = [rows for _, rows in state_table.read_files(by_kg.get(kg, []))]
+
+        def in_order(files: tuple[TableFile, ...]) -> list[TableFile]:
+            # by key group, the plan's order kept within one
+            mine = (f for f in files if key_groups is None or f.key_group in key_groups)
+            return sorted(mine, key=lambda f: f.key_group)
+
+        mine, changed = in_order(restored.files), in_order(changes.files)
+        counts = Counter(f.key_group for f in mine)
+        change_counts = Counter(f.key_group for f in changed)
+        state_rows = SnapshotTable(restored.uri, stored, label=label).read_files(mine)
+        change_rows = SnapshotTable(changes.uri, changes_schema(stored), label=label).read_files(
+            changed
+        )
+        for kg in sorted(counts.keys() | change_counts.keys()):
+            parts = [next(state_rows)[1] for _ in range(counts[kg])]
             rows = (
                 pa.concat_tables(parts, promote_options="default")
                 if parts
                 else stored.empty_table()
             )
-            pending = [r for _, r in changes_table.read_files(changes_by_kg.get(kg, []))]
+            pending = [next(change_rows)[1] for _ in range(change_counts[kg])]
             merged = apply_changes(rows, pending)
             if merged.num_rows:
                 yield kg, migrate_rows(merged, expected, label=label)

@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
@@ -36,14 +35,14 @@ from deltalake.transaction import AddAction, RemoveAction
 from statecore.errors import CheckpointCommitError, ConcurrentRunError, CorruptSnapshotError
 from statecore.keygroups import KeyGroupRange
 from statecore.snapshot.commits import CommitMetadata
-from statecore.snapshot.files import SnapshotFile, table_filesystem
+from statecore.snapshot.files import SnapshotFile
 from statecore.snapshot.log import checkpoint_log
+from statecore.snapshot.reads import TableFile, read_table_files
 from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
 
 __all__ = ["Fence", "SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
 
 PARTITION = "key_group"
-_THREADED_DECODE_BYTES = 1 << 20  # smaller files decode faster in one thread
 
 
 def key_group_schema(rows_schema: pa.Schema, partition: str = PARTITION) -> pa.Schema:
@@ -117,42 +116,6 @@ def fenced_failure(
 
 CHECKPOINT_METADATA = "statecore.checkpoint"
 """The key of the checkpoint id in a statecore commit's ``commitInfo``."""
-
-
-@dataclass(frozen=True)
-class TableFile:
-    """A committed file of one key group at some table version."""
-
-    path: str
-    key_group: int
-    rows: int
-    size: int
-
-
-def read_table_files(
-    uri: str, files: Iterable[TableFile], *, label: str
-) -> Iterator[tuple[TableFile, pa.Table]]:
-    """Each file of the table at ``uri`` with its rows (without the partition column).
-
-    A file is read in one request into memory and decoded there: key-group files are small,
-    and reading the footer first, then the columns, would read most of each file twice. It is
-    decoded as one Parquet file (``pq.read_table`` would also load ``pyarrow.dataset``), a small
-    one in this thread.
-    """
-    fs, root = table_filesystem(uri)
-    for f in files:
-        try:
-            with fs.open_input_file(f"{root}/{f.path}") as source:
-                data = source.read()
-            rows = pq.ParquetFile(pa.BufferReader(data)).read(
-                use_threads=len(data) >= _THREADED_DECODE_BYTES
-            )
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise CorruptSnapshotError(
-                f"{label}, key group {f.key_group}: file {f.path} is missing or unreadable: {exc}"
-                f"{throttling_hint(exc)}"
-            ) from exc
-        yield f, rows
 
 
 class SnapshotTable:

@@ -29,6 +29,7 @@ from statecore.runtime.latency import LatencyTracking
 from statecore.runtime.lateness import EventTimeGate, LateData
 from statecore.runtime.live import LIVE
 from statecore.runtime.restore import RestorePlan, TaskFiles, fingerprint
+from statecore.runtime.shares import TaskShares
 from statecore.runtime.task import KeyedOperatorTask, TableUris
 from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmScope, snapshot_token
 from statecore.snapshot.changelog import ChangelogConfig
@@ -64,7 +65,8 @@ class TaskSpec:
     parallelism: int
     max_parallelism: int
     checkpoint_id: int
-    restore: RestorePlan
+    restore: TaskShares
+    """The restore plan, cut into each subtask's part on the driver (:meth:`restore_plan`)."""
     job: str
     operator: str
     backend_parameters: BackendParameters
@@ -118,9 +120,14 @@ class TaskSpec:
             self.max_parallelism, self.parallelism, index
         )
 
+    def restore_plan(self, index: int) -> RestorePlan:
+        """What operator instance ``index`` restores: only its part of the plan."""
+        return self.restore.share(index)
+
     def task_scope(self, index: int) -> TaskScope:
         """Where operator instance ``index`` runs and what it restores (for the backend)."""
-        restore, key_type, key_groups = self.restore, self.key_type, self.key_groups(index)
+        restore, key_type = self.restore_plan(index), self.key_type
+        key_groups = self.key_groups(index)
         return TaskScope(
             job=self.job,
             operator=self.operator,
@@ -137,7 +144,8 @@ class TaskSpec:
         earlier run, and not the checkpoint this run restores (a later one of its subtask was
         completed by another worker, or its own failed)."""
         scope = entry.scope
-        return entry.checkpoint_id < self.checkpoint_id and entry.token != self.restore.fingerprint(
+        plan = self.restore.plan_for(scope.key_groups, scope.subtask_index)
+        return entry.checkpoint_id < self.checkpoint_id and entry.token != plan.fingerprint(
             scope.key_groups, scope.subtask_index
         )
 
@@ -162,7 +170,7 @@ class TaskSpec:
             key_type=self.key_type,
             key_group_range=key_groups,
             max_parallelism=self.max_parallelism,
-            restore_source=self.restore.source(key_groups, self.key_type),
+            restore_source=self.restore_plan(index).source(key_groups, self.key_type),
             ttl_time_provider=clock or self.processing_time,
             scope=self.task_scope(index),
         )
@@ -258,7 +266,7 @@ def run_task(
     restore_timing = (
         None  # a kept state reads nothing: no sample for the restore-time estimates
         if state.warm is not None
-        else spec.restore.restore_timing(
+        else spec.restore_plan(index).restore_timing(
             backend.key_group_range, index, time.perf_counter() - started
         )
     )
@@ -381,7 +389,7 @@ class _TaskState:
     @classmethod
     def take(cls, spec: TaskSpec, index: int) -> _TaskState:
         scope = spec.warm_scope(index)
-        files = spec.restore.task_files(scope.key_groups, index)
+        files = spec.restore_plan(index).task_files(scope.key_groups, index)
         clock, warm = RunClock(spec.processing_time), None
         if spec.keep_warm:
             warm = WARM_POOL.take(scope, fingerprint(files), spec.is_stale)
@@ -397,7 +405,8 @@ class _TaskState:
         if warm is not None:
             backend = warm.backend
             backend.resume(
-                spec.restore.source(self.scope.key_groups, spec.key_type), spec.task_scope(index)
+                spec.restore_plan(index).source(self.scope.key_groups, spec.key_type),
+                spec.task_scope(index),
             )
             task = self._task(spec, function, index, backend, warm.reusable_operator_state())
             try:
@@ -429,7 +438,7 @@ class _TaskState:
             operator=spec.operator,
             subtask_index=index,
             parallelism=spec.parallelism,
-            restore=spec.restore,
+            restore=spec.restore_plan(index),
             changelog=spec.changelog,
             operator_state=operator_state,
             restore_timers=self.warm is None,

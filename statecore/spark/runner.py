@@ -40,6 +40,7 @@ from statecore.keygroups import compute_default_max_parallelism
 from statecore.ops.savepoint import register_savepoint_job, restore_savepoint
 from statecore.runtime.latency import LatencyTracking, latency_percentiles
 from statecore.runtime.lateness import LateData
+from statecore.runtime.shares import TaskShares
 from statecore.runtime.task import StateSchema, StateSnapshotResult
 from statecore.snapshot import TIMERS, state_table_uri
 from statecore.snapshot.output import OutputFile, OutputTable, output_table_key
@@ -271,7 +272,11 @@ class KeyedRunner:
             parallelism=planned.parallelism,
             max_parallelism=planned.max_parallelism,
             checkpoint_id=planned.checkpoint_id,
-            restore=planned.restore,
+            restore=TaskShares.cut(
+                planned.restore,
+                parallelism=planned.parallelism,
+                max_parallelism=planned.max_parallelism,
+            ),
             job=job.job,
             operator=job.operator,
             backend_parameters=job.backend,

@@ -48,6 +48,7 @@ from statecore.runtime import (
     OnTimerContext,
     RuntimeContext,
 )
+from statecore.runtime.shares import TaskShares
 from statecore.runtime.task import StateSnapshotResult, probe_states
 from statecore.runtime.warm import WARM_POOL, RunClock, WarmEntry, WarmPool, WarmScope
 from statecore.snapshot import state_table_uri
@@ -152,7 +153,7 @@ def run(
             parallelism=parallelism,
             max_parallelism=MAX_P,
             checkpoint_id=checkpoint_id,
-            restore=planned.restore,
+            restore=TaskShares.cut(planned.restore, parallelism=parallelism, max_parallelism=MAX_P),
             job=job,
             operator="main",
             backend_parameters=BackendParameters(name=backend),  # type: ignore[arg-type]
