@@ -3,9 +3,9 @@
 Snapshot files are written sorted by key in row groups of about
 :data:`~statecore.snapshot.files.ROW_GROUP_BYTES` (:mod:`statecore.snapshot.files`), and every
 row group's footer statistics carry the minimum and maximum of its ``key`` column. A point
-lookup reads a file's footer (one request for its last 64 KiB, as every Parquet reader does;
-kept for the next lookups of the same file) and then only the row groups whose key range holds
-the key: about one, a few hundred KiB, whatever the file's size.
+lookup reads a file's footer (one request for its last 64 KiB, a second for the rest of a
+larger footer; kept for the next lookups of the same file) and then only the row groups whose
+key range holds the key: about one, a few hundred KiB, whatever the file's size.
 
 Nothing depends on the sort for correctness: a row group is skipped only when its statistics
 say the key is outside it, so a file written before keys were sorted (its row groups' ranges
@@ -18,6 +18,7 @@ Every byte is counted as it is read (:class:`KeyRows.bytes_read`), footer includ
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -31,12 +32,17 @@ from statecore.errors import CorruptSnapshotError
 from statecore.snapshot.storage import table_filesystem, throttling_hint
 from statecore.snapshot.table import TableFile
 
-__all__ = ["WHOLE_FILE_BYTES", "KeyRows", "candidate_row_groups", "read_key_rows"]
+__all__ = ["FOOTER_READ", "WHOLE_FILE_BYTES", "KeyRows", "candidate_row_groups", "read_key_rows"]
 
 WHOLE_FILE_BYTES = 1 << 20
 """Files up to this size are read whole, in one request: reading the footer first would cost a
 second request to save less than a request's worth of time."""
 
+FOOTER_READ = 64 << 10
+"""The bytes read from a file's end to find its footer, as Parquet readers do: one request
+for the footer of any file of up to several hundred row groups."""
+
+_MAGIC = b"PAR1"
 _FOOTERS: OrderedDict[tuple[str, str, int], pq.FileMetaData] = OrderedDict()
 _FOOTERS_SIZE = 256
 _FOOTERS_LOCK = threading.Lock()
@@ -115,13 +121,30 @@ def _parquet(uri: str, f: TableFile, counted: _CountedFile) -> pq.ParquetFile:
         metadata = _FOOTERS.get(cache_key)
         if metadata is not None:
             _FOOTERS.move_to_end(cache_key)
-    parquet = pq.ParquetFile(pa.PythonFile(counted, mode="r"), metadata=metadata)
     if metadata is None:
+        metadata = _footer(counted, f.size)
         with _FOOTERS_LOCK:
-            _FOOTERS[cache_key] = parquet.metadata
+            _FOOTERS[cache_key] = metadata
             while len(_FOOTERS) > _FOOTERS_SIZE:
                 _FOOTERS.popitem(last=False)
-    return parquet
+    return pq.ParquetFile(pa.PythonFile(counted, mode="r"), metadata=metadata)
+
+
+def _footer(counted: _CountedFile, size: int) -> pq.FileMetaData:
+    """The footer of a Parquet file of ``size`` bytes: its last :data:`FOOTER_READ` bytes in
+    one read, and the rest of a larger footer in a second (not the whole footer again)."""
+    tail_size = min(size, FOOTER_READ)
+    counted.seek(size - tail_size)
+    tail = counted.read(tail_size)
+    if len(tail) != tail_size or tail[-4:] != _MAGIC:
+        raise pa.ArrowInvalid(f"no Parquet footer in the last {tail_size} bytes of {size}")
+    length = struct.unpack("<I", tail[-8:-4])[0] + 8
+    if length > size - len(_MAGIC):
+        raise pa.ArrowInvalid(f"a footer of {length} bytes in a file of {size}")
+    if length > tail_size:
+        counted.seek(size - length)
+        tail = counted.read(length - tail_size) + tail
+    return pq.read_metadata(pa.BufferReader(_MAGIC + tail[-length:]))
 
 
 class _CountedFile:

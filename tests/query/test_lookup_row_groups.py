@@ -23,6 +23,7 @@ from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.checkpoint.points import RestorePoint, resolve_point
 from statecore.config import StatecoreConfig
 from statecore.descriptors import MapStateDescriptor, ValueStateDescriptor
+from statecore.errors import CorruptSnapshotError
 from statecore.keygroups import KeyGroupRange
 from statecore.query.lookup import lookup_at
 from statecore.runtime import KeyedProcessFunction
@@ -183,3 +184,13 @@ def test_row_group_lookup_of_an_unsorted_old_file(
 @pytest.fixture(params=sorted(backend_names()))
 def backend_name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+def test_row_group_lookup_of_a_truncated_file_is_a_clear_error(tmp_path: Path) -> None:
+    point = _point(_checkpoint(tmp_path, "heap"))
+    [table] = [t for t in point.tables if t.state == "total" and t.table_kind == "keyed"]
+    [f] = SnapshotTable(table.path, pa.schema([]), label="total").files(table.version)
+    path = Path(table.path) / f.path
+    path.write_bytes(path.read_bytes()[: f.size // 2])
+    with pytest.raises(CorruptSnapshotError, match=f"key group 0: file {f.path} .*no Parquet"):
+        lookup_at(point, "total", "user-12345")
