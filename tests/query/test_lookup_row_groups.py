@@ -54,9 +54,12 @@ def _value(i: int) -> str:
 
 
 def _checkpoint(home: Path, backend_name: str) -> StatecoreConfig:
+    return write_big_checkpoint(StatecoreConfig.resolve(home=str(home), env={}), backend_name)
+
+
+def write_big_checkpoint(config: StatecoreConfig, backend_name: str) -> StatecoreConfig:
     """Checkpoint 1 of job ``big``: ``KEYS`` keys of a ValueState (keys written in an order
     that is not theirs) and a MapState of three entries for every tenth key, in one key group."""
-    config = StatecoreConfig.resolve(home=str(home), env={})
     backend = create_backend(
         BackendParameters.of(backend_name),
         key_type=TypeInfo.of(str),
