@@ -49,6 +49,9 @@ class LookupResult:
     bytes_read: int
     state_bytes: int
     """The size of the whole state table at that version, for comparison."""
+    row_groups_read: int = 0
+    """Parquet row groups read: those whose key statistics do not exclude the key (a file small
+    enough to read whole counts all of its row groups)."""
     live: bool = False
     """The value came from the running task that holds the key (``lookup(..., live=True)``)."""
     live_checkpoint: int | None = None

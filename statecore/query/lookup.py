@@ -1,12 +1,16 @@
 """Point lookups: one key's state at a checkpoint or savepoint, as Flink's queryable state.
 
 A lookup hashes the key as the job does (:func:`~statecore.keygroups.assign_to_key_group`,
-Spark's Murmur3), so it knows the one key group that can hold it, and reads only that key
-group's file(s) of the table version the checkpoint names (and, with changelog checkpoints, that
-key group's pending change files, applied): no other key group is opened, which bounds what it
-reads to about ``1/max_parallelism`` of the state. The rows of the key (and
-namespace; for a ``MapState`` optionally one user key) come back as the state's value: a value, a
-list, a dict of map entries, or a reducing/aggregating state's stored value (the accumulator).
+Spark's Murmur3), so it knows the one key group that can hold it, and finds that key group's
+file(s) of the table version the checkpoint names (and, with changelog checkpoints, its pending
+change files) in the version's key-group → file map, listed once and kept for the next lookups.
+Of each file it reads the footer (kept too) and the row group(s) whose key statistics can hold
+the key (:mod:`statecore.snapshot.row_groups`; files are written sorted by key, in row groups of
+about 256 KiB): a few hundred KiB whatever the file's size (a file of up to 1 MiB is read whole,
+in one request), and nothing of any other key group. ``bytes_read`` counts every byte read,
+footer included. The rows of the key (and namespace; for a ``MapState`` optionally one user
+key) come back as the state's value: a value, a list, a dict of map entries, or a
+reducing/aggregating state's stored value (the accumulator).
 
 TTL visibility is respected as the state's reads would respect it: under
 ``never_return_expired`` an entry whose last access is ``ttl`` or more before ``now`` is hidden
@@ -27,12 +31,12 @@ from statecore.catalog import Catalog, TableVersion
 from statecore.checkpoint.points import RestorePoint, resolve_point
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
-from statecore.keygroups import KeyGroupRange
 from statecore.query.key_rows import LookupResult, key_result, parse_key, resolve_key
 from statecore.query.live import LiveUnavailable, live_lookup
 from statecore.snapshot.changelog import CHANGES, apply_changes, changes_schema
 from statecore.snapshot.files import table_filesystem
-from statecore.snapshot.table import SnapshotTable
+from statecore.snapshot.row_groups import read_key_rows
+from statecore.snapshot.table import SnapshotTable, TableFile
 from statecore.state import VOID_NAMESPACE
 
 __all__ = ["LookupResult", "lookup", "lookup_at", "parse_key"]
@@ -110,18 +114,21 @@ def lookup_at(
 ) -> LookupResult:
     """:func:`lookup` at a resolved checkpoint or savepoint."""
     table, record, rows_schema, key, key_group = resolve_key(point, state, key, operator)
-    snapshot = _opened(table, rows_schema, label=f"{point.job}/{table.operator}/{table.state}")
-    files = snapshot.files(table.version, KeyGroupRange(key_group, key_group))
-    parts = [rows for _, rows in snapshot.read_files(files)]
-    rows = pa.concat_tables(parts) if parts else rows_schema.empty_table()
+    label = f"{point.job}/{table.operator}/{table.state}"
+    files = _files_by_key_group(table, rows_schema, label=label).get(key_group, ())
+    read = read_key_rows(table.path, files, key, label=f"snapshot of {label}")
+    rows = pa.concat_tables(read.rows) if read.rows else rows_schema.empty_table()
+    files_read, bytes_read, groups = read.files_read, read.bytes_read, read.row_groups_read
     changes = _changes_table(point, table)
     if changes is not None:  # changelog checkpoints: the key group's pending changes apply
-        pending = _opened(
+        change_files = _files_by_key_group(
             changes, changes_schema(rows_schema), label=f"{point.job}/{table.operator}"
-        )
-        change_files = pending.files(changes.version, KeyGroupRange(key_group, key_group))
-        rows = apply_changes(rows, [r for _, r in pending.read_files(change_files)])
-        files += change_files
+        ).get(key_group, ())
+        pending = read_key_rows(changes.path, change_files, key, label=f"changes of {label}")
+        rows = apply_changes(rows, pending.rows)
+        files_read += pending.files_read
+        bytes_read += pending.bytes_read
+        groups += pending.row_groups_read
     return key_result(
         point,
         table,
@@ -133,34 +140,50 @@ def lookup_at(
         user_key=user_key,
         now_ms=now_ms,
         point_label=point.label,
-        files_read=len(files),
-        bytes_read=sum(f.size for f in files),
+        files_read=files_read,
+        bytes_read=bytes_read,
+        row_groups_read=groups,
     )
 
 
-_OPENED: OrderedDict[tuple[str, int, str], SnapshotTable] = OrderedDict()
-_OPENED_SIZE = 64
-_OPENED_LOCK = threading.Lock()
+_VERSIONS: OrderedDict[tuple[str, int, str], dict[int, tuple[TableFile, ...]]] = OrderedDict()
+_VERSIONS_FILES = 1 << 18
+"""At most this many files are kept in the cached key-group → file maps (about 50 MB), and at
+most ``_VERSIONS_SIZE`` versions."""
+_VERSIONS_SIZE = 64
+_VERSIONS_LOCK = threading.Lock()
 
 
-def _opened(table: TableVersion, rows_schema: pa.Schema, *, label: str) -> SnapshotTable:
-    """The snapshot table at ``table``'s version, opened once for many lookups. A Delta
-    version never changes, so the opened table is kept (the last ``_OPENED_SIZE``), keyed by
-    the version's commit file as it is now (size and modification time): a table deleted and
-    written again at the same path is opened afresh."""
+def _files_by_key_group(
+    table: TableVersion, rows_schema: pa.Schema, *, label: str
+) -> dict[int, tuple[TableFile, ...]]:
+    """The files of ``table``'s version by key group, listed once for many lookups. A Delta
+    version never changes, so the map is kept (the last versions looked up, bounded in
+    versions and in files), keyed by the version's commit file as it is now (size and
+    modification time): a table deleted and written again at the same path is listed afresh."""
     key = (table.path, table.version, _commit_identity(table.path, table.version))
-    with _OPENED_LOCK:
-        found = _OPENED.get(key)
+    with _VERSIONS_LOCK:
+        found = _VERSIONS.get(key)
         if found is not None:
-            _OPENED.move_to_end(key)
+            _VERSIONS.move_to_end(key)
             return found
-    opened = SnapshotTable(table.path, rows_schema, label=label)
-    opened.files(table.version)  # opens the version (raises CorruptSnapshotError)
-    with _OPENED_LOCK:
-        _OPENED[key] = opened
-        while len(_OPENED) > _OPENED_SIZE:
-            _OPENED.popitem(last=False)
-    return opened
+    snapshot = SnapshotTable(table.path, rows_schema, label=label)
+    by_key_group: dict[int, list[TableFile]] = {}
+    for f in snapshot.files(table.version):  # raises CorruptSnapshotError
+        by_key_group.setdefault(f.key_group, []).append(f)
+    listed = {kg: tuple(files) for kg, files in by_key_group.items()}
+    with _VERSIONS_LOCK:
+        _VERSIONS[key] = listed
+        while len(_VERSIONS) > 1 and (
+            len(_VERSIONS) > _VERSIONS_SIZE
+            or sum(_file_count(v) for v in _VERSIONS.values()) > _VERSIONS_FILES
+        ):
+            _VERSIONS.popitem(last=False)
+    return listed
+
+
+def _file_count(files: dict[int, tuple[TableFile, ...]]) -> int:
+    return sum(len(f) for f in files.values())
 
 
 def _commit_identity(path: str, version: int) -> str:

@@ -5,6 +5,12 @@ values in the log), and carries the Delta statistics the committer records: the 
 min, max and null count of each flat column, taken from the Parquet footer the writer produced
 (as Delta writers do) rather than computed over the rows a second time.
 
+A file of rows with a ``key`` column is written sorted by key (a stable sort: the rows of one key
+keep their order), in row groups of about :data:`ROW_GROUP_BYTES`, and says so in its footer
+(``sorting_columns``): the footer's per-row-group minimum and maximum key then tell a point
+lookup the one row group that can hold a key (:mod:`statecore.snapshot.row_groups`). The sort
+changes no state: every reader treats a key group's rows as a set of keys.
+
 A task writes its files from a few threads (:func:`write_key_group_files`): pyarrow encodes and
 compresses, and the operating system creates files, without holding the GIL, so the files of
 earlier key groups are written while the task builds the rows of the next one.
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from statecore.errors import SnapshotWriteError
@@ -30,9 +37,11 @@ from statecore.snapshot.faults import fault_point
 from statecore.snapshot.storage import table_filesystem, throttling_hint
 
 __all__ = [
+    "ROW_GROUP_BYTES",
     "WRITE_THREADS",
     "SnapshotFile",
     "delta_stats",
+    "key_order",
     "stat_columns",
     "table_filesystem",
     "write_file",
@@ -44,6 +53,11 @@ __all__ = [
 WRITE_THREADS = 4
 """Threads a task writes its snapshot files from, by default. Not tied to the cores: a file's
 creation is a wait (a metadata operation, an object-store request) more than work."""
+
+ROW_GROUP_BYTES = 256 << 10
+"""About how many bytes of rows (in memory, before compression) a row group of a key-group
+file holds: a point lookup reads one row group and the footer, whose size grows with the
+number of row groups; 256 KiB keeps both small for files of a few MB up to many GB."""
 
 _STAT_TYPES = (
     pa.types.is_integer,
@@ -100,10 +114,33 @@ def delta_stats(rows: int, metadata: pq.FileMetaData, columns: list[str]) -> str
     )
 
 
+def key_order(rows: pa.Table) -> tuple[pa.Table, list[pq.SortingColumn] | None]:
+    """``rows`` in ascending ``key`` order, the rows of one key in their order (as they are
+    when there is no ``key`` column or they are in order already), and the footer's record of
+    the order (``None``: no ``key`` column)."""
+    if "key" not in rows.column_names:
+        return rows, None
+    sorting = [pq.SortingColumn(rows.schema.get_field_index("key"))]
+    if rows.num_rows < 2:
+        return rows, sorting
+    keys = rows.column("key")
+    in_order = pc.all(pc.less_equal(keys.slice(0, len(keys) - 1), keys.slice(1))).as_py()
+    if in_order and keys.null_count == 0:
+        return rows, sorting
+    return rows.take(pc.sort_indices(rows, sort_keys=[("key", "ascending")])), sorting
+
+
+def _row_group_rows(rows: pa.Table) -> int:
+    """Rows per row group for about :data:`ROW_GROUP_BYTES` of rows each."""
+    per_row = max(1, int(rows.nbytes) // max(1, int(rows.num_rows)))
+    return max(1, ROW_GROUP_BYTES // per_row)
+
+
 def _write(table_uri: str, relative: str, partition_value: int, rows: pa.Table) -> SnapshotFile:
     fs, root = table_filesystem(table_uri)
     full = f"{root}/{relative}"
     columns = stat_columns(rows.schema)
+    rows, sorting = key_order(rows)
     footer: list[pq.FileMetaData] = []
     try:
         sink = fs.open_output_stream(full)
@@ -116,9 +153,10 @@ def _write(table_uri: str, relative: str, partition_value: int, rows: pa.Table) 
             rows.schema,
             write_statistics=columns or False,
             metadata_collector=footer,
+            sorting_columns=sorting,
             **_WRITE_OPTIONS,
         ) as writer:
-            writer.write_table(rows)
+            writer.write_table(rows, row_group_size=_row_group_rows(rows))
         size = sink.tell()
     return SnapshotFile(
         path=relative,

@@ -24,16 +24,19 @@ from statecore.ops.retention import apply_retention
 from statecore.ops.savepoint import restore_savepoint, take_savepoint
 from statecore.ops.ttl_cleanup import ttl_cleanup
 from statecore.query.diff import checksums
-from statecore.query.lookup import lookup
+from statecore.query.lookup import lookup, lookup_at
 from statecore.query.sql import run_sql
 from statecore.snapshot.files import write_key_group_file
 from statecore.snapshot.rewrite import table_version
+from statecore.snapshot.row_groups import WHOLE_FILE_BYTES
 from statecore.snapshot.storage import S3Settings, open_table
 from statecore.snapshot.table import Fence, SnapshotTable
 from statecore.ttl import ManualTimeProvider
 from tests.object_store.conftest import S3Server
 from tests.ops.conftest import JOB, TTL_MS, tables
 from tests.ops.statebuilder import write_checkpoint
+from tests.query.test_lookup_row_groups import JOB as BIG
+from tests.query.test_lookup_row_groups import write_big_checkpoint
 
 USERS = {f"user-{i}": float(i) for i in range(6)}
 """Few keys, so few files: each is a request to the server."""
@@ -84,6 +87,18 @@ def test_object_store_checkpoints_read_back_with_sql_and_lookups(
     capsys.readouterr()
     assert main(["--home", s3_job.home, "sql", f"SELECT sum(value) AS s FROM {JOB}.plain"]) == 0
     assert str(sum(USERS.values()) - USERS["user-3"] + 300.0) in capsys.readouterr().out
+
+
+def test_object_store_row_group_lookup_reads_one_row_group(s3_home: StatecoreConfig) -> None:
+    point = latest(write_big_checkpoint(s3_home, "heap"), BIG)
+    [table] = [t for t in point.tables if t.state == "total" and t.table_kind == "keyed"]
+    size = table.bytes
+    assert size > 2 * WHOLE_FILE_BYTES
+    for i in (12_345, 0, 29_999):  # the first reads the footer too (from its last 64 KiB)
+        got = lookup_at(point, "total", f"user-{i}")
+        assert got.found and got.value.startswith(f"{i:08d}") and got.row_groups_read == 1
+        assert got.bytes_read < 0.1 * size
+    assert not lookup_at(point, "total", "user-12345x").found
 
 
 def test_object_store_sql_reads_only_its_tables(
