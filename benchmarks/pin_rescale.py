@@ -5,11 +5,11 @@ export (the copy a pin replaced) of the same checkpoint.
 For each size, a job's checkpoint with one ValueState of ``--keys`` (then 10x as many) keys is
 written to ``s3://warehouse/...`` on moto's S3 server (``tests.object_store.s3_server``, on
 127.0.0.1) as the coordinator commits it (``tests/ops/statebuilder.py``, max parallelism 128),
-its catalog on SQLite. Then, ``--repeats`` times in turn: ``pin_savepoint`` (what
-``statecore savepoint JOB`` runs), ``rescale`` to another parallelism within the max
-parallelism (what the rescale DAG runs; it pins the checkpoint first), and ``take_savepoint``
-(``statecore savepoint JOB --export``: every file copied). The ratios compare the larger state's
-median with the smaller's, in one run.
+its catalog on SQLite. Then, in ``--repeats`` rounds over both states in turn:
+``pin_savepoint`` (what ``statecore savepoint JOB`` runs), ``rescale`` to another parallelism
+within the max parallelism (what the rescale DAG runs; it pins the checkpoint first), and
+``take_savepoint`` (``statecore savepoint JOB --export``: every file copied). The ratios
+compare the larger state's median with the smaller's, in one run.
 
     python -m benchmarks.pin_rescale                 # writes its section of RESULTS.md
     python -m benchmarks.pin_rescale --keys 20000 --repeats 2 --no-write
@@ -97,20 +97,25 @@ def _timed(action: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
-def measure(keys: int, repeats: int) -> dict[str, Any]:
-    """Seconds of each operation (``repeats`` each, in turn) at ``keys`` and 10x ``keys``."""
+def measure(keys: int, repeats: int) -> dict[int, dict[str, Any]]:
+    """Seconds of each operation at ``keys`` and 10x ``keys``: ``repeats`` rounds, each of
+    them running every operation on both states in turn (so the machine's load drifts over
+    both alike)."""
     from statecore.catalog import Catalog
     from statecore.ops.rescale import rescale
     from statecore.ops.savepoint import pin_savepoint, take_savepoint
 
     sizes: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="pin-rescale-") as root:
+        homes = {}
         for n in (keys, 10 * keys):
-            job = f"state{n}"
-            config, size = _state(Path(root) / job, job, n)
-            seconds: dict[str, list[float]] = {"pin": [], "rescale": [], "export": []}
-            with Catalog.connect(config.catalog_url) as catalog:
-                for i in range(repeats):
+            config, size = _state(Path(root) / f"state{n}", f"state{n}", n)
+            homes[n] = config
+            sizes[n] = {"bytes": size, "seconds": {"pin": [], "rescale": [], "export": []}}
+        for i in range(repeats):
+            for n, config in homes.items():
+                job, seconds = f"state{n}", sizes[n]["seconds"]
+                with Catalog.connect(config.catalog_url) as catalog:
                     seconds["pin"].append(
                         _timed(lambda: pin_savepoint(config, catalog, job, name=f"pin-{i}"))  # noqa: B023
                     )
@@ -120,7 +125,6 @@ def measure(keys: int, repeats: int) -> dict[str, Any]:
                     seconds["export"].append(
                         _timed(lambda: take_savepoint(config, catalog, job, name=f"export-{i}"))  # noqa: B023
                     )
-            sizes[n] = {"bytes": size, "seconds": seconds}
     return sizes
 
 
@@ -135,9 +139,8 @@ def render(sizes: dict[int, dict[str, Any]], command: str, started: datetime) ->
         "",
         f"`{command}` ({started:%Y-%m-%d}): one ValueState on the test S3 server (moto, "
         f"127.0.0.1), max parallelism 128, parallelism 2, catalog on SQLite; medians of "
-        f"{len(sizes[small]['seconds']['pin'])} runs each, the operations in turn. Machine: "
-        + "; ".join(f"{k} {v}" for k, v in machine.items())
-        + ".",
+        f"{len(sizes[small]['seconds']['pin'])} rounds, each running every operation on both "
+        "states in turn. Machine: " + "; ".join(f"{k} {v}" for k, v in machine.items()) + ".",
         "",
         "| operation | "
         + " | ".join(f"{n:,} keys ({sizes[n]['bytes'] / 1024**2:.1f} MiB)" for n in (small, large))
