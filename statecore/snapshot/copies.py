@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow.fs as pafs
 
@@ -38,13 +38,19 @@ from statecore.snapshot.s3_copy import copy_object, s3_client
 from statecore.snapshot.storage import S3Settings, is_s3, table_filesystem, throttling_hint
 from statecore.snapshot.table import TableFile
 
-if TYPE_CHECKING:
-    from statecore.snapshot.rewrite import TableLayout
-
 __all__ = ["COPY_THREADS", "copy_files", "new_file_name", "source_sizes"]
 
 COPY_THREADS = 16
 """Files copied at a time. Not tied to the cores: a copy is a wait on a request."""
+
+
+class Partitioned(Protocol):
+    """What a copy needs of a table's layout (:class:`~statecore.snapshot.rewrite.TableLayout`):
+    the name of its partition column."""
+
+    @property
+    def partition(self) -> str: ...
+
 
 _Copy = Callable[[str, str, int], None]
 """``copy(source path, target path, size)``, paths relative to their tables."""
@@ -123,7 +129,7 @@ def _copier(source_uri: str, target_uri: str, threads: int) -> _Copy:
 def copy_files(
     source_uri: str,
     target_uri: str,
-    layout: TableLayout,
+    layout: Partitioned,
     files: Iterable[TableFile],
     *,
     prefix: str,
