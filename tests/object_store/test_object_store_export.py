@@ -199,3 +199,18 @@ def test_export_multipart_copy_over_the_single_copy_limit(
     assert fs.get_file_info("savepoints/multipart/short.bin").type == pafs.FileType.NotFound
     uploads = client.list_multipart_uploads(Bucket="savepoints").get("Uploads", [])
     assert [u for u in uploads if u["Key"] == "multipart/short.bin"] == []  # aborted
+
+
+def test_export_to_a_missing_bucket_fails_naming_it_not_the_credentials(
+    s3_job: StatecoreConfig, s3_server: S3Server, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with Catalog.connect(s3_job.catalog_url) as catalog:
+        with pytest.raises(SnapshotWriteError) as failed:
+            take_savepoint(s3_job, catalog, JOB, name="sp", target="s3://no-such-bucket/sp")
+        assert catalog.list_savepoints(JOB) == []
+    message, logs = str(failed.value), capfd.readouterr()
+    assert "cannot be copied to s3://no-such-bucket/sp/sp/main/" in message
+    assert "NoSuchBucket" in message
+    for text in (message, logs.out + logs.err):
+        assert s3_server.secret not in text
+        assert s3_server.env["AWS_ACCESS_KEY_ID"] not in text
