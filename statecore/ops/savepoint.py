@@ -19,7 +19,11 @@ the checkpoint it was taken from, its event-time watermark (a stream restored fr
 and what that checkpoint processed (a stream's source offsets:
 :func:`statecore.spark.offsets.savepoint_offsets`). The metadata file is written last, so a folder
 without one is not a savepoint. Files are copied, never shared, so checkpoint retention and VACUUM
-cannot touch an export; it is copied one file after another through this process.
+cannot touch an export. Its files are copied many at a time
+(:func:`~statecore.snapshot.copies.copy_files`): server-side when the warehouse and the export
+are on S3 (``CopyObject``, ``UploadPartCopy`` above 5 GB; no byte through this process), each
+checked first against the size the Delta log gives it. A copy that fails removes the folder
+and records nothing.
 
 :func:`write_savepoint` also derives savepoints from a restore point with some tables rewritten
 (rescale past the max parallelism, repair); :func:`import_point` makes a restore point the job's
@@ -62,11 +66,11 @@ from statecore.config import StatecoreConfig, check_name
 from statecore.errors import ConfigError, JobNotFoundError, RestoreWouldDiscardError
 from statecore.progress import Progress, silent
 from statecore.snapshot import Fence, state_table_uri
+from statecore.snapshot.copies import copy_files
 from statecore.snapshot.files import table_filesystem
 from statecore.snapshot.rewrite import (
     TableLayout,
     commit_files,
-    copy_files,
     partition_sizes,
     restore_version,
     table_files,

@@ -15,7 +15,6 @@ versions inside its retention window, not the ones a catalog still names.
 from __future__ import annotations
 
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,13 +22,13 @@ from datetime import timedelta
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from statecore.errors import CheckpointCommitError, CorruptSnapshotError, SnapshotWriteError
+from statecore.errors import CheckpointCommitError, CorruptSnapshotError
 from statecore.snapshot.commits import CommitMetadata
+from statecore.snapshot.copies import new_file_name
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
 from statecore.snapshot.log import checkpoint_log
 from statecore.snapshot.output import checkpoint_of_file, newest_checkpoint_commit
@@ -40,7 +39,6 @@ __all__ = [
     "TableLayout",
     "VacuumResult",
     "commit_files",
-    "copy_files",
     "missing_log_entries",
     "partition_sizes",
     "read_files",
@@ -49,7 +47,6 @@ __all__ = [
     "table_layout",
     "table_version",
     "vacuum",
-    "verify_file",
     "versions_since",
     "write_partition_file",
 ]
@@ -168,93 +165,11 @@ def read_files(uri: str, files: Iterable[TableFile]) -> Iterator[tuple[TableFile
     return read_table_files(uri, files, label=f"snapshot table {uri}")
 
 
-def _new_name(partition: str, value: int, prefix: str) -> str:
-    return f"{partition}={value}/{prefix}-{uuid.uuid4().hex[:16]}.parquet"
-
-
 def write_partition_file(
     uri: str, layout: TableLayout, value: int, rows: pa.Table, *, prefix: str
 ) -> SnapshotFile:
     """Write ``rows`` as a new file of partition ``value`` (not committed yet)."""
-    return write_file(uri, _new_name(layout.partition, value, prefix), value, rows)
-
-
-def verify_file(uri: str, version: int | None, f: TableFile) -> None:
-    """Check one committed file against the Delta log: its size, and a readable Parquet footer
-    with the log's row count; :class:`CorruptSnapshotError` names table, version and file."""
-    fs, root = table_filesystem(uri)
-    where = f"snapshot table {uri} version {version}: file {f.path}"
-    try:
-        info = fs.get_file_info(f"{root}/{f.path}")
-        if info.type != pafs.FileType.File:
-            raise CorruptSnapshotError(f"{where} is missing")
-        if info.size != f.size:
-            raise CorruptSnapshotError(
-                f"{where} has {info.size} bytes, the Delta log says {f.size}"
-            )
-        with fs.open_input_file(f"{root}/{f.path}") as source:
-            rows = pq.ParquetFile(source).metadata.num_rows
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise CorruptSnapshotError(f"{where} is unreadable: {exc}{throttling_hint(exc)}") from exc
-    if rows != f.rows:
-        raise CorruptSnapshotError(f"{where} holds {rows} rows, the Delta log says {f.rows}")
-
-
-def copy_files(
-    source_uri: str,
-    target_uri: str,
-    layout: TableLayout,
-    files: Iterable[TableFile],
-    *,
-    prefix: str,
-    version: int | None = None,
-) -> list[SnapshotFile]:
-    """Copy ``files`` (of ``version`` of the source) byte for byte into the table at
-    ``target_uri``, under new names; each is verified first (:func:`verify_file`)."""
-    source_fs, source_root = table_filesystem(source_uri)
-    target_fs, target_root = table_filesystem(target_uri)
-    same_fs = source_fs is target_fs or (  # one S3 endpoint copies server-side
-        type(source_fs) is type(target_fs) and isinstance(source_fs, pafs.LocalFileSystem)
-    )
-    out = []
-    for f in files:
-        verify_file(source_uri, version, f)
-        relative = _new_name(layout.partition, f.key_group, prefix)
-        source, target = f"{source_root}/{f.path}", f"{target_root}/{relative}"
-        try:
-            target_fs.create_dir(f"{target_root}/{layout.partition}={f.key_group}", recursive=True)
-        except OSError as exc:  # e.g. a bucket that does not exist
-            raise SnapshotWriteError(
-                f"snapshot table {target_uri} cannot be written: {exc}{throttling_hint(exc)}"
-            ) from exc
-        try:
-            if same_fs:
-                source_fs.copy_file(source, target)
-            else:
-                with (
-                    source_fs.open_input_stream(source) as src,
-                    target_fs.open_output_stream(target) as dst,
-                ):
-                    while chunk := src.read(1 << 22):
-                        dst.write(chunk)
-        except OSError as exc:
-            raise CorruptSnapshotError(
-                f"snapshot table {source_uri}: file {f.path} cannot be copied to {target_uri}: "
-                f"{exc}{throttling_hint(exc)}"
-            ) from exc
-        # Row counts are all the committer needs; min/max statistics are an optimization.
-        stats = f'{{"numRecords": {f.rows}}}'
-        out.append(
-            SnapshotFile(
-                path=relative,
-                key_group=f.key_group,
-                rows=f.rows,
-                size=f.size,
-                modification_time=time.time_ns() // 1_000_000,
-                stats=stats,
-            )
-        )
-    return out
+    return write_file(uri, new_file_name(layout.partition, value, prefix), value, rows)
 
 
 def commit_files(

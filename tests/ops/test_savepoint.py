@@ -132,13 +132,17 @@ def _truncate(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+def _grow(path: Path) -> None:
+    path.write_bytes(path.read_bytes() + b"\0")
+
+
 def _break_footer(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[:-8] + b"\0" * 8)  # same size, no footer length nor magic
 
 
-@pytest.mark.parametrize("corrupt", [_truncate, _break_footer], ids=["truncated", "footer"])
-def test_bad_input_a_corrupt_source_file_refuses_the_savepoint(
+@pytest.mark.parametrize("corrupt", [_truncate, _grow, Path.unlink], ids=["short", "long", "gone"])
+def test_export_size_mismatch_fails_clearly_and_leaves_nothing(
     job: StatecoreConfig, corrupt: Any
 ) -> None:
     table = next(t for t in latest(job).tables if t.state == "total")
@@ -149,6 +153,32 @@ def test_bad_input_a_corrupt_source_file_refuses_the_savepoint(
         with pytest.raises(CorruptSnapshotError) as refused:
             take_savepoint(job, catalog, JOB, name="sp")
     message = str(refused.value)
-    assert f"{table.path} version {table.version}: file {victim.path}" in message
+    assert f"{table.path} version {table.version}: file {victim.path} " in message
+    assert ("is missing" if corrupt is Path.unlink else "the Delta log says") in message
     assert not Path(f"{job.warehouse}/_savepoints/{JOB}/sp").exists()  # nothing partial
     assert catalog_snapshot(job) == before and files_under(job.warehouse) == files
+
+
+def test_export_copies_a_file_corrupt_within_its_size_as_it_is_and_reading_it_fails(
+    job: StatecoreConfig,
+) -> None:
+    """An export checks sizes, not footers: a file broken within its size is copied byte for
+    byte, and reading the export fails on it as reading the checkpoint does."""
+    table = next(t for t in latest(job).tables if t.state == "total")
+    victim = table_files(table.path, table.version)[3]
+    _break_footer(Path(table.path) / victim.path)
+    with Catalog.connect(job.catalog_url) as catalog:
+        saved = take_savepoint(job, catalog, JOB, name="sp")
+    with pytest.raises(CorruptSnapshotError) as from_checkpoint:
+        checksums(latest(job))
+    with pytest.raises(CorruptSnapshotError) as from_export:
+        checksums(saved)
+    copied = next(t for t in saved.tables if t.state == "total")
+    assert (
+        f"{table.path} (state 'total' of operator 'main') version {table.version}: file "
+        f"{victim.path} cannot be read" in str(from_checkpoint.value)
+    )
+    assert (
+        f"{copied.path} (state 'total' of operator 'main') version {copied.version}: file "
+        f"key_group={victim.key_group}/sp-" in str(from_export.value)
+    )
