@@ -60,6 +60,11 @@ class S3Server:
         with urllib.request.urlopen(request, timeout=10):
             pass
 
+    def gate_outcome(self) -> str:
+        """How the last gate went: ``met``, ``broken`` (a write waited alone until the
+        server's timeout), ``armed`` or ``none``."""
+        return self._call("_gate", "GET")
+
     def throttle(
         self, prefix: str, count: int, methods: str = "", *, applied: bool = False
     ) -> None:

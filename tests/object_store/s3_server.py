@@ -8,7 +8,9 @@ serves until killed. Two things are added in front of moto:
   on. Serializing writes gives the test server S3's guarantee.
 - A **gate** (``PUT /_gate?prefix=<bucket/key prefix>&parties=<n>``): the next ``n`` writes of
   keys under ``prefix`` wait for each other, then go on together, so ``n`` writers race for
-  the same object on the wire (``n`` Delta writers for the same commit file).
+  the same object on the wire (``n`` Delta writers for the same commit file). ``GET /_gate``
+  says how the last gate went: ``met`` (the ``n`` writes arrived together), ``broken`` (a
+  write waited ``GATE_TIMEOUT`` seconds for the others), ``armed`` (not yet), ``none``.
 - **Throttling** (``PUT /_throttle?prefix=<bucket/key prefix>&count=<n>[&methods=PUT,POST]``):
   the first request under ``prefix`` (of the given methods; default every method; a listing
   counts under its ``prefix``) and its next ``n - 1`` attempts answer ``503 SlowDown`` with
@@ -54,6 +56,7 @@ def _arm(query: str) -> None:
             prefix=params["prefix"][0],
             barrier=threading.Barrier(int(params["parties"][0]), timeout=GATE_TIMEOUT),
             left=int(params["parties"][0]),
+            outcome="armed",
         )
 
 
@@ -65,8 +68,12 @@ def _wait_at_gate(key: str) -> None:
         barrier: threading.Barrier = _gate["barrier"]
     try:
         barrier.wait()
+        outcome = "met"  # the parties arrived together
     except threading.BrokenBarrierError:
-        pass
+        outcome = "broken"  # one waited GATE_TIMEOUT seconds alone
+    with _gate_lock:
+        if _gate.get("barrier") is barrier and _gate["outcome"] != "broken":
+            _gate["outcome"] = outcome
 
 
 def _arm_throttle(query: str) -> None:
@@ -130,6 +137,11 @@ def application(moto: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[
             _arm(environ.get("QUERY_STRING", ""))
             start_response("200 OK", [("Content-Length", "0")])
             return [b""]
+        if path == "/_gate" and method == "GET":
+            with _gate_lock:
+                body = str(_gate.get("outcome", "none")).encode()
+            start_response("200 OK", [("Content-Length", str(len(body)))])
+            return [body]
         if path == "/_throttle":
             if method == "PUT":
                 _arm_throttle(environ.get("QUERY_STRING", ""))
