@@ -27,6 +27,7 @@ from statecore.descriptors import ValueStateDescriptor
 from statecore.keygroups import compute_key_group_range_for_operator_index
 from statecore.runtime.task import StateSnapshotResult
 from statecore.snapshot import SnapshotFile, SnapshotTable, open_tables
+from statecore.snapshot.storage import open_table
 from statecore.types import TypeInfo, schema_from_text, schema_to_text
 
 MAX_PARALLELISM, PARALLELISM = 128, 4
@@ -158,6 +159,12 @@ def test_proportional_commit_lists_no_unchanged_file(
         actions = [json.loads(line) for line in log.read_text().splitlines()]
         removed = sorted(a["remove"]["path"].split("/")[0] for a in actions if "remove" in a)
         assert removed == ["key_group=5", "key_group=9"]
+        # What the driver's map says of that version is what the Delta log says.
+        kept = SnapshotTable(uri, schema_from_text(SCHEMA), label=STATE).files(table.version)
+        logged = SnapshotTable(uri, schema_from_text(SCHEMA), label=STATE)._files(
+            open_table(uri, table.version)
+        )
+        assert sorted(kept, key=lambda f: f.path) == sorted(logged, key=lambda f: f.path)
 
         # A table whose log moved on behind the driver's back (a rollback's RESTORE) is
         # listed again, and its files are still right.
