@@ -22,6 +22,10 @@ statecore writes them) without a data file behind it, since the driver never rea
   (:class:`~statecore.runtime.shares.TaskShares`), a subtask's share (what a task does to find
   its files), and tracemalloc's peak of each step.
 
+- ``--proportional-before REV`` (alone): a checkpoint that changes 1 % of the key groups
+  against a full replace, through the coordinator, catalog included, of this tree and of git
+  revision ``REV`` in one run (:func:`proportional_before_after`; into ``RESULTS.md``).
+
 Run: ``python -m benchmarks.scale`` (a few minutes; records ``benchmarks/SCALE_MEASURED.md``,
 which ``benchmarks/SCALE.md`` quotes and projects from).
 """
@@ -37,6 +41,7 @@ import platform
 import resource
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -48,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
+from benchmarks.report import replace_section
 
 RESULTS = Path(__file__).with_name("SCALE_MEASURED.md")
 MAX_PARALLELISM = 32_768
@@ -407,6 +414,144 @@ def driver_cycle(
     return out
 
 
+def proportional_cycle(home: str, *, max_parallelism: int = MAX_PARALLELISM) -> dict[str, Any]:
+    """The driver's cost of a checkpoint that changes 1 % of the key groups against one that
+    replaces all of them, catalog included: one operator through the real coordinator (a first
+    commit of every key group, then a full replace, then a 1 % commit, each after its plan),
+    at parallelism ``max_parallelism // 32`` (1,024 at 32,768). ``commit_*`` is the
+    coordinator's ``commit`` (Delta commit, key-group sizes, catalog completion); ``plan_*``
+    the ``plan`` before it (catalog + restore plan), reported beside it."""
+    import statecore
+    from statecore.backends.base import snapshot_schema
+    from statecore.catalog import Catalog
+    from statecore.checkpoint.coordinator import CheckpointCoordinator
+    from statecore.config import StatecoreConfig
+    from statecore.descriptors import ValueStateDescriptor
+    from statecore.keygroups import compute_key_group_range_for_operator_index
+    from statecore.types import TypeInfo, schema_to_text
+
+    parallelism = max(1, max_parallelism // 32)
+    config = StatecoreConfig.resolve(home=home, env={})
+    descriptor = ValueStateDescriptor(STATE, int)
+    schema = schema_to_text(snapshot_schema(TypeInfo.of(str), descriptor))
+    described = descriptor.describe()
+    ranges = [
+        compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
+        for i in range(parallelism)
+    ]
+    out: dict[str, Any] = {
+        "max_parallelism": max_parallelism,
+        "parallelism": parallelism,
+        "statecore": str(Path(statecore.__file__).parent),
+    }
+
+    def plan(coordinator: Any, checkpoint_id: int) -> Any:
+        return coordinator.plan(
+            checkpoint_id,
+            parallelism=parallelism,
+            max_parallelism=max_parallelism,
+            default_parallelism=parallelism,
+        )
+
+    def every(checkpoint_id: int) -> list[Any]:
+        files = [fake_files(r, checkpoint_id, i) for i, r in enumerate(ranges)]
+        return _results(files, schema, described)
+
+    with Catalog.connect(config.catalog_url) as catalog:
+        coordinator = CheckpointCoordinator(config, catalog, job=JOB, operator=OPERATOR)
+        coordinator.commit(plan(coordinator, 1), every(1))
+        with measured(out, "plan_replace"):
+            planned = plan(coordinator, 2)
+        results = every(2)
+        with measured(out, "commit_replace"):
+            coordinator.commit(planned, results)
+        del results
+        changed = list(range(0, max_parallelism, 100))  # 1 %
+        by_subtask: list[list[Any]] = [[] for _ in range(parallelism)]
+        for f in fake_files(changed, 3):
+            by_subtask[f.key_group * parallelism // max_parallelism].append(f)
+        with measured(out, "plan_incremental"):
+            planned = plan(coordinator, 3)
+        results = _results(by_subtask, schema, described)
+        out["incremental_files"] = len(changed)
+        with measured(out, "commit_incremental"):
+            coordinator.commit(planned, results)
+    out["ratio"] = out["commit_incremental"] / out["commit_replace"]
+    return out
+
+
+def proportional_before_after(
+    root: str, *, before: str, max_parallelism: int, rounds: int
+) -> list[dict[str, Any]]:
+    """:func:`proportional_cycle` of this tree and of git revision ``before`` (its
+    ``statecore/`` exported to a temporary folder), alternating in fresh processes, so both
+    run on the same machine under the same load."""
+    repo = Path(__file__).resolve().parent.parent
+    old = Path(root) / "before"
+    old.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", before, "statecore"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    out = []
+    for i in range(rounds):
+        for label, tree in (("before", old), ("after", repo)):
+            code = (
+                f"import sys, json; sys.path.insert(0, {str(tree)!r}); "
+                f"sys.path.insert(1, {str(repo)!r}); "
+                "from benchmarks.scale import proportional_cycle; "
+                f"print(json.dumps(proportional_cycle({f'{root}/{label}-{i}'!r}, "
+                f"max_parallelism={max_parallelism})))"
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", code], check=True, capture_output=True, text=True
+            )
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            row.update(label=label, round=i, revision=before if label == "before" else "HEAD")
+            print(f"proportional {label} {i}: {row}", flush=True)
+            out.append(row)
+    return out
+
+
+PROPORTIONAL_HEADING = "## Driver cost proportional to change (issue 35)"
+
+
+def proportional_report(rows: list[dict[str, Any]], when: str, load: float) -> str:
+    """The before/after table of :func:`proportional_before_after`, in Markdown (the section
+    of ``RESULTS.md`` under :data:`PROPORTIONAL_HEADING`)."""
+    after = [r["ratio"] for r in rows if r["label"] == "after"]
+    before = [r["ratio"] for r in rows if r["label"] == "before"]
+    lines = [
+        PROPORTIONAL_HEADING,
+        "",
+        "`python -m benchmarks.scale --proportional-before REV`: one operator through the real "
+        f"coordinator at max parallelism {rows[0]['max_parallelism']:,} and parallelism "
+        f"{rows[0]['parallelism']:,}, SQLite catalog, local Delta table, fake file sizes: a full "
+        f"replace of every key group, then a commit of {rows[0]['incremental_files']} key groups "
+        "(1 %), each after its plan; this tree and revision REV alternating in fresh processes "
+        f"in one run ({when}, load average {load:.0f} at the end on the shared 2-core machine). "
+        "`commit` is the coordinator's commit: the Delta commit, the key-group sizes and the "
+        "catalog's completion; `plan` (catalog + restore plan) is beside it.",
+        "",
+        f"1 % / full replace, commit: {', '.join(f'{x:.1%}' for x in after)} now, "
+        f"{', '.join(f'{x:.1%}' for x in before)} before.",
+        "",
+        "| code | round | plan, full (ms) | commit, full replace (ms) | plan, 1 % (ms) | "
+        "commit, 1 % (ms) | "
+        "1 % / full (commit) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['label']} ({r['revision']}) | {r['round']} | {_ms(r['plan_replace'])} | "
+            f"{_ms(r['commit_replace'])} | {_ms(r['plan_incremental'])} | "
+            f"{_ms(r['commit_incremental'])} | {r['ratio']:.1%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # -- the report -----------------------------------------------------------------------------
 
 
@@ -543,7 +688,30 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
+    parser.add_argument(
+        "--proportional-before",
+        metavar="REV",
+        help="only the 1 %% commit against a full replace, of this tree and of git revision REV "
+        "in the same run (into RESULTS.md)",
+    )
+    parser.add_argument("--key-groups", type=int, default=MAX_PARALLELISM)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.proportional_before:
+        with tempfile.TemporaryDirectory(prefix="statecore-scale-") as root:
+            rows = proportional_before_after(
+                root,
+                before=args.proportional_before,
+                max_parallelism=args.key_groups,
+                rounds=args.rounds,
+            )
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        section = proportional_report(rows, when, os.getloadavg()[0])
+        print(section)
+        if not args.no_write:
+            path = Path(__file__).with_name("RESULTS.md")
+            path.write_text(replace_section(path.read_text(), PROPORTIONAL_HEADING, section))
+        return
     started = time.perf_counter()
     data: dict[str, Any] = {
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

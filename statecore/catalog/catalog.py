@@ -229,9 +229,13 @@ class Catalog:
         writer's epoch began again is left alone."""
         return self.checkpoints.fail(job, checkpoint_id, error=error, epoch=epoch)
 
-    def get_checkpoint(self, job: str, checkpoint_id: int) -> CheckpointRecord:
-        """Checkpoint ``checkpoint_id`` of ``job``; :class:`CheckpointNotFoundError` if none."""
-        return self.checkpoints.get(job, checkpoint_id)
+    def get_checkpoint(
+        self, job: str, checkpoint_id: int, *, with_sizes: bool = True
+    ) -> CheckpointRecord:
+        """Checkpoint ``checkpoint_id`` of ``job``; :class:`CheckpointNotFoundError` if none.
+        Its table versions' ``key_groups`` are empty unless ``with_sizes`` (for callers that
+        need only the versions)."""
+        return self.checkpoints.get(job, checkpoint_id, with_sizes=with_sizes)
 
     def checkpoint_status(self, job: str, checkpoint_id: int) -> CheckpointStatus | None:
         """The status of checkpoint ``checkpoint_id`` of ``job``, or ``None`` if the catalog
@@ -275,14 +279,22 @@ class Catalog:
         *,
         status: CheckpointStatus | None = None,
         with_tables: bool = True,
+        with_sizes: bool = True,
         last: int | None = None,
         after: int | None = None,
     ) -> list[CheckpointRecord]:
         """The checkpoints of ``job`` (with ``status`` if given, with an id above ``after`` if
         given), by checkpoint id: only the ``last`` ones (largest ids) if given; without their
-        table versions (``tables`` empty, one query less) unless ``with_tables``."""
+        table versions (``tables`` empty, one query less) unless ``with_tables``; the table
+        versions' ``key_groups`` empty unless ``with_sizes`` (retention and VACUUM need only
+        the versions)."""
         return self.checkpoints.every(
-            job, status=status, with_tables=with_tables, last=last, after=after
+            job,
+            status=status,
+            with_tables=with_tables,
+            with_sizes=with_sizes,
+            last=last,
+            after=after,
         )
 
     def delete_checkpoint(self, job: str, checkpoint_id: int) -> None:

@@ -23,7 +23,13 @@ from sqlalchemy.orm import Session, noload
 from statecore.catalog.jobs import upsert_states
 from statecore.catalog.leases import check_epoch, load_in_progress
 from statecore.catalog.lookup import find_checkpoint, load_checkpoint, load_job
-from statecore.catalog.models import CheckpointRow, CheckpointTableRow, JobRow, PendingOutputRow
+from statecore.catalog.models import (
+    WITH_SIZES,
+    CheckpointRow,
+    CheckpointTableRow,
+    JobRow,
+    PendingOutputRow,
+)
 from statecore.catalog.records import (
     CheckpointKind,
     CheckpointRecord,
@@ -168,11 +174,12 @@ class CheckpointStore(Store):
             row.error = error
             return row.to_record(job)
 
-    def get(self, job: str, checkpoint_id: int) -> CheckpointRecord:
+    def get(self, job: str, checkpoint_id: int, *, with_sizes: bool = True) -> CheckpointRecord:
         """Checkpoint ``checkpoint_id`` of ``job``; :class:`CheckpointNotFoundError` if none."""
         with self._read.begin() as session:
             job_row = load_job(session, job)
-            return load_checkpoint(session, job_row, checkpoint_id).to_record(job)
+            row = load_checkpoint(session, job_row, checkpoint_id, sizes=with_sizes)
+            return row.to_record(job, with_sizes=with_sizes)
 
     def status(self, job: str, checkpoint_id: int) -> CheckpointStatus | None:
         """The status of checkpoint ``checkpoint_id`` of ``job``; ``None`` if the catalog knows
@@ -200,6 +207,7 @@ class CheckpointStore(Store):
                 )
                 .order_by(CheckpointRow.completion_seq.desc())
                 .limit(1)
+                .options(WITH_SIZES)
             )
             return None if row is None else row.to_record(job)
 
@@ -231,17 +239,21 @@ class CheckpointStore(Store):
         *,
         status: CheckpointStatus | None = None,
         with_tables: bool = True,
+        with_sizes: bool = True,
         last: int | None = None,
         after: int | None = None,
     ) -> list[CheckpointRecord]:
         """The checkpoints of ``job`` (with ``status`` if given, with an id above ``after`` if
         given), by checkpoint id: only the ``last`` ones (the largest ids) if given; without
-        their tables unless ``with_tables``."""
+        their tables unless ``with_tables``, their tables without key-group sizes unless
+        ``with_sizes``."""
         with self._read.begin() as session:
             job_row = load_job(session, job)
             query = sa.select(CheckpointRow).where(CheckpointRow.job_id == job_row.id)
             if not with_tables:
                 query = query.options(noload(CheckpointRow.tables))
+            elif with_sizes:
+                query = query.options(WITH_SIZES)
             if status is not None:
                 query = query.where(CheckpointRow.status == status.name)
             if after is not None:
@@ -251,7 +263,7 @@ class CheckpointStore(Store):
             else:
                 newest = query.order_by(CheckpointRow.checkpoint_id.desc()).limit(last)
                 rows = list(session.scalars(newest))[::-1]
-            return [row.to_record(job) for row in rows]
+            return [row.to_record(job, with_sizes=with_sizes) for row in rows]
 
     def delete(self, job: str, checkpoint_id: int) -> None:
         """Forget checkpoint ``checkpoint_id`` of ``job`` and its table versions."""

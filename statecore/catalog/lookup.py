@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from statecore.catalog.models import CheckpointRow, JobRow
+from statecore.catalog.models import WITH_SIZES, CheckpointRow, JobRow
 from statecore.errors import CheckpointNotFoundError, JobNotFoundError
 
 __all__ = ["find_checkpoint", "load_checkpoint", "load_job"]
@@ -27,18 +27,22 @@ def load_job(session: Session, job: str, *, lock: bool = False) -> JobRow:
     return row
 
 
-def find_checkpoint(session: Session, job_row: JobRow, checkpoint_id: int) -> CheckpointRow | None:
-    """The checkpoint's row, or ``None``."""
-    return session.scalar(
-        sa.select(CheckpointRow).where(
-            CheckpointRow.job_id == job_row.id, CheckpointRow.checkpoint_id == checkpoint_id
-        )
+def find_checkpoint(
+    session: Session, job_row: JobRow, checkpoint_id: int, *, sizes: bool = False
+) -> CheckpointRow | None:
+    """The checkpoint's row (its tables' key-group sizes loaded with it if ``sizes``), or
+    ``None``."""
+    query = sa.select(CheckpointRow).where(
+        CheckpointRow.job_id == job_row.id, CheckpointRow.checkpoint_id == checkpoint_id
     )
+    return session.scalar(query.options(WITH_SIZES) if sizes else query)
 
 
-def load_checkpoint(session: Session, job_row: JobRow, checkpoint_id: int) -> CheckpointRow:
-    """The checkpoint's row; CheckpointNotFoundError if none."""
-    row = find_checkpoint(session, job_row, checkpoint_id)
+def load_checkpoint(
+    session: Session, job_row: JobRow, checkpoint_id: int, *, sizes: bool = False
+) -> CheckpointRow:
+    """The checkpoint's row (:func:`find_checkpoint`); CheckpointNotFoundError if none."""
+    row = find_checkpoint(session, job_row, checkpoint_id, sizes=sizes)
     if row is None:
         latest = session.scalars(
             sa.select(CheckpointRow.checkpoint_id)

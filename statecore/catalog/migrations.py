@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from statecore.catalog.engine import WRITE, redacted
+from statecore.catalog.sizes import encode_sizes
 from statecore.errors import ConfigError
 
 __all__ = [
@@ -309,6 +310,47 @@ def _v9_pinned_savepoints(connection: sa.Connection) -> None:
     connection.exec_driver_sql(f"ALTER TABLE statecore_savepoints ADD COLUMN pin {json}")
 
 
+def _v10_compact_key_group_sizes(connection: sa.Connection) -> None:
+    # A table version's key-group sizes as three compressed integer arrays
+    # (:mod:`statecore.catalog.sizes`) instead of a JSON object of every key group: each row's
+    # JSON converted, then the JSON column dropped (SQLite 3.35 or later).
+    blob = sa.LargeBinary().compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE statecore_checkpoint_tables ADD COLUMN sizes {blob}")
+    tables = sa.table(
+        "statecore_checkpoint_tables",
+        sa.column("id", sa.BigInteger),
+        sa.column("key_groups", sa.JSON),
+        sa.column("sizes", sa.LargeBinary),
+    )
+    last = -1
+    while True:  # in batches, so a large catalog is not read into memory at once
+        batch = connection.execute(
+            sa.select(tables.c.id, tables.c.key_groups)
+            .where(tables.c.id > last)
+            .order_by(tables.c.id)
+            .limit(_V10_BATCH)
+        ).all()
+        if not batch:
+            break
+        connection.execute(
+            sa.update(tables).where(tables.c.id == sa.bindparam("row_id")),
+            [
+                {
+                    "row_id": row_id,
+                    "sizes": encode_sizes(
+                        {int(kg): (int(r), int(b)) for kg, (r, b) in (key_groups or {}).items()}
+                    ),
+                }
+                for row_id, key_groups in batch
+            ],
+        )
+        last = batch[-1][0]
+    connection.exec_driver_sql("ALTER TABLE statecore_checkpoint_tables DROP COLUMN key_groups")
+
+
+_V10_BATCH = 500
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -354,6 +396,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=9,
         description="pinned savepoints",
         apply=_v9_pinned_savepoints,
+    ),
+    Migration(
+        version=10,
+        description="checkpoint tables' key-group sizes as compressed integer arrays",
+        apply=_v10_compact_key_group_sizes,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

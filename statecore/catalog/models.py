@@ -7,11 +7,12 @@ rows to the frozen records of :mod:`statecore.catalog.records`.
 
 from __future__ import annotations
 
+import builtins
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, selectinload
 
 from statecore.catalog.migrations import NAMING_CONVENTION
 from statecore.catalog.records import (
@@ -27,6 +28,7 @@ from statecore.catalog.records import (
     StateRecord,
     TableVersion,
 )
+from statecore.catalog.sizes import decode_sizes, encode_sizes
 
 __all__ = [
     "Base",
@@ -39,6 +41,7 @@ __all__ = [
     "SavepointRow",
     "StateRow",
     "UTCDateTime",
+    "WITH_SIZES",
 ]
 
 
@@ -151,7 +154,9 @@ class CheckpointRow(Base):
         lazy="selectin",
     )
 
-    def to_record(self, job: str) -> CheckpointRecord:
+    def to_record(self, job: str, *, with_sizes: bool = True) -> CheckpointRecord:
+        """The checkpoint, its table versions without their key-group sizes unless
+        ``with_sizes``."""
         return CheckpointRecord(
             job=job,
             checkpoint_id=self.checkpoint_id,
@@ -161,7 +166,7 @@ class CheckpointRow(Base):
             max_parallelism=self.max_parallelism,
             started_at=self.started_at,
             completed_at=self.completed_at,
-            tables=tuple(table.to_record() for table in self.tables),
+            tables=tuple(table.to_record(with_sizes=with_sizes) for table in self.tables),
             restored_from=self.restored_from,
             error=self.error,
             input_identity=self.input_identity,
@@ -185,15 +190,10 @@ class CheckpointTableRow(Base):
     version: Mapped[int] = mapped_column(sa.BigInteger)
     rows: Mapped[int] = mapped_column(sa.BigInteger)
     bytes: Mapped[int] = mapped_column(sa.BigInteger)
-    key_groups: Mapped[dict[str, Any]]
+    sizes: Mapped[builtins.bytes | None] = mapped_column(sa.LargeBinary, deferred=True)
 
     @classmethod
     def from_record(cls, table: TableVersion) -> CheckpointTableRow:
-        # JSON object keys are strings: {"<key group>": [rows, bytes]}.
-        key_groups = {
-            str(key_group): [rows, size]
-            for key_group, (rows, size) in sorted(table.key_groups.items())
-        }
         return cls(
             operator=table.operator,
             state=table.state,
@@ -202,10 +202,13 @@ class CheckpointTableRow(Base):
             version=table.version,
             rows=table.rows,
             bytes=table.bytes,
-            key_groups=key_groups,
+            sizes=encode_sizes(table.key_groups),
         )
 
-    def to_record(self) -> TableVersion:
+    def to_record(self, *, with_sizes: bool = True) -> TableVersion:
+        """The table version, with its key groups' sizes if ``with_sizes`` (the column is
+        deferred: a query with :data:`WITH_SIZES` loads it with the rows, else it is loaded
+        here, one query per row)."""
         return TableVersion(
             operator=self.operator,
             state=self.state,
@@ -214,13 +217,12 @@ class CheckpointTableRow(Base):
             version=self.version,
             rows=self.rows,
             bytes=self.bytes,
-            key_groups={
-                int(key_group): (int(rows), int(size))
-                for key_group, (rows, size) in sorted(
-                    self.key_groups.items(), key=lambda item: int(item[0])
-                )
-            },
+            key_groups=decode_sizes(self.sizes) if with_sizes and self.sizes is not None else {},
         )
+
+
+WITH_SIZES = selectinload(CheckpointRow.tables).undefer(CheckpointTableRow.sizes)
+"""The query option that loads a checkpoint's table versions with their key-group sizes."""
 
 
 class SavepointRow(Base):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain
 from typing import Any
 
 from statecore.errors import ConfigError
@@ -124,11 +125,13 @@ class TableVersion:
                 f"{where}: version, rows and bytes must be >= 0, got "
                 f"{self.version}, {self.rows}, {self.bytes}"
             )
-        for key_group, (rows, size) in self.key_groups.items():
-            if key_group < 0 or rows < 0 or size < 0:
-                raise ConfigError(
-                    f"{where}: key group {key_group} has a negative number: ({rows}, {size})"
-                )
+        numbers = chain(self.key_groups, chain.from_iterable(self.key_groups.values()))
+        if min(numbers, default=0) < 0:  # one pass in C: 32,768 key groups are common
+            for key_group, (rows, size) in self.key_groups.items():
+                if key_group < 0 or rows < 0 or size < 0:
+                    raise ConfigError(
+                        f"{where}: key group {key_group} has a negative number: ({rows}, {size})"
+                    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -141,7 +141,9 @@ def clean_logs(
     module docstring); the tables that lost entries. A table whose log cannot be read or cut is
     logged and skipped: the next retention tries again."""
     if retained is None:
-        retained = catalog.list_checkpoints(job, status=CheckpointStatus.COMPLETED)
+        retained = catalog.list_checkpoints(
+            job, status=CheckpointStatus.COMPLETED, with_sizes=False
+        )
     if not retained:
         return ()
     needed: dict[str, int] = {}

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 
 from statecore.catalog import StateRecord, TableVersion
 from statecore.config import StatecoreConfig
 from statecore.errors import StateError
 from statecore.runtime.task import StateSnapshotResult
-from statecore.snapshot import TIMERS, Fence, SnapshotTable, state_table_uri
+from statecore.snapshot import TIMERS, Fence, SnapshotFile, SnapshotTable, state_table_uri
 from statecore.snapshot.changelog import CHANGES
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.faults import fault_point
 from statecore.types import schema_from_text
 
-__all__ = ["StateTables", "table_partition"]
+__all__ = ["StateTables", "carried_sizes", "table_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,38 @@ log = logging.getLogger(__name__)
 def table_partition(table_kind: str) -> str:
     """The partition column of a table of ``table_kind``."""
     return "subtask" if table_kind == "operator" else "key_group"
+
+
+def carried_sizes(
+    base: Mapping[int, tuple[int, int]] | None,
+    files: Iterable[SnapshotFile],
+    *,
+    changed_key_groups: Iterable[int],
+    replace_all: bool = False,
+    append: bool = False,
+) -> dict[int, tuple[int, int]]:
+    """The ``(rows, bytes)`` of every key group after a commit of ``files`` on a version whose
+    sizes are ``base`` (``None``: no base, the table is ``files``), as
+    :meth:`SnapshotTable.commit` commits them: the changed key groups (and, unless
+    ``append``, those ``files`` belong to) lose their files, then ``files`` are added. Only the
+    commit's own key groups are touched; every other one keeps the base's sizes.
+
+    >>> carried_sizes({0: (5, 50), 1: (3, 30)}, [], changed_key_groups=[1])
+    {0: (5, 50)}
+    """
+    sizes: dict[int, tuple[int, int]] = {}
+    files = list(files)
+    if base is not None and not replace_all:
+        sizes = dict(base)
+        removed = set(changed_key_groups)
+        if not append:
+            removed |= {f.key_group for f in files}
+        for key_group in removed:
+            sizes.pop(key_group, None)
+    for f in files:
+        rows, size = sizes.get(f.key_group, (0, 0))
+        sizes[f.key_group] = (rows + f.rows, size + f.size)
+    return dict(sorted(sizes.items()))
 
 
 class StateTables:
@@ -162,14 +195,23 @@ class StateTables:
             ),
         )
         fault_point(f"commit:{table_kind}:{state}:after")
-        sizes = table.key_group_sizes(version)
+        if base is not None and not base.key_groups and base.bytes:
+            sizes = table.key_group_sizes(version)  # nothing to carry forward: counted
+        else:
+            sizes = carried_sizes(
+                base.key_groups if base is not None else None,
+                [f for p in parts for f in p.files],
+                changed_key_groups={kg for p in parts for kg in p.changed_key_groups},
+                replace_all=replace_all and table_kind != CHANGES,
+                append=any(p.append for p in parts),
+            )
         return TableVersion(
             operator=self.operator,
             state=state,
             table_kind=table_kind,
             path=uri,
             version=version,
-            rows=sum(r for r, _ in sizes.values()),
-            bytes=sum(b for _, b in sizes.values()),
+            rows=sum(map(itemgetter(0), sizes.values())),
+            bytes=sum(map(itemgetter(1), sizes.values())),
             key_groups=sizes,
         )

@@ -111,7 +111,7 @@ class RetentionReport:
 
 
 def _completed(catalog: Catalog, job: str) -> list[CheckpointRecord]:
-    done = catalog.list_checkpoints(job, status=CheckpointStatus.COMPLETED)
+    done = catalog.list_checkpoints(job, status=CheckpointStatus.COMPLETED, with_sizes=False)
     return sorted(done, key=lambda c: (c.completed_at is None, c.completed_at, c.checkpoint_id))
 
 
@@ -160,7 +160,7 @@ def _vacuum(
     versions: dict[str, set[int]] = defaultdict(set)
     for table in [t for c in retained for t in c.tables] + pinned_tables(catalog, job):
         versions[table.path.rstrip("/")].add(table.version)
-    running = catalog.list_checkpoints(job, status=CheckpointStatus.IN_PROGRESS)
+    running = catalog.list_checkpoints(job, status=CheckpointStatus.IN_PROGRESS, with_tables=False)
     protected_since = min(c.started_at for c in running) - MAX_CLOCK_SKEW if running else None
     latest = catalog.latest_checkpoint(job)
     named = {t.path.rstrip("/"): t.version for t in (latest.tables if latest else ())}
@@ -270,7 +270,9 @@ def apply_retention(
         oldest = kept[0].completed_at if kept else None
         failed = [
             c
-            for c in catalog.list_checkpoints(job, status=CheckpointStatus.FAILED)
+            for c in catalog.list_checkpoints(
+                job, status=CheckpointStatus.FAILED, with_tables=False
+            )
             if oldest is not None and c.started_at < oldest
         ]
         progress(

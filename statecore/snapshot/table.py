@@ -22,6 +22,7 @@ checkpoint; so is a keyed table whose schema migrated (every key group is rewrit
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -34,6 +35,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from statecore.errors import CheckpointCommitError, ConcurrentRunError, CorruptSnapshotError
 from statecore.keygroups import KeyGroupRange
+from statecore.snapshot import open_tables
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile
 from statecore.snapshot.log import checkpoint_log
@@ -155,7 +157,17 @@ class SnapshotTable:
         return True
 
     def files(self, version: int, key_groups: KeyGroupRange | None = None) -> list[TableFile]:
-        """The files of ``version`` (only those of ``key_groups`` when given)."""
+        """The files of ``version`` (only those of ``key_groups`` when given), by key group
+        from the driver's kept map when it holds ``version`` (:mod:`.open_tables`), else
+        listed from the table's log."""
+        kept = open_tables.peek(self.uri)
+        if kept is not None and kept.version == version and kept.current(self.uri):
+            return [
+                TableFile(path, key_group, rows, size)
+                for key_group, entries in sorted(kept.files.items())
+                if key_groups is None or key_group in key_groups
+                for path, rows, size in entries
+            ]
         return self._files(self._open(version), key_groups)
 
     def _files(
@@ -219,11 +231,9 @@ class SnapshotTable:
             )
             for f in files
         ]
+        kept = open_tables.take(self.uri)
         try:
-            try:
-                table = open_table(self.uri)
-            except TableNotFoundError:
-                table = create_table(self.uri, schema, partition_by=[partition], mode="ignore")
+            table = self._latest(kept)
             if fence is not None:
                 fence.verify(table, f"checkpoint {checkpoint_id}: {self.label}")
             if base_version is not None and table.version() != base_version:
@@ -233,7 +243,10 @@ class SnapshotTable:
                     post_commithook_properties=POST_COMMIT,
                 )
                 table.update_incremental()
-            if replace_all or base_version is None:  # nothing completed builds on what is there
+            whole = replace_all or base_version is None
+            if kept is None or kept.table is not table or kept.version != table.version():
+                kept = None if whole else self._file_map(table)
+            if whole:  # nothing completed builds on what is there
                 table.create_write_transaction(
                     adds,
                     "overwrite",
@@ -243,17 +256,20 @@ class SnapshotTable:
                     post_commithook_properties=POST_COMMIT,
                 )
             else:
+                assert kept is not None
                 changed = set(changed_key_groups)
                 if not append:
                     changed |= {f.key_group for f in files}
                 now = time.time_ns() // 1_000_000
                 actions: list[AddAction | RemoveAction] = [
-                    RemoveAction(f.path, True, now, f.size, {partition: str(f.key_group)})
-                    for f in self._files(table)
-                    if f.key_group in changed
+                    RemoveAction(path, True, now, size, {partition: str(kg)})
+                    for kg in sorted(changed)
+                    for path, _, size in kept.files.get(kg, ())
                 ]
                 actions += adds
                 if not actions:
+                    open_tables.keep(self.uri, kept)
+                    self._opened = table
                     return table.version()
                 table.create_write_transaction(
                     actions,
@@ -263,6 +279,7 @@ class SnapshotTable:
                     commit_properties=properties,
                     post_commithook_properties=POST_COMMIT,
                 )
+            before = table.version()
             table.update_incremental()
         except (DeltaError, OSError) as exc:  # delta-rs raises OSError for storage errors
             fenced = fenced_failure(
@@ -276,7 +293,43 @@ class SnapshotTable:
             ) from exc
         checkpoint_log(table, self.uri)
         self._opened = table
-        return table.version()
+        version = table.version()
+        if version == before + 1:  # only this commit since ``before``: the map follows it
+            added = [(f.key_group, f.path, f.rows, f.size) for f in files]
+            if kept is None:
+                kept = open_tables.OpenTable(table, before, {})
+            entry = kept.after(version, () if whole else changed, added, replace_all=whole)
+            stamp = open_tables.commit_stamp(self.uri, version)
+            open_tables.keep(self.uri, dataclasses.replace(entry, stamp=stamp))
+        return version
+
+    def _latest(self, kept: open_tables.OpenTable | None) -> DeltaTable:
+        """The table's latest version: ``kept``'s table brought up to date when there is one
+        (only the commits after its version are read), else the table opened (or created)."""
+        if kept is not None and kept.current(self.uri):
+            try:
+                kept.table.update_incremental()
+                return kept.table
+            except (DeltaError, OSError):
+                pass  # opened again below, its state read afresh
+        try:
+            return open_table(self.uri)
+        except TableNotFoundError:
+            schema = key_group_schema(self.rows_schema, self.partition)
+            return create_table(self.uri, schema, partition_by=[self.partition], mode="ignore")
+
+    def _file_map(self, table: DeltaTable) -> open_tables.OpenTable:
+        """The files of ``table``'s version by key group (every file listed)."""
+        files: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+        for f in self._files(table):
+            files[f.key_group].append((f.path, f.rows, f.size))
+        version = table.version()
+        return open_tables.OpenTable(
+            table,
+            version,
+            {kg: tuple(v) for kg, v in files.items()},
+            open_tables.commit_stamp(self.uri, version),
+        )
 
     def roll_back(self, version: int, *, fence: Fence | None = None) -> bool:
         """Restore the table to ``version`` if it moved past it (commits of a checkpoint that
