@@ -35,6 +35,7 @@ from statecore.runtime.functions import (
     FunctionSnapshotContext,
 )
 from statecore.snapshot.changelog import ChangelogConfig
+from statecore.snapshot.commits import head_version
 from statecore.spark import keyed_process, keyed_process_batches
 from statecore.vectorized import KeyedBatch, KeyedBatchFunction
 
@@ -199,13 +200,15 @@ def read_outcome(config: StatecoreConfig) -> Outcome:
             processed = views.sql(f"SELECT value FROM {JOB}.processed").to_pylist()
         finally:
             views.close()
-    con = connect()  # DuckDB with the Delta extension (and S3's settings, if any)
-    try:
-        rows = con.execute(
-            f"SELECT user, seq, amount, running FROM delta_scan('{output_table(config)}')"
-        ).fetchall()
-    finally:
-        con.close()
+    rows = []  # no table yet: the first checkpoint's output is still pending (or none ran)
+    if head_version(output_table(config)) is not None:
+        con = connect()  # DuckDB with the Delta extension (and S3's settings, if any)
+        try:
+            rows = con.execute(
+                f"SELECT user, seq, amount, running FROM delta_scan('{output_table(config)}')"
+            ).fetchall()
+        finally:
+            con.close()
     return Outcome(
         total={r["key"]: r["value"] for r in total},
         seqs={r["key"]: r["value"] for r in seqs},
