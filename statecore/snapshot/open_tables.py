@@ -13,7 +13,9 @@ An entry describes exactly one version of one table: a table that moved on (anot
 commit, a rollback's RESTORE, a compaction) is at another version, and its map is built again
 from the table's files. An entry is used only while its version's commit file is the one it
 saw (:func:`commit_stamp`: its size and modification time), so a table deleted and created
-again at the same place (a job deleted and started anew) is opened afresh. At most
+again at the same place (a job deleted and started anew) is opened afresh, and only with the
+storage settings it was opened with (``STATECORE_S3_MAX_ATTEMPTS`` and the other S3 settings
+of the environment: a table opened before they changed is opened again). At most
 :data:`MAX_OPEN` tables are kept (the least recently used are dropped). An entry is taken out
 while a commit uses it, so two commits in one process never share one.
 """
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
-from statecore.snapshot.storage import table_filesystem
+from statecore.snapshot.storage import storage_options, table_filesystem
 
 __all__ = ["MAX_OPEN", "OpenTable", "commit_stamp", "forget", "keep", "peek", "take"]
 
@@ -82,27 +84,36 @@ def commit_stamp(uri: str, version: int) -> tuple[int, int] | None:
     return info.size, info.mtime_ns
 
 
-_open: OrderedDict[str, OpenTable] = OrderedDict()
+_Key = tuple[str, tuple[tuple[str, str], ...]]
+_open: OrderedDict[_Key, OpenTable] = OrderedDict()
 _lock = threading.Lock()
+
+
+def _key(uri: str) -> _Key:
+    """``uri`` with the storage settings a table opened now gets (its retries among them)."""
+    return uri, tuple(sorted((storage_options(uri) or {}).items()))
 
 
 def take(uri: str) -> OpenTable | None:
     """The table kept open at ``uri`` (taken out: :func:`keep` puts it back), if any."""
     with _lock:
-        return _open.pop(uri, None)
+        return _open.pop(_key(uri), None)
 
 
 def peek(uri: str) -> OpenTable | None:
     """The table kept open at ``uri`` (left kept), if any."""
     with _lock:
-        return _open.get(uri)
+        return _open.get(_key(uri))
 
 
 def keep(uri: str, entry: OpenTable) -> None:
     """Keep ``entry`` open for the next commit to ``uri``."""
+    key = _key(uri)
     with _lock:
-        _open[uri] = entry
-        _open.move_to_end(uri)
+        for other in [k for k in _open if k[0] == uri and k != key]:
+            del _open[other]  # opened with other settings
+        _open[key] = entry
+        _open.move_to_end(key)
         while len(_open) > MAX_OPEN:
             _open.popitem(last=False)
 
@@ -113,4 +124,5 @@ def forget(uri: str | None = None) -> None:
         if uri is None:
             _open.clear()
         else:
-            _open.pop(uri, None)
+            for key in [k for k in _open if k[0] == uri]:
+                del _open[key]
