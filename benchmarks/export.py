@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -39,6 +36,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from benchmarks.report import machine_info, replace_section
+from tests.object_store.process import running_s3_server
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -131,44 +129,6 @@ def sequential_copy_files(
     return out
 
 
-@contextmanager
-def s3_server() -> Iterator[dict[str, str]]:
-    """The test S3 server in a subprocess, its settings in this process's environment."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.object_store.s3_server"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline())
-        env = {
-            "AWS_ACCESS_KEY_ID": f"SCBENCH{secrets.token_hex(6).upper()}",
-            "AWS_SECRET_ACCESS_KEY": f"sc-secret-{secrets.token_hex(12)}",
-            "AWS_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "AWS_ALLOW_HTTP": "true",
-        }
-        os.environ.update(env)
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
-            os.environ.pop(name, None)
-        fs = pafs.S3FileSystem(
-            access_key=env["AWS_ACCESS_KEY_ID"],
-            secret_key=env["AWS_SECRET_ACCESS_KEY"],
-            region="us-east-1",
-            endpoint_override=f"127.0.0.1:{port}",
-            scheme="http",
-            allow_bucket_creation=True,
-        )
-        fs.create_dir("warehouse")
-        yield env
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-
-
 def build(config: Any, files: int) -> None:
     """Checkpoint 1 of job ``bench``: a ValueState with one key in each of ``files`` key
     groups, so one file each."""
@@ -224,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         f"parallel, {COPY_THREADS} threads (the export)": copy_files,
     }
     times: dict[str, list[float]] = {v: [] for v in variants}
-    with s3_server(), tempfile.TemporaryDirectory() as home:
+    with running_s3_server(["warehouse"], environ=True), tempfile.TemporaryDirectory() as home:
         config = StatecoreConfig.resolve(
             home=home, warehouse=f"s3://warehouse/bench-{secrets.token_hex(3)}", env={}
         )

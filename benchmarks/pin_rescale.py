@@ -18,62 +18,21 @@ compare the larger state's median with the smaller's, in one run.
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow.fs as pafs
-
-from benchmarks.report import REPO, machine_info, replace_section
+from benchmarks.report import machine_info, replace_section
+from tests.object_store.process import running_s3_server
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 HEADING = "## Savepoints (pins) and rescales at two state sizes, S3"
-
-
-@contextmanager
-def s3_server() -> Iterator[dict[str, str]]:
-    """The test S3 server in a subprocess with a ``warehouse`` bucket; its settings, set in
-    this process's environment too."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.object_store.s3_server"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline())
-        env = {
-            "AWS_ACCESS_KEY_ID": f"BENCH{secrets.token_hex(6).upper()}",
-            "AWS_SECRET_ACCESS_KEY": secrets.token_hex(12),
-            "AWS_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "AWS_ALLOW_HTTP": "true",
-        }
-        os.environ.update(env)
-        fs = pafs.S3FileSystem(
-            access_key=env["AWS_ACCESS_KEY_ID"],
-            secret_key=env["AWS_SECRET_ACCESS_KEY"],
-            region="us-east-1",
-            endpoint_override=f"127.0.0.1:{port}",
-            scheme="http",
-            allow_bucket_creation=True,
-        )
-        fs.create_dir("warehouse")
-        yield env
-    finally:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def _state(home: Path, job: str, keys: int) -> tuple[Any, int]:
@@ -179,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )
     started = datetime.now(UTC)
-    with s3_server():
+    with running_s3_server(["warehouse"], environ=True):
         sizes = measure(args.keys, args.repeats)
     section = render(sizes, command, started)
     print(section)

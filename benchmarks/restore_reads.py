@@ -21,23 +21,19 @@ of ``benchmarks/RESULTS.md``.
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from benchmarks.report import machine_info, replace_section
+from tests.object_store.process import running_s3_server
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "RESULTS.md"
@@ -144,32 +140,6 @@ def read_ratio(uri: str, files: list[Any], threads: int, repeat: int) -> dict[st
     }
 
 
-@contextmanager
-def s3_server() -> Iterator[dict[str, str]]:
-    """The S3 test server in a subprocess; the environment statecore reads it from."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.object_store.s3_server"],
-        cwd=HERE.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline())
-        env = {
-            "AWS_ACCESS_KEY_ID": "BENCH",
-            "AWS_SECRET_ACCESS_KEY": uuid.uuid4().hex,
-            "AWS_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "AWS_ALLOW_HTTP": "true",
-        }
-        yield env
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-
-
 def render(plan: dict[str, float], reads: dict[str, dict[str, float]], args: Any) -> str:
     info = machine_info()
     kb = 1e3
@@ -229,29 +199,12 @@ def main() -> None:
         files = write_files(folder, args.files, args.rows)
         reads["local folder"] = read_ratio(folder, files, args.threads, args.repeat)
     if not args.no_s3:
-        with s3_server() as env:
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
-                pafs.S3FileSystem(
-                    access_key=env["AWS_ACCESS_KEY_ID"],
-                    secret_key=env["AWS_SECRET_ACCESS_KEY"],
-                    region=env["AWS_REGION"],
-                    endpoint_override=env["AWS_ENDPOINT_URL"].removeprefix("http://"),
-                    scheme="http",
-                    allow_bucket_creation=True,
-                ).create_dir("bench")
-                uri = f"s3://bench/{uuid.uuid4().hex[:8]}/keyed/total"
-                files = write_files(uri, args.files, args.rows)
-                reads["S3 test server (moto, 127.0.0.1)"] = read_ratio(
-                    uri, files, args.threads, args.repeat
-                )
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+        with running_s3_server(["bench"], environ=True):
+            uri = f"s3://bench/{uuid.uuid4().hex[:8]}/keyed/total"
+            files = write_files(uri, args.files, args.rows)
+            reads["S3 test server (moto, 127.0.0.1)"] = read_ratio(
+                uri, files, args.threads, args.repeat
+            )
     section = render(plan, reads, args)
     print(section)
     if args.record:
