@@ -13,6 +13,7 @@ however long the job's history:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -151,10 +152,10 @@ class CheckpointStore(Store):
                 row.metrics = dict(metrics) if metrics else None
                 row.watermark = watermark
                 session.flush()
-                record = row.to_record(job)
+                record = row.to_record(job, with_sizes=False)
         except sa.exc.SQLAlchemyError as exc:
             raise CheckpointCommitError(f"{where}: the catalog commit failed: {exc}") from exc
-        return record
+        return dataclasses.replace(record, tables=tuple(tables))  # their sizes, not decoded again
 
     def fail(
         self, job: str, checkpoint_id: int, *, error: str, epoch: int | None = None

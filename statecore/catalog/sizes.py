@@ -18,7 +18,9 @@ import sys
 import zlib
 from array import array
 from collections.abc import Mapping
-from itertools import accumulate
+from itertools import accumulate, chain
+
+import numpy as np
 
 from statecore.errors import CatalogError
 
@@ -30,13 +32,15 @@ FORMAT = 1
 
 def encode_sizes(sizes: Mapping[int, tuple[int, int]]) -> bytes:
     """``sizes`` (key group -> ``(rows, bytes)``) as the catalog stores them."""
-    key_groups = sorted(sizes)
-    values = array("q", [b - a for a, b in zip([0, *key_groups], key_groups, strict=False)])
-    values.extend([sizes[key_group][0] for key_group in key_groups])
-    values.extend([sizes[key_group][1] for key_group in key_groups])
-    if sys.byteorder != "little":
-        values.byteswap()
-    return bytes([FORMAT]) + zlib.compress(values.tobytes(), 1)
+    n = len(sizes)
+    key_groups = np.fromiter(sizes.keys(), dtype=np.int64, count=n)
+    numbers = np.fromiter(chain.from_iterable(sizes.values()), dtype=np.int64, count=2 * n)
+    numbers = numbers.reshape(n, 2)
+    if n > 1 and not bool(np.all(key_groups[1:] > key_groups[:-1])):
+        order = np.argsort(key_groups, kind="stable")
+        key_groups, numbers = key_groups[order], numbers[order]
+    values = np.concatenate([np.diff(key_groups, prepend=0), numbers[:, 0], numbers[:, 1]])
+    return bytes([FORMAT]) + zlib.compress(values.astype("<i8").tobytes(), 1)
 
 
 def decode_sizes(data: bytes) -> dict[int, tuple[int, int]]:

@@ -52,6 +52,7 @@ __all__ = [
     "LOG_CHECKPOINT_INTERVAL",
     "LOG_GRACE",
     "LogCleanup",
+    "checkpoint_due",
     "checkpoint_log",
     "cleanup_log",
     "last_log_checkpoint",
@@ -90,6 +91,13 @@ def log_replay_length(uri: str) -> int:
     return head + 1 if last is None else head - last
 
 
+def checkpoint_due(uri: str, version: int, *, interval: int = LOG_CHECKPOINT_INTERVAL) -> bool:
+    """Whether version ``version`` of the table at ``uri``, just committed, leaves ``interval``
+    or more commits after the last log checkpoint (so :func:`checkpoint_log` writes one)."""
+    last = last_log_checkpoint(uri)
+    return version - (0 if last is None else last) >= interval  # version 0 creates the table
+
+
 def checkpoint_log(
     table: DeltaTable, uri: str, *, interval: int = LOG_CHECKPOINT_INTERVAL
 ) -> int | None:
@@ -97,8 +105,7 @@ def checkpoint_log(
     ``interval`` or more commits came after the last one; the version checkpointed, or ``None``.
     A failure is logged, never raised: the commit it follows is complete without it."""
     version = table.version()
-    last = last_log_checkpoint(uri)
-    if version - (0 if last is None else last) < interval:  # version 0 creates the table
+    if not checkpoint_due(uri, version, interval=interval):
         return None
     try:
         table.create_checkpoint()

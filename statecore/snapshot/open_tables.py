@@ -25,11 +25,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
+from statecore.snapshot.reads import TableFile
 from statecore.snapshot.storage import storage_options, table_filesystem
 
 __all__ = ["MAX_OPEN", "OpenTable", "commit_stamp", "forget", "keep", "peek", "take"]
@@ -41,12 +42,16 @@ MAX_OPEN = 64
 @dataclass(frozen=True)
 class OpenTable:
     """``table`` (open at ``version``) and the files of that version, by key group (or
-    subtask), as ``(path, rows, size)``."""
+    subtask)."""
 
     table: DeltaTable
     version: int
-    files: Mapping[int, tuple[tuple[str, int, int], ...]]
+    files: Mapping[int, tuple[TableFile, ...]]
     stamp: tuple[int, int] | None = None
+    epochs: Mapping[str, int] = field(default_factory=dict)
+    """The newest version of each application transaction committed after ``table``'s own
+    version by :mod:`statecore.snapshot.log_commit` (``table`` is not brought up to date after
+    such a commit: a fence is checked against both)."""
 
     def after(
         self,
@@ -59,12 +64,18 @@ class OpenTable:
         """The entry of ``version``, committed on this one: ``removed`` key groups' files
         removed, then ``added`` ``(key_group, path, rows, size)`` added (all files replaced
         with ``replace_all``)."""
-        files: dict[int, tuple[tuple[str, int, int], ...]] = {} if replace_all else dict(self.files)
+        files: dict[int, tuple[TableFile, ...]] = {} if replace_all else dict(self.files)
         for key_group in removed:
             files.pop(key_group, None)
         for key_group, path, rows, size in added:
-            files[key_group] = (*files.get(key_group, ()), (path, rows, size))
-        return OpenTable(self.table, version, files)
+            files[key_group] = (*files.get(key_group, ()), TableFile(path, key_group, rows, size))
+        return OpenTable(self.table, version, files, epochs=self.epochs)
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The newest version of the application transaction ``app_id`` in this entry's
+        version."""
+        known = [self.table.transaction_version(app_id), self.epochs.get(app_id)]
+        return max((v for v in known if v is not None), default=None)
 
     def current(self, uri: str) -> bool:
         """Whether the table at ``uri`` still has this entry's version as it was."""

@@ -1,6 +1,7 @@
 """Server-side copies on one S3 endpoint: ``CopyObject``, and a multipart copy
 (``UploadPartCopy``) for an object over S3's 5 GB limit of one ``CopyObject``. No byte passes
-through this process: S3 copies within itself.
+through this process: S3 copies within itself. And :func:`put_if_absent`, the conditional put
+with which statecore writes a state table's incremental commit (:mod:`.log_commit`).
 
 ``boto3`` is used only here: pyarrow's filesystem copies with one ``CopyObject`` (which S3
 refuses above 5 GB) and has no multipart copy. The client has this process's S3 settings
@@ -112,3 +113,23 @@ def copy_object(
             raise
     except (BotoCoreError, ClientError) as exc:
         raise OSError(f"S3 copy of {source} to {target} failed: {exc}") from exc
+
+
+def put_if_absent(client: Any, target: str, body: bytes) -> bool:
+    """Write ``body`` to ``target`` (``s3://bucket/key``) only if no object is there
+    (``If-None-Match: *``, as delta-rs writes its commit files); whether it was written.
+    :class:`OSError` when S3 refuses otherwise (throttling through every attempt)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, key = split_uri(target)
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+            return False
+        raise OSError(f"S3 put of {target} failed: {exc}") from exc
+    except BotoCoreError as exc:
+        raise OSError(f"S3 put of {target} failed: {exc}") from exc
+    return True

@@ -31,14 +31,15 @@ from dataclasses import dataclass
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from statecore.errors import CheckpointCommitError, ConcurrentRunError, CorruptSnapshotError
 from statecore.keygroups import KeyGroupRange
-from statecore.snapshot import open_tables
+from statecore.snapshot import log_commit, open_tables
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile
-from statecore.snapshot.log import checkpoint_log
+from statecore.snapshot.log import checkpoint_due, checkpoint_log
 from statecore.snapshot.reads import TableFile, read_table_files
 from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
 
@@ -71,7 +72,7 @@ class Fence:
     def transaction(self) -> Transaction:
         return Transaction(self.app_id, self.epoch)
 
-    def verify(self, table: DeltaTable, label: str) -> None:
+    def verify(self, table: DeltaTable | open_tables.OpenTable, label: str) -> None:
         """Refuse to commit to ``table`` when a newer writer's epoch is in it already."""
         if self.check is not None:
             self.check()
@@ -163,10 +164,10 @@ class SnapshotTable:
         kept = open_tables.peek(self.uri)
         if kept is not None and kept.version == version and kept.current(self.uri):
             return [
-                TableFile(path, key_group, rows, size)
+                f
                 for key_group, entries in sorted(kept.files.items())
                 if key_groups is None or key_group in key_groups
-                for path, rows, size in entries
+                for f in entries
             ]
         return self._files(self._open(version), key_groups)
 
@@ -232,6 +233,19 @@ class SnapshotTable:
             for f in files
         ]
         kept = open_tables.take(self.uri)
+        if not (replace_all or base_version is None):
+            logged = self._commit_logged(
+                kept,
+                files,
+                changed_key_groups,
+                base_version,
+                append,
+                properties,
+                fence,
+                checkpoint_id,
+            )
+            if logged is not None:
+                return logged
         try:
             table = self._latest(kept)
             if fence is not None:
@@ -264,7 +278,7 @@ class SnapshotTable:
                 actions: list[AddAction | RemoveAction] = [
                     RemoveAction(path, True, now, size, {partition: str(kg)})
                     for kg in sorted(changed)
-                    for path, _, size in kept.files.get(kg, ())
+                    for path, size in ((f.path, f.size) for f in kept.files.get(kg, ()))
                 ]
                 actions += adds
                 if not actions:
@@ -303,6 +317,70 @@ class SnapshotTable:
             open_tables.keep(self.uri, dataclasses.replace(entry, stamp=stamp))
         return version
 
+    def _commit_logged(
+        self,
+        kept: open_tables.OpenTable | None,
+        files: Sequence[SnapshotFile],
+        changed_key_groups: Iterable[int],
+        base_version: int,
+        append: bool,
+        properties: CommitProperties,
+        fence: Fence | None,
+        checkpoint_id: int,
+    ) -> int | None:
+        """An incremental commit on the kept table's version written by
+        :mod:`.log_commit` (the cost of the change alone); its version, or ``None`` when it
+        cannot be written so (the caller commits with delta-rs: nothing was written)."""
+        if kept is None or kept.version != base_version or not kept.current(self.uri):
+            return None
+        changed = set(changed_key_groups)
+        if not append:
+            changed |= {f.key_group for f in files}
+        removes = [(kg, f.path, f.size) for kg in sorted(changed) for f in kept.files.get(kg, ())]
+        schema = key_group_schema(self.rows_schema, self.partition)
+        if not (
+            log_commit.safe_paths([f.path for f in files] + [path for _, path, _ in removes])
+            and log_commit.can_write(
+                self.uri, kept.table, self.partition, DeltaSchema.from_arrow(schema).to_json()
+            )
+        ):
+            return None
+        label = f"checkpoint {checkpoint_id}: {self.label}"
+        if fence is not None:
+            fence.verify(kept, label)
+        transactions = {t.app_id: t.version for t in properties.app_transactions or ()}
+        entry = log_commit.commit_entry(
+            partition=self.partition,
+            removes=removes,
+            adds=files,
+            transactions=transactions,
+            metadata=properties.custom_metadata or {},
+        )
+        version = base_version + 1
+        try:
+            if not log_commit.write_commit(self.uri, version, entry):
+                return None  # another writer's commit is there: delta-rs sorts it out
+        except OSError as exc:
+            open_tables.keep(self.uri, kept)
+            raise CheckpointCommitError(
+                f"{label}: commit of version {version} at {self.uri} failed: {exc}"
+                f"{throttling_hint(exc)}"
+            ) from exc
+        added = [(f.key_group, f.path, f.rows, f.size) for f in files]
+        entry_after = kept.after(version, changed, added)
+        epochs = {**kept.epochs, **transactions}
+        if checkpoint_due(self.uri, version):
+            kept.table.update_incremental()
+            checkpoint_log(kept.table, self.uri)
+            epochs = {}
+        open_tables.keep(
+            self.uri,
+            dataclasses.replace(
+                entry_after, stamp=open_tables.commit_stamp(self.uri, version), epochs=epochs
+            ),
+        )
+        return version
+
     def _latest(self, kept: open_tables.OpenTable | None) -> DeltaTable:
         """The table's latest version: ``kept``'s table brought up to date when there is one
         (only the commits after its version are read), else the table opened (or created)."""
@@ -320,9 +398,9 @@ class SnapshotTable:
 
     def _file_map(self, table: DeltaTable) -> open_tables.OpenTable:
         """The files of ``table``'s version by key group (every file listed)."""
-        files: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+        files: dict[int, list[TableFile]] = defaultdict(list)
         for f in self._files(table):
-            files[f.key_group].append((f.path, f.rows, f.size))
+            files[f.key_group].append(f)
         version = table.version()
         return open_tables.OpenTable(
             table,

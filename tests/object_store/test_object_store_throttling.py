@@ -174,3 +174,30 @@ def test_object_store_throttled_commit_applied_but_unanswered_is_not_doubled(
     assert totals(s3_home) == expected(2)
     with Catalog.connect(s3_home.catalog_url) as catalog:
         assert catalog.latest_checkpoint(JOB).checkpoint_id == 2
+
+
+def test_object_store_throttled_proportional_logged_commit_on_s3(
+    s3_home: StatecoreConfig, throttling: S3Server
+) -> None:
+    """An incremental commit on S3 is statecore's own log entry (the cost of the change, not of
+    the table), written with a conditional put that never replaces another writer's commit and
+    is retried through throttling; delta-rs and DuckDB read it back."""
+    from statecore.snapshot.s3_copy import put_if_absent, s3_client
+    from statecore.snapshot.storage import S3Settings
+
+    run(s3_home, 1)
+    table = prefix(s3_home, "main/keyed/total/")
+    throttling.throttle(f"{table}_delta_log/", 3, "PUT")
+    run(s3_home, 2)
+    assert len(throttling.unthrottle()) == 3
+    run(s3_home, 3)
+    uri = f"s3://{table.rstrip('/')}"
+    delta = open_table(uri)
+    assert delta.version() == 3  # created, then checkpoints 1, 2 and 3
+    engines = [entry.get("engineInfo", "") for entry in delta.history(2)]
+    assert all(engine.startswith("statecore") for engine in engines), engines
+    assert totals(s3_home) == expected(3)
+    client = s3_client(S3Settings.from_env(), 1)
+    taken = f"{uri}/_delta_log/00000000000000000003.json"
+    assert not put_if_absent(client, taken, b"{}")  # another writer's version is never replaced
+    assert open_table(uri).version() == 3 and totals(s3_home) == expected(3)
