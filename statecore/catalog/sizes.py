@@ -14,17 +14,15 @@ True
 
 from __future__ import annotations
 
-import sys
 import zlib
-from array import array
 from collections.abc import Mapping
-from itertools import accumulate, chain
+from itertools import chain
 
 import numpy as np
 
 from statecore.errors import CatalogError
 
-__all__ = ["FORMAT", "decode_sizes", "encode_sizes"]
+__all__ = ["FORMAT", "DecodedSizes", "decode_sizes", "encode_sizes"]
 
 FORMAT = 1
 """The format byte of :func:`encode_sizes` (a new layout is a new format and a migration)."""
@@ -43,17 +41,29 @@ def encode_sizes(sizes: Mapping[int, tuple[int, int]]) -> bytes:
     return bytes([FORMAT]) + zlib.compress(values.astype("<i8").tobytes(), 1)
 
 
-def decode_sizes(data: bytes) -> dict[int, tuple[int, int]]:
+class DecodedSizes(dict[int, tuple[int, int]]):
+    """Sizes :func:`decode_sizes` read, every number checked not negative as an array (a
+    :class:`~statecore.catalog.records.TableVersion` need not check them one by one)."""
+
+
+def decode_sizes(data: bytes) -> DecodedSizes:
     """The sizes :func:`encode_sizes` stored in ``data``."""
     if not data or data[0] != FORMAT:
         raise CatalogError(
             f"key-group sizes in format {data[:1].hex() or 'none'}: this statecore reads "
             f"format {FORMAT}; upgrade statecore"
         )
-    values = array("q")
-    values.frombytes(zlib.decompress(data[1:]))
-    if sys.byteorder != "little":
-        values.byteswap()
+    values = np.frombuffer(zlib.decompress(data[1:]), dtype="<i8")
     n = len(values) // 3
-    key_groups = accumulate(values[:n])
-    return dict(zip(key_groups, zip(values[n : 2 * n], values[2 * n :], strict=True), strict=True))
+    if len(values) != 3 * n:
+        raise CatalogError(f"key-group sizes of {len(values)} numbers, not three arrays")
+    key_groups = np.cumsum(values[:n])
+    if n and int(values.min()) < 0:
+        raise CatalogError("key-group sizes hold a negative number")
+    return DecodedSizes(
+        zip(
+            key_groups.tolist(),
+            zip(values[n : 2 * n].tolist(), values[2 * n :].tolist(), strict=True),
+            strict=True,
+        )
+    )

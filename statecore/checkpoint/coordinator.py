@@ -129,7 +129,8 @@ class CheckpointCoordinator:
                 "not line up (rescale past the max parallelism rewrites the state into a savepoint)"
             )
         check_parallelism(p, max_p)
-        self.catalog.ensure_job(self.job, parallelism=p, max_parallelism=max_p)
+        if existing is None:  # an existing job is left as it is
+            self.catalog.ensure_job(self.job, parallelism=p, max_parallelism=max_p)
         record = self.catalog.begin_checkpoint(
             self.job,
             checkpoint_id,
