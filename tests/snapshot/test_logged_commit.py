@@ -145,3 +145,25 @@ def test_proportional_logged_commit_fenced_by_a_newer_epoch_in_this_process(
         _commit(table, [2], version, 3, fence=Fence("logged", 1))
     assert open_table(uri).version() == version  # nothing written
     assert _commit(table, [2], version, 3, fence=Fence("logged", 2)) == version + 1
+
+
+def test_proportional_logged_commit_read_by_spark(tmp_path: Path, spark: Any) -> None:
+    """delta-spark reads statecore's own log entries: the latest version, an older one by
+    version, and the history with the checkpoint in its metadata."""
+    uri = str(tmp_path / "total")
+    table = SnapshotTable(uri, ROWS, label="logged/main/total")
+    first = _commit(table, list(range(KEY_GROUPS)), None, 1)
+    version = _commit(table, [1], first, 2)
+    version = _commit(table, [2], version, 3)
+    assert open_table(uri).history(1)[0]["engineInfo"].startswith("statecore")
+
+    def values(**options: Any) -> dict[str, int]:
+        reader = spark.read.format("delta")
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        return {r["key"]: r["value"] for r in reader.load(uri).collect()}
+
+    assert values() == {**{f"k{kg}": 100 + kg for kg in range(KEY_GROUPS)}, "k1": 201, "k2": 302}
+    assert values(versionAsOf=version - 1)["k2"] == 102
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").orderBy("version").collect()
+    assert [h["version"] for h in history][-2:] == [version - 1, version]
