@@ -337,6 +337,12 @@ class SnapshotTable:
         if not append:
             changed |= {f.key_group for f in files}
         removes = [(kg, f.path, f.size) for kg in sorted(changed) for f in kept.files.get(kg, ())]
+        label = f"checkpoint {checkpoint_id}: {self.label}"
+        if fence is not None:
+            fence.verify(kept, label)
+        if not removes and not files:  # nothing changed: no commit, as with delta-rs below
+            open_tables.keep(self.uri, kept)
+            return base_version
         schema = key_group_schema(self.rows_schema, self.partition)
         if not (
             log_commit.safe_paths([f.path for f in files] + [path for _, path, _ in removes])
@@ -345,9 +351,6 @@ class SnapshotTable:
             )
         ):
             return None
-        label = f"checkpoint {checkpoint_id}: {self.label}"
-        if fence is not None:
-            fence.verify(kept, label)
         transactions = {t.app_id: t.version for t in properties.app_transactions or ()}
         entry = log_commit.commit_entry(
             partition=self.partition,

@@ -167,3 +167,17 @@ def test_proportional_logged_commit_read_by_spark(tmp_path: Path, spark: Any) ->
     assert values(versionAsOf=version - 1)["k2"] == 102
     history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").orderBy("version").collect()
     assert [h["version"] for h in history][-2:] == [version - 1, version]
+
+
+def test_proportional_logged_commit_of_nothing_writes_no_version(tmp_path: Path) -> None:
+    """A checkpoint that changed nothing in a table (a changelog checkpoint's keyed table)
+    leaves it at its version, as delta-rs's path does."""
+    uri = str(tmp_path / "total")
+    table = SnapshotTable(uri, ROWS, label="logged/main/total")
+    version = _commit(table, list(range(KEY_GROUPS)), None, 1)
+    version = _commit(table, [1], version, 2, fence=Fence("logged", 2))
+    assert _commit(table, [], version, 3) == version
+    assert open_table(uri).version() == version
+    assert not (Path(uri) / f"_delta_log/{version + 1:020d}.json").exists()
+    with pytest.raises(ConcurrentRunError):  # still fenced, as a commit
+        _commit(table, [], version, 4, fence=Fence("logged", 1))
