@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         run_timeout=4 * 3600,
     )
     with tempfile.TemporaryDirectory(prefix="statecore-month-") as tmp:
+        (Path(tmp) / "kafka").mkdir()
         broker = None if args.no_kafka else kafka_broker.start(Path(tmp) / "kafka")
         try:
             servers = None if broker is None else broker.bootstrap_servers
