@@ -182,15 +182,18 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
         seconds["first half"] = time.monotonic() - started
-        # the late days' input lands after their scheduled runs skipped: re-run those days,
-        # beside a savepoint and a rescale
+        # the late days' input lands after their scheduled runs skipped: re-run those days;
+        # then, the job idle, a savepoint and a rescale (the rescale DAG's savepoint must still
+        # be the job's latest checkpoint when its rescale runs: a run of the job completing in
+        # between fails it, "take a new one")
         folders.update(lay_out_input(home, late, users=plan.users, events=plan.events))
         for day in late:
             scheduler.backfill("stateful_pipeline", _iso(day), _iso(day), again=True)
+        scheduler.start_scheduler(fault=points[1] if len(points) > 1 else None)
+        scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.trigger("savepoint", {"job": "clickstream", "name": "mid-month"})
         scheduler.trigger("rescale", {"job": "clickstream", "parallelism": 3})
         stream_segment(1)
-        scheduler.start_scheduler(fault=points[1] if len(points) > 1 else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
         seconds["late days, savepoint, rescale"] = time.monotonic() - started
