@@ -1,18 +1,19 @@
 """A month on one home, longer than the suite's (issue 33): the harness of
-``tests/airflow/test_month.py`` (``tests/airflow/month_run.py``) with more input days, two days
-of hourly ``streaming_pipeline`` runs, its result written to RESULTS.md.
+``tests/airflow/test_month.py`` (``tests/airflow/month_run.py``) with more input days and two
+days of the hourly streaming DAGs, its result written to RESULTS.md.
 
     python -m benchmarks.month                       # -> the RESULTS.md section
-    python -m benchmarks.month --days 30 --input-every 6 --stream-hours 3 --no-write  # the test's
+    python -m benchmarks.month --days 30 --input-every 6 --stream-hours 12 --no-write  # the test's
 
 One Airflow (``airflow api-server`` + ``dag-processor`` + ``scheduler``, LocalExecutor, PostgreSQL,
 parallelism 2) runs ``stateful_pipeline`` by backfills over ``--days`` past logical days (input
 on one day in ``--input-every``, one day's input late), ``state_maintenance`` on every
-checkpoint's Asset event, a savepoint and a rescale mid-month, and ``streaming_pipeline`` hourly
-over the last ``--stream-hours`` hours, while a DuckDB reader and a Delta ``readStream`` poll the
-output tables and four runs are SIGKILLed at commit phases (one per scheduler start, see
-``MonthPlan.kills``). ``streaming_kafka`` is not part of it: the test Kafka broker is a JVM
-the suite starts only in its ``jvm`` group.
+checkpoint's Asset event, a savepoint and a rescale mid-month, and ``streaming_pipeline`` and
+``streaming_kafka`` hourly over ``--stream-hours`` hours (input landing ``--stream-landings``
+times among them: a file, and a day of clicks produced to a local Kafka broker the benchmark
+starts, ``scripts/kafka_broker.py``; ``--no-kafka`` leaves ``streaming_kafka`` out), while a
+DuckDB reader and a Delta ``readStream`` poll the output tables and four runs are SIGKILLed at
+commit phases (one per scheduler start, see ``MonthPlan.kills``).
 """
 
 from __future__ import annotations
@@ -22,35 +23,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.report import replace_section
-from tests.airflow.month_run import MonthPlan, MonthResult, judge, run_month
+from scripts import kafka_broker
+from tests.airflow.month_run import MonthPlan, MonthResult, judge, run_counts, run_month
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 HEADING = "## A month on one home (issue 33)"
-
-
-def run_counts(result: MonthResult) -> list[tuple[str, str]]:
-    """Per DAG: runs, how they ended, and task tries beyond the first (retries)."""
-    rows = []
-    for dag in sorted({run["dag"] for run in result.runs}):
-        runs = [run for run in result.runs if run["dag"] == dag]
-        states = Counter(
-            "skipped"
-            if run["state"] == "success"
-            and all(state == "skipped" for state, _ in run["tasks"].values())
-            else run["state"]
-            for run in runs
-        )
-        retries = sum(max(0, tries - 1) for run in runs for _, tries in run["tasks"].values())
-        ended = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
-        rows.append((dag, f"{len(runs)} | {ended} | {retries}"))
-    return rows
 
 
 def render(result: MonthResult, failed: list[str]) -> str:
@@ -62,19 +45,25 @@ def render(result: MonthResult, failed: list[str]) -> str:
         f"| {name} | {', '.join(f'{k} {v}' for k, v in size.items())} |"
         for name, size in result.sizes.items()
     ]
+    kafka = "clickstream_kafka" in result.stream_inputs
+    streams = "`streaming_pipeline` and `streaming_kafka`" if kafka else "`streaming_pipeline`"
+    read = " + ".join(
+        f"{len(rows)} ({name})" for name, rows in sorted(result.stream_reader["rows"].items())
+    )
     return "\n".join(
         [
             HEADING,
             "",
             f"`python -m benchmarks.month --days {plan.days} --stream-hours {plan.stream_hours} "
-            f"--input-every {plan.input_every}` ({time.strftime('%Y-%m-%d')}, commit {commit}, "
+            f"--stream-landings {plan.stream_landings} --input-every {plan.input_every}"
+            f"{'' if kafka else ' --no-kafka'}` ({time.strftime('%Y-%m-%d')}, commit {commit}, "
             f"2 shared cores): {plan.days} logical days of `stateful_pipeline` (input on a day in "
             f"{plan.input_every}, {plan.late_days} late; {plan.users} users, {plan.events} "
-            f"events a day), {plan.stream_hours} hourly `streaming_pipeline` runs, "
+            f"events a day), {plan.stream_hours} hourly runs of {streams} (input landing "
+            f"{plan.stream_landings} times among them), "
             "`state_maintenance` on every checkpoint, a savepoint and a rescale, on one "
             "Airflow's real scheduler; a DuckDB reader polled the outputs "
-            f"{result.reader_polls} times and a Delta `readStream` read "
-            f"{len(result.stream_reader['rows'])} rows. Killed at: "
+            f"{result.reader_polls} times and a Delta `readStream` read {read} rows. Killed at: "
             f"{', '.join(result.kill_points) or 'none'}; fired: "
             f"{'; '.join(result.fired) or 'none'}.",
             "",
@@ -103,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=60)
     parser.add_argument("--input-every", type=int, default=4)
     parser.add_argument("--stream-hours", type=int, default=48)
+    parser.add_argument("--stream-landings", type=int, default=4)
+    parser.add_argument("--no-kafka", action="store_true")
     parser.add_argument("--seed", type=int, default=33)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
@@ -110,11 +101,19 @@ def main(argv: list[str] | None = None) -> int:
         days=args.days,
         input_every=args.input_every,
         stream_hours=args.stream_hours,
+        stream_landings=args.stream_landings,
         seed=args.seed,
         run_timeout=4 * 3600,
     )
     with tempfile.TemporaryDirectory(prefix="statecore-month-") as tmp:
-        result = run_month(Path(tmp) / "home", plan)
+        (Path(tmp) / "kafka").mkdir()
+        broker = None if args.no_kafka else kafka_broker.start(Path(tmp) / "kafka")
+        try:
+            servers = None if broker is None else broker.bootstrap_servers
+            result = run_month(Path(tmp) / "home", plan, kafka=servers)
+        finally:
+            if broker is not None:
+                broker.stop()
         failed = judge(result)
     section = render(result, failed)
     print(section)

@@ -9,8 +9,9 @@ Within the job's max parallelism only the parallelism changes (no state byte is 
 next run of the job restores the key-group ranges of the new parallelism. With
 `max_parallelism` the state is rewritten into a new savepoint with key groups recomputed from the
 stored keys, which becomes the job's latest checkpoint. `verify` fails the run unless every
-state's key count, row count and checksum are the same before (the savepoint) and after
-(`statecore.ops.rescale.verify_rescale`). A run that would change nothing (the job is already at
+state's key count, row count and checksum are the same before (the savepoint) and after (the
+checkpoint the rescale left, whatever run of the job completed since;
+`statecore.ops.rescale.verify_rescale`). A run that would change nothing (the job is already at
 `parallelism` and the max parallelism) is skipped by `validate`, the reason ("no-op: ...") in
 its log, before a savepoint is taken: the Trigger form's defaults (`parallelism` 2) on a job at
 parallelism 2 do that.
@@ -68,9 +69,12 @@ def rescale() -> None:
 
     @task
     def verify(savepoint: dict[str, Any], rescaled: dict[str, Any]) -> dict[str, Any]:
-        """The state before (the savepoint) and after (the job's latest checkpoint) are equal."""
+        """The state before (the savepoint) and after (the checkpoint the rescale left: a new
+        one past the max parallelism, else the savepoint's own) are equal, whatever run of the
+        job completed since."""
         from statecore.ops.rescale import verify_rescale
 
+        after = rescaled["checkpoint_id"]
         with StatecoreHook().catalog() as catalog:
             check = verify_rescale(
                 catalog,
@@ -78,6 +82,7 @@ def rescale() -> None:
                 savepoint=savepoint["name"],
                 parallelism=rescaled["parallelism"],
                 max_parallelism=rescaled["max_parallelism"],
+                checkpoint_id=savepoint["checkpoint_id"] if after is None else after,
             )
         return check.to_dict()
 

@@ -15,11 +15,22 @@ user id, value `{"event_type": "purchase", "amount": 12.5}`, its Kafka timestamp
 `kafka_conn_id` (default `kafka_default`): the `bootstrap.servers` of its extra, as the official
 Kafka provider's `kafka` connection keeps it (the provider need not be installed), else its host
 and port. Before Spark starts, the `check` task **skips** the run, with the reason in its log,
-when neither is set (so unpausing the DAG before configuring it fails nothing), and **fails**
-when no broker answers there. The `checkpoints` task then reports the checkpoints this run
-completed (those above the job's latest one when `check` ran, recorded in this run's XCom), the
-state of this run's query and the topic's offsets the job has read up to, and publishes the
-checkpoints as an event of the Asset `statecore://clickstream_kafka`, every run alike.
+when neither is set (so unpausing the DAG before configuring it fails nothing), **fails** when
+no broker answers there, and **skips** when the topic is not there ("no input at ...") or has no
+record past the end offsets the last successful run saw ("no new input since run ..."): records
+that arrive a few times a day start Spark only then, not every hour. The `checkpoints` task then
+reports the checkpoints this run completed (those above the job's latest one when `check` ran,
+recorded in this run's XCom), the state of this run's query and the topic's offsets the job has
+read up to, and publishes the checkpoints as an event of the Asset
+`statecore://clickstream_kafka`, every run alike.
+
+**No record left unread by a skip.** `check` notes the topic's end offsets (partition ->
+offset, read with `kafka-python`, as the job's source reads: read_uncommitted) in the run's
+XCom; once the query succeeded, `checkpoints` records them as read in
+`$STATECORE_HOME/streaming/clickstream_kafka/_statecore/input_read.json` (an availableNow query
+reads up to the end offsets when it starts, past those `check` saw). A record produced later —
+during the run's query or after — is past that record, so the next run submits; a run that
+failed records nothing; another topic or broker list is all new.
 
 **Params**
 - `bootstrap_servers`: `host:port[,host:port...]`; default: the connection's.
@@ -92,14 +103,15 @@ def streaming_kafka() -> None:
     @task
     def check(**context: Any) -> str:
         """The bootstrap servers: the param's, else the connection's; skip the run without
-        either, fail it when no broker answers there. Records where the job stands, so
-        `checkpoints` publishes what this run completed."""
+        either, fail it when no broker answers there, skip it when the topic has no record past
+        what the last run that succeeded saw. Notes the topic's end offsets, and where the job
+        stands, so `checkpoints` records and publishes this run's."""
         import socket
 
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipException
 
-        from statecore_airflow import StatecoreHook, mark_checkpoints
+        from statecore_airflow import StatecoreHook, mark_checkpoints, skip_without_new_records
 
         params = context["params"]
         servers = params["bootstrap_servers"]
@@ -126,6 +138,7 @@ def streaming_kafka() -> None:
                 continue
         else:
             raise RuntimeError(f"no Kafka broker answers at {servers}")
+        skip_without_new_records(context, JOB, str(servers), params["topic"])
         with StatecoreHook().catalog() as catalog:
             mark_checkpoints(context, catalog, JOB)
         return str(servers)
@@ -162,7 +175,12 @@ def streaming_kafka() -> None:
 
         from statecore.catalog import CheckpointKind
         from statecore.ops.streams import default_checkpoint_location, read_status
-        from statecore_airflow import StatecoreHook, publish_checkpoints, query_run_id
+        from statecore_airflow import (
+            StatecoreHook,
+            publish_checkpoints,
+            query_run_id,
+            record_input_read,
+        )
 
         hook = StatecoreHook()
         status = read_status(default_checkpoint_location(hook.get_config(), JOB))
@@ -181,6 +199,7 @@ def streaming_kafka() -> None:
         offsets = None
         if identity.startswith("given:{"):  # {"batch_id": n, "offsets": {"end": [...], ...}}
             offsets = (json.loads(identity.removeprefix("given:")).get("offsets") or {}).get("end")
+        record_input_read(context, JOB)
         return {
             "state": None if status is None else status.state,
             "completed": completed,

@@ -4,17 +4,26 @@
 Runs the clickstream job **as a stream** (`jobs/clickstream_stream.py`) in scheduled
 `availableNow` increments, the usual way to orchestrate Structured Streaming with Airflow. The
 `check` task skips a run, with the reason in its log, while the input folder
-`$STATECORE_HOME/data/clickstream` is not there ("no input at ..."); otherwise each
-run submits the query with the Spark provider's `SparkSubmitOperator`; it takes every input file
-that arrived since the last run (Spark's checkpoint under `$STATECORE_HOME/streaming/` remembers
-which), as micro-batches of at most `max_files_per_trigger` files, then exits. Each micro-batch is
-one statecore checkpoint (its id is the micro-batch id, so a replayed micro-batch is a no-op), its
+`$STATECORE_HOME/data/clickstream` is not there ("no input at ..."), and while no file in it is
+new since the last run that succeeded ("no new input since run ..."): input that arrives a few
+times a day starts Spark only then, not every hour. Otherwise each run submits the query with
+the Spark provider's `SparkSubmitOperator`; it takes every input file that arrived since the
+last run (Spark's checkpoint under `$STATECORE_HOME/streaming/` remembers which), as
+micro-batches of at most `max_files_per_trigger` files, then exits. Each micro-batch is one
+statecore checkpoint (its id is the micro-batch id, so a replayed micro-batch is a no-op), its
 output committed with it to the Delta table `$STATECORE_HOME/output/clickstream_stream`, and the
 catalog keeps the job's last 10 checkpoints. The `checkpoints` task then reports the progress of
 this run's query (its driver's status names the run) and publishes the checkpoints this run
 completed (those above the job's latest one when `check` ran, which `check` records in this
 run's XCom) as an event of the Asset `statecore://clickstream_stream` (its extra names them and
 the run), every run alike, however many ran before.
+
+**No file left unread by a skip.** `check` notes the files it sees (path, size, modification
+time) in the run's XCom; once the query succeeded, `checkpoints` records that listing as read
+in `$STATECORE_HOME/streaming/clickstream_stream/_statecore/input_read.json` (an availableNow
+query takes every file there when it starts, so it read them all). A file that lands later —
+during the run's query or after — is not in that record, so the next run submits; a run that
+failed records nothing, so the next run submits as well.
 
 The query's Spark checkpoint is `$STATECORE_HOME/streaming/clickstream_stream`, its own: the
 continuous query of the `streaming_query` DAG is another job with another location.
@@ -66,17 +75,19 @@ def streaming_pipeline() -> None:
     @task
     def check(**context: Any) -> str:
         """Skip the run before Spark starts while the input folder is not there (Spark's file
-        source fails on a missing folder): unpausing the DAG on a fresh home fails nothing.
-        Records where the job stands, so `checkpoints` publishes what this run completed."""
+        source fails on a missing folder): unpausing the DAG on a fresh home fails nothing; and
+        while no file in it is new since the last run that succeeded. Notes the files it saw,
+        and where the job stands, so `checkpoints` records and publishes this run's."""
         from airflow.sdk.exceptions import AirflowSkipException
 
         from statecore.ops.runs import input_exists
-        from statecore_airflow import StatecoreHook, mark_checkpoints
+        from statecore_airflow import StatecoreHook, mark_checkpoints, skip_without_new_files
 
         hook = StatecoreHook()
         root = f"{hook.get_config().home}/data/clickstream"
         if not input_exists(root):
             raise AirflowSkipException(f"no input at {root} (yet): nothing to stream")
+        skip_without_new_files(context, JOB, root)
         with hook.catalog() as catalog:
             mark_checkpoints(context, catalog, JOB)
         return root
@@ -101,9 +112,14 @@ def streaming_pipeline() -> None:
     @task(outlets=[CHECKPOINTS])
     def checkpoints(**context: Any) -> dict[str, Any]:
         """This run's query's progress, and the checkpoints this run completed as the Asset
-        event."""
+        event; the files `check` saw recorded as read (the query succeeded)."""
         from statecore.ops.streams import default_checkpoint_location, stream_progress
-        from statecore_airflow import StatecoreHook, publish_checkpoints, query_run_id
+        from statecore_airflow import (
+            StatecoreHook,
+            publish_checkpoints,
+            query_run_id,
+            record_input_read,
+        )
 
         hook = StatecoreHook()
         config = hook.get_config()
@@ -117,6 +133,7 @@ def streaming_pipeline() -> None:
             progress["completed"] = publish_checkpoints(
                 context, catalog, JOB, progress["last_checkpoint"], marked_by="check"
             )
+        record_input_read(context, JOB)
         return progress
 
     check() >> increment >> checkpoints()

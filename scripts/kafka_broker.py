@@ -1,7 +1,7 @@
 """A local Kafka broker: one Apache Kafka node in KRaft mode (broker and controller in one JVM)
 on 127.0.0.1, from the JARs ``make jars`` resolves into ``.venv/kafka-broker-jars``
 (``jars/kafka-broker/pom.xml``), never on Spark's classpath. The tests' broker
-(``tests/kafka/conftest.py``) and ``make kafka`` / ``make kafka-down`` (docs/streaming.md) are
+(``tests/conftest.py``) and ``make kafka`` / ``make kafka-down`` (docs/streaming.md) are
 both this one.
 
 :func:`start` formats a log folder with a random cluster id (``kafka.tools.StorageTool``, what

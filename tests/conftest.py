@@ -1,4 +1,5 @@
-"""Shared fixtures: one local Spark session per test run, and an isolated statecore home.
+"""Shared fixtures: one local Spark session and one Kafka broker per test run, and an isolated
+statecore home.
 
 ``--group`` splits a run in three that ``make test`` runs side by side (``tests/groups.py``):
 ``jvm``, the tests whose fixtures reach the in-process Spark session or another JVM or server the
@@ -18,9 +19,10 @@ serial collector, 26.5 with the archive too (docs/contributing.md).
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +124,39 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
     )
     yield session
     session.stop()
+
+
+_topics = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """The one Kafka broker of the test run (:mod:`scripts.kafka_broker`, the broker ``make
+    kafka`` starts: KRaft, on 127.0.0.1), stopped at the session's end."""
+    jvm_group_only(request)
+    from scripts import kafka_broker as kafka_broker_module
+
+    broker = kafka_broker_module.start(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def new_topic(kafka_broker: Any) -> Callable[[int], str]:
+    """``new_topic(partitions)``: a topic of its own for the test, created on the broker."""
+    from kafka.admin import NewTopic
+
+    def create(partitions: int = 3) -> str:
+        name = f"t{next(_topics)}"
+        admin = kafka_broker.admin()
+        try:
+            admin.create_topics([NewTopic(name, partitions, 1)])
+        finally:
+            admin.close()
+        return name
+
+    return create

@@ -15,7 +15,7 @@ GROUPS = ("jvm", "airflow", "rest")
 JVM_FIXTURES = frozenset({"spark", "cluster", "s3_server", "kafka_broker"})
 """The session fixtures owning what a test run starts once: the local Spark session
 (``spark``), the standalone cluster (``tests/cluster``), the S3 server (``tests/object_store``),
-the Kafka broker (``tests/kafka``)."""
+the Kafka broker (``tests/conftest.py``, ``scripts/kafka_broker.py``)."""
 
 
 def group_of(item: pytest.Item) -> str:

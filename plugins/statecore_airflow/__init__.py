@@ -24,6 +24,11 @@ if TYPE_CHECKING:
         publish_checkpoints,
     )
     from statecore_airflow.hooks import StatecoreHook
+    from statecore_airflow.increments import (
+        record_input_read,
+        skip_without_new_files,
+        skip_without_new_records,
+    )
     from statecore_airflow.operators import (
         RescaleOperator,
         RetentionOperator,
@@ -51,6 +56,9 @@ __all__ = [
     "mark_checkpoints",
     "publish_checkpoints",
     "query_run_id",
+    "record_input_read",
+    "skip_without_new_files",
+    "skip_without_new_records",
 ]
 
 _MODULES = {
@@ -67,6 +75,9 @@ _MODULES = {
     "mark_checkpoints": "assets",
     "publish_checkpoints": "assets",
     "query_run_id": "streams",
+    "record_input_read": "increments",
+    "skip_without_new_files": "increments",
+    "skip_without_new_records": "increments",
 }
 
 

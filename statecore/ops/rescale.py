@@ -267,12 +267,15 @@ def verify_rescale(
     savepoint: str,
     parallelism: int,
     max_parallelism: int,
+    checkpoint_id: int | None = None,
 ) -> RescaleCheck:
     """Check that rescaling ``job`` to ``parallelism`` and ``max_parallelism`` kept its state.
 
     ``savepoint`` is the savepoint (name or folder) taken just before the rescale; every table of it
-    must have the same rows, keys and checksum as in the job's latest checkpoint, and the job must
-    be at the given parallelism and max parallelism. Raises
+    must have the same rows, keys and checksum as in ``checkpoint_id``, the checkpoint the rescale
+    left as the job's latest (default: the job's latest now; a run of the job that completed
+    since has other state, rightly), and the job must be at the given parallelism and max
+    parallelism. Raises
     :class:`~statecore.errors.StateMismatchError` naming the job, the checkpoint and each state that
     differs.
     """
@@ -282,7 +285,7 @@ def verify_rescale(
             f"verify rescale of job {job!r}: savepoint {savepoint} is of job {before_point.job!r}"
         )
     record = catalog.get_job(job)
-    after_point = checkpoint_point(catalog, job)
+    after_point = checkpoint_point(catalog, job, checkpoint_id)
     at = (record.parallelism, record.max_parallelism, after_point.max_parallelism)
     if at != (parallelism, max_parallelism, max_parallelism):
         raise StateMismatchError(

@@ -8,13 +8,15 @@ metadata database of their own (:func:`airflow_database`, as production's Airflo
 takes one writer at a time, and the CLI's ``backfill create`` failed with "database is locked"
 beside the DAG processor), and reads that database directly to wait for runs and judge them.
 :class:`DuckReader` polls every output table with DuckDB (Parquet folders and Delta tables) in
-a thread and keeps every row it saw; :class:`StreamReader` runs a Delta ``readStream`` of a
-Delta output table in a Spark process of its own (``tests/airflow/month_stream_reader.py``)
-into a Parquet sink.
+a thread and keeps every row it saw; :class:`StreamReader` runs a Delta ``readStream`` of
+each streaming output table in a Spark process of its own
+(``tests/airflow/month_stream_reader.py``) into Parquet sinks; :func:`produce_day` produces a
+day of clicks to the test Kafka broker for ``streaming_kafka``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import secrets
@@ -57,7 +59,14 @@ KILL_POINTS = (
     "output:commit:after",
 )
 """The driver-side phases of a commit a run is SIGKILLed at (statecore.snapshot.faults)."""
-SKIP_REASONS = ("no input at", "no-op:", "nothing to", "the catalog has: none")
+SKIP_REASONS = (
+    "no new input",
+    "no input at",
+    "no Kafka broker configured",
+    "no-op:",
+    "nothing to",
+    "the catalog has: none",
+)
 """How the bundled DAGs' logs say why a run skips its work."""
 
 
@@ -226,13 +235,23 @@ class Scheduler:
         for dag_id in dag_ids:
             self.cli("dags", "unpause", dag_id)
 
-    def backfill(self, dag_id: str, start: str, end: str, *, again: bool = False) -> None:
+    def backfill(
+        self,
+        dag_id: str,
+        start: str,
+        end: str,
+        *,
+        again: bool = False,
+        conf: dict[str, Any] | None = None,
+    ) -> None:
         """A backfill of ``dag_id`` from ``start`` to ``end`` (inclusive), one run at a time;
-        ``again``: re-run dates that already have a completed run."""
+        ``again``: re-run dates that already have a completed run; ``conf``: the runs' conf."""
         args = ["backfill", "create", "--dag-id", dag_id, "--from-date", start, "--to-date", end]
         args += ["--max-active-runs", "1"]
         if again:
             args += ["--reprocess-behavior", "completed"]
+        if conf:
+            args += ["--dag-run-conf", json.dumps(conf)]
         self.cli(*args)
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> None:
@@ -344,6 +363,59 @@ def pick_input_days(
     return with_input, sorted(rng.sample(early, min(late, len(early))))
 
 
+def create_topic(servers: str, partitions: int = 2) -> str:
+    """A topic of its own for the month's ``streaming_kafka`` on the brokers ``servers``."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    name = f"month-{secrets.token_hex(4)}"
+    admin = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        admin.close()
+    return name
+
+
+def produce_day(
+    home: Path, servers: str, topic: str, day: date, *, users: int, events: int
+) -> set[tuple[Any, ...]]:
+    """A day of clicks (as :func:`lay_out_input` makes them, under ``home/kafka-input``)
+    produced to ``topic`` as ``streaming_kafka`` reads them (key the user, value the event type
+    and amount, the Kafka timestamp the event time): their ``(user_id, ts)`` keys."""
+    import duckdb
+    from kafka import KafkaProducer
+
+    [folder] = generate_clickstream(
+        home / "kafka-input",
+        start=day,
+        days=1,
+        users=users,
+        events_per_day=events,
+        seed=-day.toordinal(),
+    )
+    rows = (
+        duckdb.connect()
+        .execute(f"SELECT user_id, event_type, amount, epoch_ms(ts) FROM '{folder}/*.parquet'")
+        .fetchall()
+    )
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all")
+    sent = [
+        producer.send(
+            topic,
+            key=user.encode(),
+            value=json.dumps({"event_type": event_type, "amount": amount}).encode(),
+            timestamp_ms=ms,
+        )
+        for user, event_type, amount, ms in rows
+    ]
+    producer.flush()
+    producer.close()
+    for future in sent:
+        future.get(timeout=0)  # raises what the broker refused
+    return {(user, ms * 1000) for user, _, _, ms in rows}
+
+
 class DuckReader(threading.Thread):
     """Polls the output tables with DuckDB every ``interval`` s; keeps every row key seen, the
     rows a poll no longer saw after an earlier one did (``vanished``, even if a later poll saw
@@ -426,26 +498,27 @@ def input_rows(days: dict[date, Path]) -> set[tuple[Any, ...]]:
 
 
 class StreamReader:
-    """A Delta ``readStream`` of one output table in a Spark process of its own, into a Parquet
-    sink (``month_stream_reader.py``); started once a Delta output table exists."""
+    """A Delta ``readStream`` of each of some output tables, in one Spark process of its own,
+    each into a Parquet sink of its own (``month_stream_reader.py``); started once the tables
+    exist."""
 
     def __init__(self, home: Path, env: dict[str, str]) -> None:
         self.home, self.env = home, env
-        self.table: Path | None = None
-        self.sink = home / "readers" / "readstream-sink"
+        self.tables: list[Path] = []
+        self.sinks = home / "readers"
         self.process: subprocess.Popen[bytes] | None = None
         self.log: Path | None = None
 
-    def start(self, table: Path) -> None:
-        self.table = table
-        self.log = self.home / "logs" / f"readstream-{table.name}.log"
+    def start(self, tables: list[Path]) -> None:
+        self.tables = tables
+        self.log = self.home / "logs" / "readstream.log"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [
                     sys.executable,
                     str(Path(__file__).with_name("month_stream_reader.py")),
-                    str(table),
-                    str(self.sink),
+                    str(self.sinks),
+                    *map(str, tables),
                 ],
                 env=self.env,
                 stdout=out,
@@ -470,16 +543,23 @@ class StreamReader:
             self.process.wait(timeout=30)
         return how
 
-    def rows(self) -> set[tuple[Any, ...]]:
+    def rows(self) -> dict[str, set[tuple[Any, ...]]]:
+        """Per table, the rows its readStream read."""
         import duckdb
 
-        if not any(self.sink.glob("*.parquet")):
-            return set()
-        return set(
-            duckdb.connect()
-            .execute(f"SELECT user_id, epoch_us(ts) FROM '{self.sink}/*.parquet'")
-            .fetchall()
-        )
+        out: dict[str, set[tuple[Any, ...]]] = {}
+        for table in self.tables:
+            sink = self.sinks / table.name
+            out[table.name] = (
+                set(
+                    duckdb.connect()
+                    .execute(f"SELECT user_id, epoch_us(ts) FROM '{sink}/*.parquet'")
+                    .fetchall()
+                )
+                if any(sink.glob("*.parquet"))
+                else set()
+            )
+        return out
 
 
 def tree_size(path: Path) -> dict[str, int]:

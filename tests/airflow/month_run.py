@@ -1,7 +1,8 @@
 """The month itself (``tests/airflow/month.py`` has the parts): lay out the input, start one
 Airflow, backfill ``stateful_pipeline`` over the month in two halves (a scheduler restart and a
 new kill point between them, a late day's input landing after its run skipped, a savepoint and
-a rescale in the middle), run ``streaming_pipeline`` hourly beside the second half, with
+a rescale in the middle), run ``streaming_pipeline`` and ``streaming_kafka`` hourly beside it
+all (input landing a few times among their hours: the hours between skip), with
 ``state_maintenance`` following every checkpoint (its Asset), while a DuckDB reader and a Delta
 ``readStream`` poll the outputs; then judge it all (:func:`judge`).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -26,17 +28,19 @@ from .month import (
     Scheduler,
     StreamReader,
     airflow_database,
+    create_topic,
     input_rows,
     lay_out_input,
     month_environment,
     output_tables,
     pick_input_days,
+    produce_day,
     read_outputs,
     skip_reason,
     tree_size,
 )
 
-__all__ = ["MonthPlan", "MonthResult", "judge", "run_month"]
+__all__ = ["MonthPlan", "MonthResult", "judge", "run_counts", "run_month", "stream_segments"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,17 +50,23 @@ class MonthPlan:
     input_every: int = 6
     """One day in this many has input (the others skip: "no input at ...")."""
     late_days: int = 1
-    stream_hours: int = 3
-    """Hourly runs of ``streaming_pipeline`` (two days: 48); the last one after new input
-    landed, once the ``readStream`` runs."""
+    stream_hours: int = 48
+    """Hourly runs of each streaming DAG (``streaming_pipeline``; ``streaming_kafka`` too when
+    the month has a broker): two days are 48."""
+    stream_landings: int = 4
+    """Input for the streams lands this many times, evenly over their hours (a day's file for
+    ``streaming_pipeline``, a day's clicks produced to the topic for ``streaming_kafka``); the
+    hours between find nothing new and skip. The streams' hours run beside the month's phases,
+    one segment (a landing and the hours until the next) in each: the first half, the late
+    days, the second half, and the rest after it."""
     users: int = 20
     events: int = 40
     kills: tuple[str | None, ...] = (None, "catalog:complete:after", None, "output:commit:after")
-    """The kill point armed at each scheduler start (``None``: one drawn from ``KILL_POINTS``):
-    the first half; the late day, savepoint and rescale; the second half and the stream's first
-    hours; the stream's last hour, once the ``readStream`` runs. The second and fourth aim at
-    the batch job's output (written after its checkpoint completes) and the stream's output
-    commit (made before its checkpoint completes)."""
+    """The kill point armed at each scheduler start (``None``: one drawn from ``KILL_POINTS``),
+    firing in the first task that reaches it: the first half; the late day, savepoint and
+    rescale; the second half; the streams' last hours, once the ``readStream`` runs. The second
+    and fourth aim at a job's output (the batch job's written after its checkpoint completes, a
+    stream's commit made before its checkpoint completes)."""
     seed: int = 33
     run_timeout: float = 1800
 
@@ -69,7 +79,8 @@ class MonthResult:
     runs: list[dict[str, Any]]
     reasons: dict[str, str | None]
     batch_input: set[tuple[Any, ...]]
-    stream_input: set[tuple[Any, ...]]
+    stream_inputs: dict[str, set[tuple[Any, ...]]]
+    """Per streaming output table, the records its stream was given."""
     outputs: dict[str, set[tuple[Any, ...]]]
     seen: dict[str, set[tuple[Any, ...]]]
     vanished: dict[str, set[tuple[Any, ...]]]
@@ -85,14 +96,23 @@ def _iso(day: date) -> str:
     return datetime(day.year, day.month, day.day).isoformat()
 
 
-def run_month(home: Path, plan: MonthPlan) -> MonthResult:
+def run_month(home: Path, plan: MonthPlan, *, kafka: str | None = None) -> MonthResult:
     """The month ``plan`` describes, on ``home``, by an Airflow on a PostgreSQL metadata
-    database of its own (dropped afterwards)."""
+    database of its own (dropped afterwards); ``kafka``: the bootstrap servers of a broker
+    ``streaming_kafka`` reads a topic of its own on (else it does not run)."""
     with airflow_database() as database:
-        return _run_month(home, plan, database)
+        return _run_month(home, plan, database, kafka)
 
 
-def _run_month(home: Path, plan: MonthPlan, database: str) -> MonthResult:
+def stream_segments(hours: int, landings: int) -> list[tuple[int, int]]:
+    """The streams' hours ``0..hours-1`` in ``landings`` runs of consecutive hours, input
+    landing before each: ``(first, last)`` hour of each."""
+    landings = max(1, min(landings, hours))
+    starts = [round(i * hours / landings) for i in range(landings)]
+    return [(a, b - 1) for a, b in zip(starts, [*starts[1:], hours], strict=True)]
+
+
+def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) -> MonthResult:
     rng = random.Random(plan.seed)
     half = plan.first + timedelta(days=plan.days // 2 - 1)
     last = plan.first + timedelta(days=plan.days - 1)
@@ -110,67 +130,86 @@ def _run_month(home: Path, plan: MonthPlan, database: str) -> MonthResult:
     scheduler = Scheduler(home, month_environment(home, database))
     reader = DuckReader(home)
     stream = StreamReader(home, scheduler.env)
+    streams = ["streaming_pipeline", *(["streaming_kafka"] if kafka else [])]
+    stream_tables = ["clickstream_stream", *(["clickstream_kafka"] if kafka else [])]
+    topic = create_topic(kafka) if kafka else None
+    produced: set[tuple[Any, ...]] = set()
     seconds: dict[str, float] = {}
     started = time.monotonic()
+    ended = "not started"
     try:
         reader.start()
         scheduler.start()
-        scheduler.wait_parsed(["stateful_pipeline", "state_maintenance", "streaming_pipeline"])
+        scheduler.wait_parsed(["stateful_pipeline", "state_maintenance", *streams])
         seconds["start"] = time.monotonic() - started
         scheduler.unpause("stateful_pipeline", "state_maintenance", "savepoint", "rescale")
+        segments = stream_segments(plan.stream_hours, plan.stream_landings)
+        begin = datetime(last.year, last.month, last.day) - timedelta(days=1)
+        conf = {"bootstrap_servers": kafka, "topic": topic}
+
+        def stream_segment(i: int) -> None:
+            """Input for the streams lands (a day after the month's last: the batch job's
+            days are not its), then segment ``i``'s hours of each streaming DAG."""
+            if i >= len(segments):
+                return
+            day = last + timedelta(days=1 + i)
+            folders.update(lay_out_input(home, [day], users=plan.users, events=plan.events))
+            if kafka and topic:
+                produced.update(
+                    produce_day(home, kafka, topic, day, users=plan.users, events=plan.events)
+                )
+            first, end = (begin + timedelta(hours=h) for h in segments[i])
+            for dag_id in streams:
+                scheduler.backfill(
+                    dag_id,
+                    first.isoformat(),
+                    end.isoformat(),
+                    conf=conf if dag_id == "streaming_kafka" else None,
+                )
+
+        def start_reader() -> None:
+            paths = [home / "output" / name for name in stream_tables]
+            if stream.process is None and all((p / "_delta_log").is_dir() for p in paths):
+                stream.start(paths)
+
+        # the streams' hours run beside the batch days, a segment of them per phase, input
+        # landing before each; the readStream starts once every stream's output table exists
+        if segments:
+            scheduler.unpause(*streams)
         scheduler.backfill("stateful_pipeline", _iso(plan.first), _iso(half))
+        stream_segment(0)
         scheduler.start_scheduler(fault=points[0] if points else None)
-        scheduler.wait_idle(plan.run_timeout)
+        scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
         seconds["first half"] = time.monotonic() - started
-        # the late days' input lands after their scheduled runs skipped: re-run those days,
-        # beside a savepoint and a rescale
+        # the late days' input lands after their scheduled runs skipped: re-run those days;
+        # then, the job idle, a savepoint and a rescale (the rescale DAG's savepoint must still
+        # be the job's latest checkpoint when its rescale runs: a run of the job completing in
+        # between fails it, "take a new one")
         folders.update(lay_out_input(home, late, users=plan.users, events=plan.events))
         for day in late:
             scheduler.backfill("stateful_pipeline", _iso(day), _iso(day), again=True)
+        scheduler.start_scheduler(fault=points[1] if len(points) > 1 else None)
+        scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.trigger("savepoint", {"job": "clickstream", "name": "mid-month"})
         scheduler.trigger("rescale", {"job": "clickstream", "parallelism": 3})
-        scheduler.start_scheduler(fault=points[1] if len(points) > 1 else None)
-        scheduler.wait_idle(plan.run_timeout)
+        stream_segment(1)
+        scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
         seconds["late days, savepoint, rescale"] = time.monotonic() - started
         scheduler.backfill("stateful_pipeline", _iso(half + timedelta(days=1)), _iso(last))
-        if plan.stream_hours:
-            scheduler.unpause("streaming_pipeline")
-            begin = datetime(last.year, last.month, last.day) - timedelta(days=1)
-            stream_end = begin + timedelta(hours=plan.stream_hours - 2)
-            scheduler.backfill("streaming_pipeline", begin.isoformat(), stream_end.isoformat())
-
-        def start_reader() -> None:
-            tables = [
-                path
-                for name, (kind, path) in output_tables(home).items()
-                if kind == "delta" and name not in BATCH_OUTPUTS
-            ]
-            if stream.process is None and tables:
-                stream.start(tables[0])
-
+        stream_segment(2)
         scheduler.start_scheduler(fault=points[2] if len(points) > 2 else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
-        seconds["second half, streams"] = time.monotonic() - started
-        if plan.stream_hours:
-            # a file for the stream only (after the month's last day), its last hour(s) with
-            # the readStream running
-            folders.update(
-                lay_out_input(
-                    home, [last + timedelta(days=1)], users=plan.users, events=plan.events
-                )
-            )
-            start_reader()
-            scheduler.backfill(
-                "streaming_pipeline",
-                (stream_end + timedelta(hours=1)).isoformat(),
-                (begin + timedelta(hours=plan.stream_hours - 1)).isoformat(),
-            )
+        seconds["second half"] = time.monotonic() - started
+        if len(segments) > 3:
+            # the streams' last hours, input landing between them, the readStream running
             scheduler.start_scheduler(fault=points[3] if len(points) > 3 else None)
-            scheduler.wait_idle(plan.run_timeout)
-            seconds["stream's last hour"] = time.monotonic() - started
+            for i in range(3, len(segments)):
+                stream_segment(i)
+                scheduler.wait_idle(plan.run_timeout, each=start_reader)
+            seconds["streams' last hours"] = time.monotonic() - started
         time.sleep(10)  # the readers' last polls
     finally:
         try:
@@ -197,14 +236,18 @@ def _run_month(home: Path, plan: MonthPlan, database: str) -> MonthResult:
             if any(state == "skipped" for state, _ in r["tasks"].values())
         },
         batch_input=input_rows({day: path for day, path in folders.items() if day <= last}),
-        stream_input=input_rows(folders) if plan.stream_hours else set(),
+        stream_inputs=(
+            {"clickstream_stream": input_rows(folders)}
+            | ({"clickstream_kafka": produced} if kafka else {})
+            if plan.stream_hours
+            else {}
+        ),
         outputs=outputs,
         seen=reader.seen,
         vanished=reader.vanished,
         reader_errors=reader.errors,
         reader_polls=reader.polls,
         stream_reader={
-            "table": stream.table.name if stream.table else None,
             "ended": ended,
             "rows": stream.rows(),
             "log": _tail(stream.log) if stream.log else "",
@@ -269,6 +312,24 @@ BATCH_OUTPUTS = ("clickstream", "clickstream_events")
 """The batch job's outputs: its day folders (Parquet) and its Delta output table."""
 
 
+def run_counts(result: MonthResult) -> list[tuple[str, str]]:
+    """Per DAG: runs, how they ended, and task tries beyond the first (retries)."""
+    rows = []
+    for dag in sorted({run["dag"] for run in result.runs}):
+        runs = [run for run in result.runs if run["dag"] == dag]
+        states = Counter(
+            "skipped"
+            if run["state"] == "success"
+            and all(state == "skipped" for state, _ in run["tasks"].values())
+            else run["state"]
+            for run in runs
+        )
+        retries = sum(max(0, tries - 1) for run in runs for _, tries in run["tasks"].values())
+        ended = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        rows.append((dag, f"{len(runs)} | {ended} | {retries}"))
+    return rows
+
+
 def judge(result: MonthResult) -> list[str]:
     """Every check of the month; what failed (empty: all held)."""
     failed = []
@@ -285,15 +346,14 @@ def judge(result: MonthResult) -> list[str]:
                 f"batch output {name}: {len(result.batch_input - batch)} input records "
                 f"missing, {len(batch - result.batch_input)} not in the input"
             )
-    streams = {name for name in result.outputs if name not in BATCH_OUTPUTS}
-    if result.plan.stream_hours and not streams:
-        failed.append("no output table of streaming_pipeline")
-    for name in sorted(streams):
-        stream = result.outputs[name]
-        if stream != result.stream_input:
+    for name, given in sorted(result.stream_inputs.items()):
+        stream = result.outputs.get(name)
+        if stream is None:
+            failed.append(f"no output table {name}")
+        elif stream != given:
             failed.append(
-                f"stream output {name}: {len(result.stream_input - stream)} input records "
-                f"missing, {len(stream - result.stream_input)} not in the input"
+                f"stream output {name}: {len(given - stream)} input records "
+                f"missing, {len(stream - given)} not in the input"
             )
     if not result.seen.get("clickstream") or result.reader_polls < 10:
         failed.append(f"the DuckDB reader saw too little to judge ({result.reader_polls} polls)")
@@ -304,17 +364,18 @@ def judge(result: MonthResult) -> list[str]:
     for name, vanished in result.vanished.items():
         failed.append(f"{name}: {len(vanished)} rows a DuckDB reader saw were gone at a later poll")
     failed += [f"DuckDB reader: {error}" for error in result.reader_errors[:5]]
-    if result.plan.stream_hours:
+    if result.stream_inputs:
         if result.stream_reader["ended"] != "running":
             failed.append(
                 f"Delta readStream {result.stream_reader['ended']}: {result.stream_reader['log']}"
             )
-        table = result.stream_reader["table"]
-        vanished = result.stream_reader["rows"] - result.outputs.get(table, set())
-        if not result.stream_reader["rows"]:
-            failed.append(f"the Delta readStream of {table} read nothing")
-        if vanished:
-            failed.append(f"Delta readStream: {len(vanished)} rows it read later vanished")
+        read = result.stream_reader["rows"]
+        for name in sorted(result.stream_inputs):
+            if not read.get(name):
+                failed.append(f"the Delta readStream of {name} read nothing")
+            vanished = read.get(name, set()) - result.outputs.get(name, set())
+            if vanished:
+                failed.append(f"Delta readStream of {name}: {len(vanished)} rows later vanished")
     for job, wrong in result.replays.items():
         failed += [f"checkpoint of {job} does not replay to its rows: {w}" for w in wrong[:5]]
     for name, size in result.sizes.items():

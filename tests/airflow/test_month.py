@@ -1,7 +1,9 @@
 """A month on one home (issue 33): one Airflow with its real scheduler (``airflow scheduler`` +
 ``airflow dag-processor``, LocalExecutor, PostgreSQL, parallelism 2) runs the bundled DAGs over 30
-past logical days by backfills, while a DuckDB reader and a Delta ``readStream`` poll the output
-tables and runs are SIGKILLed at random commit phases (``tests/airflow/month_run.py``).
+past logical days by backfills, and the hourly ``streaming_pipeline`` and ``streaming_kafka``
+(over the run's Kafka broker: the jvm group) with input landing a few times among their hours,
+while a DuckDB reader and a Delta ``readStream`` poll the output tables and runs are SIGKILLed at
+random commit phases (``tests/airflow/month_run.py``).
 
 Checks: every DAG run succeeded or skipped with a reason; every input record is in the outputs
 exactly once; no reader ever saw a row that later vanished (and the ``readStream`` never
@@ -16,19 +18,33 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow.month_run import MonthPlan, judge, run_month
+from scripts.kafka_broker import KafkaBroker
+from tests.airflow.month_run import MonthPlan, judge, run_counts, run_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
-def test_month_on_one_home(tmp_path: Path) -> None:
-    result = run_month(tmp_path / "home", MonthPlan())
+SUITE_MONTH = MonthPlan(
+    stream_hours=16,
+    stream_landings=3,
+    kills=(None, "catalog:complete:after", "output:commit:after"),
+)
+"""What fits ``make test``'s 10 minutes: 16 hourly runs of each streaming DAG (24 took 650 s and
+two days 15.8 minutes; ``benchmarks/month.py`` runs two days), input landing in 3 of them (one
+in each phase of the month), and three scheduler starts: the first half; the late day, savepoint
+and rescale (a kill after a checkpoint completes: the batch job's output is written after it);
+the second half with the ``readStream`` running (a kill after an output commit: a stream's or
+the batch job's)."""
+
+
+def test_month_on_one_home(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    result = run_month(tmp_path / "home", SUITE_MONTH, kafka=kafka_broker.bootstrap_servers)
     failed = judge(result)
     summary = {
         "seconds": {k: round(v) for k, v in result.seconds.items()},
         "kill points": result.kill_points,
         "fired": result.fired,
-        "runs": len(result.runs),
+        "runs": run_counts(result),
         "reader polls": result.reader_polls,
         "sizes": result.sizes,
     }

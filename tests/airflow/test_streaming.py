@@ -1,11 +1,13 @@
 """The streaming DAGs on one home, on a real Airflow (SQLite) and real Spark queries
 (spark-submit): ``streaming_pipeline`` runs three consecutive availableNow increments, each
 publishing exactly the checkpoints it completed (the third once failed with a TypeError: the
-previous result was read from XCom across runs); then ``streaming_query`` runs a continuous
-query on the same home — a job and a location of its own, where it once failed on
-``streaming_pipeline``'s Spark checkpoint — and ``streaming_query_stop`` (on an Airflow
-database of its own, as another worker's) waits until it caught up with a file that arrived
-while it ran and stops it; the query's ``watch`` then ends on its own query's status."""
+previous result was read from XCom across runs), a file landing during the second's increment
+read by the third, and a fourth with no new file skipped before Spark starts; then
+``streaming_query`` runs a continuous query on the same home — a job and a location of its own,
+where it once failed on ``streaming_pipeline``'s Spark checkpoint — and ``streaming_query_stop``
+(on an Airflow database of its own, as another worker's) waits until it caught up with a file
+that arrived while it ran and stops it; the query's ``watch`` then ends on its own query's
+status."""
 
 from __future__ import annotations
 
@@ -59,22 +61,54 @@ def _wait(
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _land_after_query(home: Path, *, day: int) -> threading.Thread:
+    """A thread that writes day ``day``'s input file once a new query of
+    ``streaming_pipeline`` finished (it took its input: the file is the next run's)."""
+    location = str(home / "streaming" / JOB)
+    before = read_status(location)
+
+    def land() -> None:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            status = read_status(location)
+            if status is not None and status.state == FINISHED and status != before:
+                _data(home, days=1, start_day=day)
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=land, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_own_query_streaming_dags_on_one_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
     _data(home, days=2)
     conf = {"parallelism": 2, "max_files_per_trigger": 1}
     published = []
-    for i, new_days in enumerate((0, 1, 1)):  # three scheduled-like runs, a file before 2 and 3
+    # three scheduled-like runs: a file before the second, and one landing during the second's
+    # increment, once its query took its input; the third reads that one
+    for i, new_days in enumerate((0, 1, 0)):
         if new_days:
             _data(home, days=new_days, start_day=2 + i)
+        landing = _land_after_query(home, day=4) if i == 1 else None
         [run] = run_dags(home, [("streaming_pipeline", conf)], first_minute=i)
+        if landing is not None:
+            landing.join(timeout=60)
+            assert not landing.is_alive(), "the file did not land during the increment"
         assert run["tasks"] == dict.fromkeys(("check", "increment", "checkpoints"), "success")
         progress = run["xcom"]["checkpoints"]
-        assert progress["state"] == FINISHED and progress["lag_files"] == 0
+        assert progress["state"] == FINISHED
+        assert i == 1 or progress["lag_files"] == 0  # the second's: the landed file, perhaps
         assert progress["run_id"].startswith("streaming_pipeline/")  # this run's query's status
         published.append(progress["completed"])
     assert published == [[0, 1], [2], [3]]  # one micro-batch per file, each run its own
     assert _output_rows(home, JOB) == 4 * EVENTS  # exactly once
+
+    # a fourth run with no new file: skipped before Spark starts, the reason in its log
+    [idle] = run_dags(home, [("streaming_pipeline", conf)], first_minute=3)
+    assert idle["tasks"] == dict.fromkeys(("check", "increment", "checkpoints"), "skipped")
+    assert "no new input since run streaming_pipeline/" in (home / "dag-runs.log").read_text()
     config = StatecoreConfig.resolve(home=str(home), env={})
     with Catalog.connect(config.catalog_url) as catalog:
         latest = catalog.latest_checkpoint(JOB)

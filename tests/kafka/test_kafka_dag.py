@@ -2,12 +2,15 @@
 (spark-submit) and the session's broker: triggered with its defaults and no broker configured
 it skips; with ``bootstrap_servers`` and ``topic`` it takes every record of the topic once; run
 again through the ``kafka_default`` connection after more records arrived, it takes only
-those. Output and state are checked against what was produced."""
+those; records produced during that run's increment (after its query took its input) are read by
+the next run, and a run after it with no new record skips before Spark starts.
+Output and state are checked against what was produced."""
 
 from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +23,7 @@ from kafka import KafkaProducer
 from scripts.kafka_broker import KafkaBroker
 from statecore.catalog import Catalog
 from statecore.config import StatecoreConfig
+from statecore.ops.streams import read_status
 from statecore.query import run_sql
 from tests.airflow.dagrun import run_dags
 
@@ -87,6 +91,28 @@ def expected_totals(clicks: list[Click]) -> dict[str, float]:
     return out
 
 
+def _produce_after_query(
+    broker: KafkaBroker, topic: str, home: Path, into: list[Click]
+) -> threading.Thread:
+    """A thread that produces 10 records to ``topic`` (into ``into``) once a new query of the
+    job finished (it took its input: the records are the next run's)."""
+    location = str(home / "streaming" / JOB)
+    before = read_status(location)
+
+    def produce() -> None:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            status = read_status(location)
+            if status is not None and status.state == "FINISHED" and status != before:
+                into.extend(send(broker, topic, 10, seed=3))
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_kafka_dag_takes_each_record_once_and_then_only_the_new_ones(
     kafka_broker: KafkaBroker,
     new_topic: Callable[[int], str],
@@ -125,7 +151,11 @@ def test_kafka_dag_takes_each_record_once_and_then_only_the_new_ones(
         "extra": {"bootstrap.servers": kafka_broker.bootstrap_servers},
     }
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(connection))
+    during: list[Click] = []  # produced during its increment, once its query took its input
+    producing = _produce_after_query(kafka_broker, topic, home, during)
     [again] = run_dags(home, [("streaming_kafka", {"topic": topic})], first_minute=2)
+    producing.join(timeout=60)
+    assert len(during) == 10, "the records were not produced during the increment"
 
     assert again["xcom"]["check"] == kafka_broker.bootstrap_servers
     progress = again["xcom"]["checkpoints"]
@@ -133,3 +163,17 @@ def test_kafka_dag_takes_each_record_once_and_then_only_the_new_ones(
     assert sum(progress["offsets"][topic].values()) == 90
     assert output(home) == sorted(first + second), "the new records once, the old ones not again"
     assert totals(home) == pytest.approx(expected_totals(first + second))
+
+    # the records produced during that run's increment: the next run reads them; the one after
+    # it, with no new record, skips before Spark starts, the reason in its log
+    third, idle = run_dags(
+        home,
+        [("streaming_kafka", {"topic": topic}), ("streaming_kafka", {"topic": topic})],
+        first_minute=3,
+    )
+    assert third["tasks"] == dict.fromkeys(("check", "increment", "checkpoints"), "success")
+    assert third["xcom"]["checkpoints"]["completed"] == [3]
+    assert sum(third["xcom"]["checkpoints"]["offsets"][topic].values()) == 100
+    assert output(home) == sorted(first + second + during), "each record once"
+    assert idle["tasks"] == dict.fromkeys(("check", "increment", "checkpoints"), "skipped")
+    assert "no new input since run streaming_kafka/" in (home / "dag-runs.log").read_text()

@@ -189,3 +189,26 @@ def test_verify_rescale_checks_the_parallelism_and_the_savepoint(job: StatecoreC
             verify_rescale(  # a pin's name is one of its job's
                 catalog, JOB, savepoint=other.savepoint, parallelism=3, max_parallelism=128
             )
+
+
+def test_verify_rescale_of_the_checkpoint_it_left_holds_after_a_later_run(
+    job: StatecoreConfig,
+) -> None:
+    """The rescale DAG's ``verify`` once compared the savepoint with the job's latest checkpoint:
+    a run of the job that completed between ``rescale`` and ``verify`` (the month on one home's
+    late day did) failed a rescale that kept every state."""
+    with Catalog.connect(job.catalog_url) as catalog:
+        result = rescale(job, catalog, JOB, parallelism=3)
+    assert result.savepoint is not None and result.checkpoint_id is None  # within: checkpoint 2
+    changed = dict(USERS, **{"user-0": 100.0, "user-new": 5.0})
+    write_checkpoint(job, JOB, 3, tables(changed, 20_000), parallelism=3)  # the later run
+    with Catalog.connect(job.catalog_url) as catalog:
+        check = verify_rescale(
+            catalog,
+            JOB,
+            savepoint=result.savepoint,
+            parallelism=3,
+            max_parallelism=128,
+            checkpoint_id=2,
+        )
+    assert check.checkpoint_id == 2 and check.keys == 3 * 41 + 10
