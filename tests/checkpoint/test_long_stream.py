@@ -4,8 +4,9 @@ task steps of ``keyed_process`` on real Delta tables and a real catalog, without
 Asserted on structural proxies, not on wall time: the catalog's checkpoint rows stay below a
 bound (the run's retention), every table (keyed, operator, timers and output) keeps a recent Delta
 log checkpoint so opening it replays at most ``LOG_CHECKPOINT_INTERVAL`` commits, and each
-micro-batch's commit writes as many rows at the end as at the beginning. The time per
-micro-batch of the first and last 50 is compared only loosely, as a second check.
+micro-batch's commit writes as many rows at the end as at the beginning. The CPU time per
+micro-batch of the first and last 50 is compared only loosely, as a second check (this
+process's CPU time: the wall clock moves with the load of ``make test``'s other groups).
 """
 
 from __future__ import annotations
@@ -111,12 +112,12 @@ def test_a_stream_of_300_micro_batches_stays_bounded(statecore_home: StatecoreCo
     catalog_rows, replays, rows_written, seconds = [], [], [], []
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         for i in range(MICRO_BATCHES):
-            started = time.perf_counter()
+            started = time.process_time()
             out, record = run_micro_batch(
                 statecore_home, catalog, "stream", i, retain_checkpoints=RETAIN
             )
             commit_output(output_uri, out, i)
-            seconds.append(time.perf_counter() - started)
+            seconds.append(time.process_time() - started)
             catalog_rows.append(len(catalog.list_checkpoints("stream", with_tables=False)))
             uris = [t.path for t in record.tables] + [output_uri]
             replays.append(max(log_replay_length(uri) for uri in uris))
@@ -139,8 +140,10 @@ def test_a_stream_of_300_micro_batches_stays_bounded(statecore_home: StatecoreCo
     # the work per micro-batch follows the micro-batch, not the stream's length
     first, last = rows_written[:50], rows_written[-50:]
     assert statistics.mean(last) <= 1.25 * statistics.mean(first), (first, last)
-    # secondary, loose: no growth in time per micro-batch
-    assert statistics.median(seconds[-50:]) <= 2 * statistics.median(seconds[1:51])
+    # secondary, loose: no growth in time per micro-batch, in this process's CPU time (the wall
+    # clock of a shared machine moves with the other processes' load: make test's other groups)
+    ratio = statistics.median(seconds[-50:]) / statistics.median(seconds[1:51])
+    assert ratio <= 2, f"CPU time per micro-batch, last 50 / first 50: {ratio:.2f}"  # 1.2 here
 
     # a retained id replays as a no-op, an expired one too, a deleted one is refused loudly
     _, replayed = run_checkpoint(
