@@ -18,14 +18,12 @@ checkpoint, so a query started afresh (its location removed) starts without one.
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
+from statecore.ops.streams import read_record, write_record
 from statecore.snapshot.files import table_filesystem
 
 __all__ = [
@@ -87,29 +85,11 @@ def new_offsets(end: dict[str, int], read: InputRead | None, source: str) -> dic
     return {p: o for p, o in sorted(end.items()) if o > recorded.get(p, 0)}
 
 
-def _path(checkpoint_location: str) -> tuple[pafs.FileSystem, str]:
-    fs, root = table_filesystem(checkpoint_location.rstrip("/"))
-    return fs, f"{root}/_statecore/{INPUT_READ}"
-
-
 def record_input_read(checkpoint_location: str, read: InputRead) -> None:
-    """Replace the record of the input the last successful run had read (written to a
-    temporary name, then moved)."""
-    fs, path = _path(checkpoint_location)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with fs.open_output_stream(temporary) as out:
-        out.write(json.dumps(asdict(read)).encode())
-    fs.move(temporary, path)
+    """Replace the record of the input the last successful run had read."""
+    write_record(checkpoint_location, INPUT_READ, read)
 
 
 def read_input_read(checkpoint_location: str) -> InputRead | None:
     """The record :func:`record_input_read` last wrote there, else ``None``."""
-    fs, path = _path(checkpoint_location)
-    try:
-        with fs.open_input_stream(path) as f:
-            fields: dict[str, Any] = json.loads(f.read())
-    except FileNotFoundError:
-        return None
-    known = set(InputRead.__dataclass_fields__)
-    return InputRead(**{k: v for k, v in fields.items() if k in known})
+    return read_record(checkpoint_location, INPUT_READ, InputRead)

@@ -36,7 +36,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
@@ -56,10 +56,12 @@ __all__ = [
     "checkpoints_after",
     "clear_stop",
     "default_checkpoint_location",
+    "read_record",
     "read_status",
     "request_stop",
     "stop_requested",
     "stream_progress",
+    "write_record",
     "write_status",
 ]
 
@@ -75,6 +77,9 @@ def default_checkpoint_location(config: StatecoreConfig, job: str) -> str:
     """Where a job's streaming query keeps Spark's checkpoint unless told otherwise:
     ``<statecore home>/streaming/<job>``."""
     return f"{config.home}/streaming/{check_name('job', job)}"
+
+
+_Record = TypeVar("_Record")
 
 
 def _path(checkpoint_location: str, name: str) -> tuple[pafs.FileSystem, str]:
@@ -100,26 +105,38 @@ class StreamStatus:
     """The run that started the query (an Airflow DAG run's ``<dag_id>/<run_id>``)."""
 
 
-def write_status(checkpoint_location: str, status: StreamStatus) -> None:
-    """Replace the query's status file (written to a temporary name, then moved)."""
-    fs, path = _path(checkpoint_location, "status.json")
+def write_record(checkpoint_location: str, name: str, record: Any) -> None:
+    """Replace the dataclass ``record`` as the JSON file ``name`` in the checkpoint location's
+    statecore folder (written to a temporary name, then moved)."""
+    fs, path = _path(checkpoint_location, name)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     temporary = f"{path}.{os.getpid()}.tmp"
     with fs.open_output_stream(temporary) as out:
-        out.write(json.dumps(asdict(status)).encode())
+        out.write(json.dumps(asdict(record)).encode())
     fs.move(temporary, path)
 
 
-def read_status(checkpoint_location: str) -> StreamStatus | None:
-    """The query's last status, or ``None`` if its driver never wrote one."""
-    fs, path = _path(checkpoint_location, "status.json")
+def read_record(checkpoint_location: str, name: str, cls: type[_Record]) -> _Record | None:
+    """The ``cls`` :func:`write_record` last wrote as ``name`` (fields ``cls`` does not know
+    ignored), else ``None``."""
+    fs, path = _path(checkpoint_location, name)
     try:
         with fs.open_input_stream(path) as f:
             fields = json.loads(f.read())
     except FileNotFoundError:
         return None
-    known = set(StreamStatus.__dataclass_fields__)
-    return StreamStatus(**{k: v for k, v in fields.items() if k in known})
+    known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    return cls(**{k: v for k, v in fields.items() if k in known})
+
+
+def write_status(checkpoint_location: str, status: StreamStatus) -> None:
+    """Replace the query's status file."""
+    write_record(checkpoint_location, "status.json", status)
+
+
+def read_status(checkpoint_location: str) -> StreamStatus | None:
+    """The query's last status, or ``None`` if its driver never wrote one."""
+    return read_record(checkpoint_location, "status.json", StreamStatus)
 
 
 def check_location(
