@@ -384,7 +384,8 @@ def produce_day(
     produced to ``topic`` as ``streaming_kafka`` reads them (key the user, value the event type
     and amount, the Kafka timestamp the event time): their ``(user_id, ts)`` keys."""
     import duckdb
-    from kafka import KafkaProducer
+
+    from tests.kafka.kafka_job import send_records
 
     [folder] = generate_clickstream(
         home / "kafka-input",
@@ -399,20 +400,11 @@ def produce_day(
         .execute(f"SELECT user_id, event_type, amount, epoch_ms(ts) FROM '{folder}/*.parquet'")
         .fetchall()
     )
-    producer = KafkaProducer(bootstrap_servers=servers, acks="all")
-    sent = [
-        producer.send(
-            topic,
-            key=user.encode(),
-            value=json.dumps({"event_type": event_type, "amount": amount}).encode(),
-            timestamp_ms=ms,
-        )
-        for user, event_type, amount, ms in rows
-    ]
-    producer.flush()
-    producer.close()
-    for future in sent:
-        future.get(timeout=0)  # raises what the broker refused
+    send_records(
+        servers,
+        topic,
+        [(user, {"event_type": kind, "amount": amount}, ms) for user, kind, amount, ms in rows],
+    )
     return {(user, ms * 1000) for user, _, _, ms in rows}
 
 

@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kafka import KafkaProducer
@@ -61,15 +61,34 @@ def produce(
 ) -> None:
     """``(user, amount, timestamp ms)`` clicks, keyed by user, each with its Kafka timestamp
     (to the key's partition, or to ``partition``)."""
+    send_records(
+        bootstrap_servers,
+        topic,
+        [(user, {"amount": amount}, ts) for user, amount, ts in clicks],
+        partition=partition,
+    )
+
+
+def send_records(
+    bootstrap_servers: str,
+    topic: str,
+    records: Iterable[tuple[str, dict[str, Any], int]],
+    *,
+    partition: int | None = None,
+) -> None:
+    """``(key, JSON value, timestamp ms)`` records, each acknowledged by every replica (to the
+    key's partition, or to ``partition``); raises what the broker refused."""
     producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
-    sent = []
-    for user, amount, ts in clicks:
-        value = json.dumps({"amount": amount}).encode()
-        sent.append(
-            producer.send(
-                topic, key=user.encode(), value=value, timestamp_ms=ts, partition=partition
-            )
+    sent = [
+        producer.send(
+            topic,
+            key=key.encode(),
+            value=json.dumps(value).encode(),
+            timestamp_ms=ts,
+            partition=partition,
         )
+        for key, value, ts in records
+    ]
     producer.flush()
     producer.close()
     for future in sent:

@@ -18,7 +18,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from kafka import KafkaProducer
 
 from scripts.kafka_broker import KafkaBroker
 from statecore.catalog import Catalog
@@ -26,6 +25,7 @@ from statecore.config import StatecoreConfig
 from statecore.ops.streams import read_status
 from statecore.query import run_sql
 from tests.airflow.dagrun import run_dags
+from tests.kafka.kafka_job import send_records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -46,20 +46,11 @@ def send(broker: KafkaBroker, topic: str, n: int, *, seed: int) -> list[Click]:
         )
         for i in range(n)
     ]
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all")
-    sent = [
-        producer.send(
-            topic,
-            key=user.encode(),
-            value=json.dumps({"event_type": event_type, "amount": amount}).encode(),
-            timestamp_ms=ts,
-        )
-        for user, event_type, amount, ts in clicks
-    ]
-    producer.flush()
-    producer.close()
-    for future in sent:
-        future.get(timeout=0)  # raises what the broker refused
+    send_records(
+        broker.bootstrap_servers,
+        topic,
+        [(user, {"event_type": kind, "amount": amount}, ts) for user, kind, amount, ts in clicks],
+    )
     return clicks
 
 
