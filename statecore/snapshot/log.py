@@ -18,8 +18,9 @@ at or below it and deletes the log entries below ``C`` (commit files, older log 
 their ``.crc`` files), oldest first, never ``C`` nor anything after it. A Delta reader opens any
 version ``v >= C`` from the newest log checkpoint at or below ``v`` plus the commits after it,
 so every such version still opens, and a cleanup killed midway leaves a shorter prefix to
-delete, never a gap at or above ``C``. Entries younger than a grace period (:data:`LOG_GRACE`)
-are kept whatever the versions, for readers in progress. delta-rs's
+delete, never a gap at or above ``C``. It also deletes what a logged commit killed between
+writing its entry and linking it in left (``.<v>.json.<id>.tmp``). Entries younger than a grace
+period (:data:`LOG_GRACE`) are kept whatever the versions, for readers in progress. delta-rs's
 ``DeltaTable.cleanup_metadata()`` cannot do this: it deletes by age alone
 (``delta.logRetentionDuration``), not below a version the checkpoint catalog still names. Its
 post-commit hook would do the same after every commit (entries older than 30 days, below the
@@ -187,13 +188,14 @@ def cleanup_log(
     cuts = sorted(v for v, i in entries if i.base_name == f"{v:020d}.checkpoint.parquet" and v > 0)
     entries.sort(key=lambda e: (e[0], e[1].base_name))
     cutoff = time.time() - older_than.total_seconds()
+    deleted = _delete_leftovers(fs, infos, cutoff, dry_run)
     if not entries or not any(c > entries[0][0] for c in cuts) or not _old(entries[0][1], cutoff):
-        return LogCleanup(uri, None, ())  # nothing below a log checkpoint, or all too young
+        return LogCleanup(uri, None, tuple(deleted))  # nothing below a log checkpoint, or too young
     needed = oldest_needed() if callable(oldest_needed) else oldest_needed
     start = max((c for c in cuts if needed is not None and c <= needed), default=None)
     if start is None or start <= entries[0][0]:
-        return LogCleanup(uri, None, ())
-    deleted: list[str] = []
+        return LogCleanup(uri, None, tuple(deleted))
+    leftovers = len(deleted)
     for version, info in entries:
         if version >= start or not _old(info, cutoff):
             break  # too young (or of unknown age): it and everything after it stay
@@ -203,4 +205,27 @@ def cleanup_log(
             except FileNotFoundError:  # a cleanup before this one got it
                 pass
         deleted.append(f"_delta_log/{info.base_name}")
-    return LogCleanup(uri, start if deleted else None, tuple(deleted))
+    return LogCleanup(uri, start if len(deleted) > leftovers else None, tuple(deleted))
+
+
+def _delete_leftovers(
+    fs: pafs.FileSystem, infos: list[pafs.FileInfo], cutoff: float, dry_run: bool
+) -> list[str]:
+    """Delete the temporary files of logged commits killed between writing their entry and
+    linking it in (``.<v>.json.<id>.tmp``, :func:`statecore.snapshot.log_commit.write_commit`)
+    that are older than ``cutoff``; what was deleted, relative to the table. No reader reads them
+    (not a versioned name); they only take space."""
+    deleted = []
+    for info in infos:
+        name = info.base_name
+        if not (name.startswith(".") and name.endswith(".tmp") and ".json." in name):
+            continue
+        if info.type != pafs.FileType.File or not _old(info, cutoff):
+            continue
+        if not dry_run:
+            try:
+                fs.delete_file(info.path)
+            except FileNotFoundError:
+                pass
+        deleted.append(f"_delta_log/{name}")
+    return deleted

@@ -10,6 +10,7 @@ for young log entries set to zero so that the cut follows the retained checkpoin
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,34 @@ def test_log_cleanup_keeps_young_entries_and_tables_without_a_cut(tmp_path: Path
     assert cleanup_log(uri, None, older_than=NO_GRACE).files == ()
     assert log_entries(uri) == before
     assert cleanup_log(str(tmp_path / "missing"), 5, older_than=NO_GRACE).files == ()
+
+
+def test_log_cleanup_deletes_what_a_killed_logged_commit_left(tmp_path: Path) -> None:
+    """A logged commit (statecore.snapshot.log_commit.write_commit) killed between writing its
+    entry's temporary file and linking it in leaves ``.<v>.json.<id>.tmp`` in ``_delta_log``:
+    readers ignore it, and the log cleanup deletes it once it is past the grace (with or without
+    a cut), never a young one (a commit being written)."""
+    uri = str(tmp_path / "t")
+    by_version = snapshot_table(uri, 3)
+    log = tmp_path / "t" / "_delta_log"
+    old = log / f".{4:020d}.json.{'a' * 32}.tmp"
+    young = log / f".{5:020d}.json.{'b' * 32}.tmp"
+    for leftover in (old, young):
+        leftover.write_text('{"commitInfo": {}}\n')
+    os.utime(old, (1_000_000_000, 1_000_000_000))
+    assert content(uri, max(by_version)) == by_version[max(by_version)]  # readers ignore them
+    assert duck(uri, max(by_version)) is not None
+
+    hour = timedelta(hours=1)
+    assert cleanup_log(uri, None, older_than=hour, dry_run=True).files == (
+        f"_delta_log/{old.name}",
+    )
+    assert old.exists()
+    done = cleanup_log(uri, None, older_than=hour)
+    assert done == delta_log.LogCleanup(uri, None, (f"_delta_log/{old.name}",))
+    assert not old.exists() and young.exists()
+    assert cleanup_log(uri, None, older_than=hour).files == ()
+    assert content(uri, max(by_version)) == by_version[max(by_version)]
 
 
 def test_log_cleanup_bad_input_errors_clearly(statecore_home: StatecoreConfig) -> None:
