@@ -217,7 +217,7 @@ def _pending(checkpoint_id: int, uri: str) -> PendingOutput:
     )
 
 
-def test_roll_forward_records_of_pending_output_keep_the_latest_attempt(
+def test_pending_output_records_keep_the_latest_attempt(
     statecore_home: StatecoreConfig,
 ) -> None:
     """Records of one checkpoint by writers of epochs 3 and 1 (one taken over, writing late):
@@ -235,7 +235,7 @@ def test_roll_forward_records_of_pending_output_keep_the_latest_attempt(
     assert list(pending_records(warehouse, JOB)) == [8]
 
 
-def test_roll_forward_recover_warns_of_an_output_no_table_shows_and_commits_nothing(
+def test_recover_warns_of_a_recorded_output_no_table_shows_and_commits_nothing(
     statecore_home: StatecoreConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A recorded pending output of checkpoint 5, which no state table shows (it changed no
