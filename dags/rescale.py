@@ -8,12 +8,19 @@ until it is deleted (`statecore savepoints delete NAME --job JOB`).
 Within the job's max parallelism only the parallelism changes (no state byte is rewritten); the
 next run of the job restores the key-group ranges of the new parallelism. With
 `max_parallelism` the state is rewritten into a new savepoint with key groups recomputed from the
-stored keys, which becomes the job's latest checkpoint. `verify` fails the run unless every
-state's key count, row count and checksum are the same before (the savepoint) and after (the
+stored keys, which becomes the job's latest checkpoint.
+
+A run of the job that completes between the savepoint and the rescale neither fails the rescale nor
+is rewound: the rescale holds the job's lease from the moment it reads the latest checkpoint until
+it is done (a run starting meanwhile is refused with `MaintenanceLockedError` naming the rescale,
+before it writes anything; a retry of its task runs it afterwards), and when the savepoint is of an
+earlier checkpoint of the job it pins the latest one itself and rescales that (its log says so; the
+savepoint task's savepoint is kept). `verify` fails the run unless every state's key count, row
+count and checksum are the same before (the savepoint the rescale started from) and after (the
 checkpoint the rescale left, whatever run of the job completed since;
 `statecore.ops.rescale.verify_rescale`). A run that would change nothing (the job is already at
-`parallelism` and the max parallelism) is skipped by `validate`, the reason ("no-op: ...") in
-its log, before a savepoint is taken: the Trigger form's defaults (`parallelism` 2) on a job at
+`parallelism` and the max parallelism) is skipped by `validate`, the reason ("no-op: ...") in its
+log, before a savepoint is taken: the Trigger form's defaults (`parallelism` 2) on a job at
 parallelism 2 do that.
 
 **Params**
@@ -68,10 +75,10 @@ def rescale() -> None:
         return {"job": job.name, "parallelism": params["parallelism"], "max_parallelism": target}
 
     @task
-    def verify(savepoint: dict[str, Any], rescaled: dict[str, Any]) -> dict[str, Any]:
-        """The state before (the savepoint) and after (the checkpoint the rescale left: a new
-        one past the max parallelism, else the savepoint's own) are equal, whatever run of the
-        job completed since."""
+    def verify(rescaled: dict[str, Any]) -> dict[str, Any]:
+        """The state before (the savepoint the rescale started from) and after (the checkpoint
+        the rescale left: a new one past the max parallelism, else the savepoint's own) are
+        equal, whatever run of the job completed since."""
         from statecore.ops.rescale import verify_rescale
 
         after = rescaled["checkpoint_id"]
@@ -79,10 +86,10 @@ def rescale() -> None:
             check = verify_rescale(
                 catalog,
                 rescaled["job"],
-                savepoint=savepoint["name"],
+                savepoint=rescaled["savepoint"],
                 parallelism=rescaled["parallelism"],
                 max_parallelism=rescaled["max_parallelism"],
-                checkpoint_id=savepoint["checkpoint_id"] if after is None else after,
+                checkpoint_id=rescaled["savepoint_checkpoint_id"] if after is None else after,
             )
         return check.to_dict()
 
@@ -96,7 +103,7 @@ def rescale() -> None:
         savepoint="{{ ti.xcom_pull(task_ids='savepoint')['name'] }}",
     )
     checked >> savepoint >> rescaled
-    verify(savepoint.output, rescaled.output)
+    rescaled >> verify(rescaled.output)
 
 
 rescale()

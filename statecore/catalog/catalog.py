@@ -396,6 +396,11 @@ class Catalog:
         """:class:`ConcurrentRunError` unless the lease of ``epoch`` still holds ``job``."""
         self.leases.check(job, epoch=epoch)
 
+    def raise_lease_epoch(self, job: str, *, at_least: int) -> int:
+        """Make the job's next lease take an epoch above ``at_least`` (:meth:`LeaseStore.raise_epoch
+        <statecore.catalog.leases.LeaseStore.raise_epoch>`)."""
+        return self.leases.raise_epoch(job, at_least=at_least)
+
     def acquire_maintenance_lock(
         self,
         job: str,

@@ -92,6 +92,14 @@ class LeaseStore(Store):
             session.delete(row)
             return row.to_record(job)
 
+    def raise_epoch(self, job: str, *, at_least: int) -> int:
+        """Make the job's next lease take an epoch above ``at_least`` (the epochs its tables
+        carry, for a catalog rebuilt from them); its last epoch, raised or not."""
+        with self._write.begin() as session:
+            job_row = load_job(session, job, lock=True)
+            job_row.lease_epoch = max(job_row.lease_epoch, at_least)
+            return job_row.lease_epoch
+
     def holder(self, job: str) -> MaintenanceLock | None:
         """The lease holding ``job`` (a run or a maintenance operation), or ``None``."""
         with self._read.begin() as session:

@@ -33,6 +33,7 @@ from statecore.catalog import (
     CheckpointStatus,
 )
 from statecore.checkpoint.lock import JobLease
+from statecore.checkpoint.output_records import delete_pending_records, write_pending_record
 from statecore.checkpoint.outputs import OutputSink, roll_forward
 from statecore.checkpoint.participants import CommitParticipant
 from statecore.checkpoint.recover import check_catalog_not_behind
@@ -161,7 +162,7 @@ class CheckpointCoordinator:
         (:class:`~statecore.errors.OutputCommitPendingError` when a commit fails: nothing
         builds on a checkpoint whose output is not in its tables yet)."""
         failed = self._fail_abandoned()
-        rolled = roll_forward(self.catalog, self.job, self.fence)
+        rolled = roll_forward(self.catalog, self.job, self.fence, warehouse=self.config.warehouse)
         for pending in rolled:
             log.info(
                 "job %s: the %s of checkpoint %s, pending since it completed, was committed to %s",
@@ -289,11 +290,11 @@ class CheckpointCoordinator:
             for sink in outputs:
                 sink.check()
             states.check()
-            self.catalog.record_pending_outputs(
-                self.job,
-                checkpoint_id,
-                [sink.pending(self.job, checkpoint_id) for sink in outputs],
-                epoch=self.epoch,
+            pending = [sink.pending(self.job, checkpoint_id) for sink in outputs]
+            self.catalog.record_pending_outputs(self.job, checkpoint_id, pending, epoch=self.epoch)
+            # and in the warehouse, for a catalog rebuilt from it (statecore catalog recover)
+            write_pending_record(
+                self.config.warehouse, self.job, checkpoint_id, pending, epoch=self.epoch
             )
             fault_point("catalog:pending")
             asked.append(states)  # it may fail after its commit: rolled back too
@@ -320,7 +321,13 @@ class CheckpointCoordinator:
             self.abort(checkpoint_id, exc, asked, outputs)
             raise
         fault_point("catalog:complete:after")
-        roll_forward(self.catalog, self.job, self.fence, checkpoint_id=checkpoint_id)
+        roll_forward(
+            self.catalog,
+            self.job,
+            self.fence,
+            checkpoint_id=checkpoint_id,
+            warehouse=self.config.warehouse,
+        )
         return record
 
     def abort(
@@ -366,6 +373,7 @@ class CheckpointCoordinator:
                 return  # its completion committed after all: its output is rolled forward
             if not isinstance(exc, ConcurrentRunError):
                 self.catalog.discard_pending_outputs(self.job, checkpoint_id)
+                delete_pending_records(self.config.warehouse, self.job, checkpoint_id)
             for sink in outputs:
                 sink.discard()
         except Exception as error:  # the next holder deletes what the catalog recorded

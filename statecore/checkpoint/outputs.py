@@ -5,7 +5,8 @@ rows as Parquet files into the tables' folders, invisible to every reader. The c
 (:meth:`~statecore.checkpoint.coordinator.CheckpointCoordinator.commit`) then:
 
 1. records the files as the checkpoint's *pending output commits* in the catalog (the
-   pre-commit, fenced by the writer's epoch);
+   pre-commit, fenced by the writer's epoch), and in the warehouse
+   (:mod:`statecore.checkpoint.output_records`, for a catalog rebuilt from it);
 2. commits the state tables and completes the checkpoint in the catalog;
 3. only then commits each output table (:func:`roll_forward`), idempotently: the commit
    records the checkpoint id as the job's Delta application transaction, so a commit that was
@@ -27,6 +28,7 @@ import logging
 from collections.abc import Sequence
 
 from statecore.catalog import Catalog, CheckpointStatus, PendingOutput
+from statecore.checkpoint.output_records import delete_pending_records
 from statecore.errors import OutputCommitPendingError
 from statecore.snapshot import Fence
 from statecore.snapshot.output import (
@@ -84,12 +86,19 @@ def delete_files(pending: PendingOutput) -> None:
 
 
 def roll_forward(
-    catalog: Catalog, job: str, fence: Fence | None, *, checkpoint_id: int | None = None
+    catalog: Catalog,
+    job: str,
+    fence: Fence | None,
+    *,
+    checkpoint_id: int | None = None,
+    warehouse: str | None = None,
 ) -> list[PendingOutput]:
     """Commit the pending output commits of ``job``'s completed checkpoints (of
     ``checkpoint_id`` alone if given), oldest first, and mark them done; the pending commits of
     checkpoints that FAILED are discarded, their files deleted (IN_PROGRESS ones are left to the
-    writer that holds the job, which fails them first). The commits made (or found made).
+    writer that holds the job, which fails them first). The commits made (or found made). With
+    ``warehouse``, the records of the checkpoints resolved are deleted from it
+    (:mod:`statecore.checkpoint.output_records`).
 
     :class:`OutputCommitPendingError` when a commit fails: that checkpoint's output and every
     later one's stay pending (the tables get the checkpoints' commits in their order)."""
@@ -107,6 +116,8 @@ def roll_forward(
                         dropped.checkpoint_id,
                         dropped.kind,
                     )
+                if warehouse is not None:
+                    delete_pending_records(warehouse, job, pending.checkpoint_id)
             continue
         if status not in _DONE:
             continue
@@ -134,4 +145,7 @@ def roll_forward(
                 pending.uri,
             )
         rolled.append(pending)
+    if warehouse is not None:
+        for done in sorted({p.checkpoint_id for p in rolled}):
+            delete_pending_records(warehouse, job, done)
     return rolled

@@ -14,12 +14,18 @@ old state and overwrite those tables. So:
   logs alone, as Flink recovers a job from its checkpoint directory: the job, its parallelism
   and max parallelism, its registered states with their schemas, and every checkpoint whose
   commits the tables still build on (a ``RESTORE`` undoes a failed checkpoint's commits), each
-  with the version of every table of its operator; with the catalog at hand, it also commits
-  the output of completed checkpoints still pending (:mod:`statecore.checkpoint.outputs`).
+  with the version of every table of its operator; the pending output commits of the
+  checkpoints it records, from the warehouse's record of them
+  (:mod:`statecore.checkpoint.output_records`: the catalog that held them is gone); and it
+  commits the output of completed checkpoints still pending (:mod:`statecore.checkpoint.outputs`).
+  A lost catalog starts the job's lease epochs again, while its tables carry the epochs of its
+  writers: recover raises them above the largest one the tables carry first, so the next
+  writer is not fenced out as an older one.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -30,10 +36,12 @@ from statecore.catalog import (
     CheckpointKind,
     CheckpointRecord,
     CheckpointStatus,
+    PendingOutput,
     StateRecord,
     TableVersion,
 )
 from statecore.checkpoint.lock import MAINTENANCE_ID_BASE, maintenance_lock
+from statecore.checkpoint.output_records import pending_records, pending_records_folder
 from statecore.checkpoint.outputs import roll_forward
 from statecore.checkpoint.points import RestorePoint
 from statecore.config import StatecoreConfig
@@ -54,6 +62,7 @@ from statecore.snapshot.commits import (
     live_commits,
 )
 from statecore.snapshot.rewrite import partition_sizes
+from statecore.snapshot.table import carried_epoch
 
 __all__ = [
     "CatalogRecovery",
@@ -63,6 +72,8 @@ __all__ = [
     "recover_catalog",
     "scan_warehouse",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -291,6 +302,29 @@ def scan_warehouse(config: StatecoreConfig, job: str) -> CatalogRecovery:
     )
 
 
+def _warn_unresolved(
+    records: dict[int, list[PendingOutput]],
+    found: CatalogRecovery,
+    config: StatecoreConfig,
+    progress: Progress,
+) -> None:
+    """Say loudly which recorded output no table shows the checkpoint of: it stays pending in
+    the warehouse, neither committed nor deleted."""
+    job = found.job
+    known = {c.checkpoint_id for c in found.checkpoints}
+    for checkpoint_id in sorted(set(records) - known):
+        uris = ", ".join(sorted({o.uri for o in records[checkpoint_id]}))
+        message = (
+            f"WARNING: catalog recover {job}: checkpoint {checkpoint_id} recorded output files "
+            f"for {uris}, but no state table of the job shows the checkpoint committed (it "
+            "failed before its state commits, or changed no state): its output is neither "
+            f"committed nor deleted; its record stays in "
+            f"{pending_records_folder(config.warehouse, job)}"
+        )
+        log.warning("%s", message)
+        progress(message)
+
+
 def recover_catalog(
     config: StatecoreConfig,
     catalog: Catalog,
@@ -300,9 +334,11 @@ def recover_catalog(
     progress: Progress = silent,
 ) -> CatalogRecovery:
     """Record in ``catalog`` what the Delta logs of ``job``'s tables show: the job, its states
-    and every checkpoint the catalog does not know as completed (in the order they committed).
-    Checkpoints it knows are left as they are. The job's parallelism becomes the latest
-    checkpoint's."""
+    and every checkpoint the catalog does not know as completed (in the order they committed),
+    each with the pending output commits the warehouse records for it; then commit every
+    pending output (once). Checkpoints it knows are left as they are. The job's parallelism
+    becomes the latest checkpoint's. A recorded output of a checkpoint no table shows is left
+    as it is, with a warning."""
     found = scan_warehouse(config, job)
     known = catalog.has_job(job)
     existing = (
@@ -323,7 +359,13 @@ def recover_catalog(
     )
     if dry_run:
         return replace(found, recorded=recorded)
+    records = pending_records(config.warehouse, job)
     catalog.ensure_job(job, parallelism=found.parallelism, max_parallelism=found.max_parallelism)
+    # a lost catalog starts epochs again: its leases must fence above what the tables carry
+    output_uris = sorted({o.uri for pending in records.values() for o in pending})
+    uris = [*job_table_uris(config.warehouse, job), *output_uris]
+    carried = [e for e in (carried_epoch(uri, job) for uri in uris) if e is not None]
+    catalog.raise_lease_epoch(job, at_least=max(carried, default=0))
     with maintenance_lock(catalog, job, "catalog-recover") as lease:
         for operator in sorted({s.operator for s in found.states}):
             catalog.register_states(
@@ -341,6 +383,11 @@ def recover_catalog(
                     restored_from=previous,
                     epoch=lease.epoch,
                 )
+                outputs = records.get(checkpoint.checkpoint_id, [])
+                if outputs:  # its output had not been committed yet: pending again
+                    catalog.record_pending_outputs(
+                        job, checkpoint.checkpoint_id, outputs, epoch=lease.epoch
+                    )
                 catalog.complete_checkpoint(
                     job,
                     checkpoint.checkpoint_id,
@@ -352,10 +399,12 @@ def recover_catalog(
         catalog.set_job_parallelism(
             job, parallelism=found.parallelism, max_parallelism=found.max_parallelism
         )
+        _warn_unresolved(records, found, config, progress)
         rolled = roll_forward(
             catalog,
             job,
             Fence(job, lease.epoch, lambda: catalog.check_lease(job, epoch=lease.epoch)),
+            warehouse=config.warehouse,
         )
         if rolled:
             progress(

@@ -5,6 +5,12 @@ as a savepoint (:func:`~statecore.ops.savepoint.record_pin`: one catalog row, no
 sets the job's parallelism; the next run restores the key-group ranges of the new parallelism and
 redistributes operator state. No keyed-state byte is rewritten.
 
+The savepoint and the rescale are one step for the job: the rescale reads the latest checkpoint
+under the job's lease and holds it until it is done, so no run of the job completes in between.
+A savepoint taken before it (the rescale DAG's savepoint task) may be of an earlier checkpoint,
+when a run of the job completed since; the rescale then pins the latest checkpoint itself and
+rescales that one (the earlier savepoint is kept), never the older state.
+
 Past the max parallelism the key groups themselves change: every table partitioned by key group
 that holds a ``key`` column (keyed state and timers) is rewritten into a new savepoint with each
 row's key group recomputed from its key (:func:`statecore.keygroups.arrow.assign_to_key_groups`,
@@ -27,9 +33,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from statecore.catalog import Catalog, JobRecord, TableVersion
+from statecore.catalog import Catalog, CheckpointStatus, JobRecord, TableVersion
 from statecore.checkpoint.lock import maintenance_lock
-from statecore.checkpoint.points import checkpoint_point, savepoint_point
+from statecore.checkpoint.points import RestorePoint, checkpoint_point, savepoint_point
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError, StateMismatchError
 from statecore.keygroups import UPPER_BOUND_MAX_PARALLELISM
@@ -69,6 +75,7 @@ class RescaleResult:
     max_parallelism_before: int
     max_parallelism: int
     savepoint: str | None  # the savepoint taken before anything changed (a pin's name)
+    savepoint_checkpoint_id: int | None  # the checkpoint it is of: the state rescaled
     rewritten_savepoint: str | None  # past the max parallelism: the state with new key groups
     checkpoint_id: int | None  # past the max parallelism: the job's new latest checkpoint
     keyed_bytes_rewritten: int
@@ -162,6 +169,56 @@ def _flush(buffered: dict[int, list[pa.Table]]) -> Iterator[tuple[int, pa.Table]
     buffered.clear()
 
 
+def _savepoint_of_latest(
+    catalog: Catalog,
+    config: StatecoreConfig,
+    job: str,
+    latest: RestorePoint,
+    savepoint: str | None,
+    progress: Progress,
+) -> RestorePoint:
+    """The savepoint of ``latest`` (the job's latest checkpoint, read under the rescale's lease)
+    the rescale starts from: ``savepoint`` if it is of that checkpoint, else a new pin of it.
+
+    A ``savepoint`` of an earlier checkpoint of the job means a run of the job completed
+    between the savepoint and the rescale: the rescale pins the checkpoint that run left (under
+    the lease it holds until it is done, so no other run completes meanwhile) and rescales that
+    one, never the older state. A savepoint of another job, or of a checkpoint the job did not
+    complete before its latest, is refused."""
+    if savepoint is None:
+        return record_pin(catalog, config, latest, reason="rescale", progress=progress)
+    taken = savepoint_point(catalog, job, savepoint)
+    if (taken.job, taken.checkpoint_id) == (job, latest.checkpoint_id):
+        return taken
+    if taken.job != job or not _completed_before(catalog, job, taken, latest):
+        raise ConfigError(
+            f"rescale {job}: savepoint {savepoint} is of {taken.label}, not of the latest "
+            f"checkpoint {latest.checkpoint_id} nor of an earlier one of the job; take a new one"
+        )
+    progress(
+        f"rescale {job}: savepoint {savepoint} is of checkpoint {taken.checkpoint_id}, but "
+        f"checkpoint {latest.checkpoint_id} completed since (a run of the job); it is kept, "
+        f"and checkpoint {latest.checkpoint_id} is pinned and rescaled"
+    )
+    return record_pin(catalog, config, latest, reason="rescale", progress=progress)
+
+
+def _completed_before(
+    catalog: Catalog, job: str, earlier: RestorePoint, latest: RestorePoint
+) -> bool:
+    """Whether ``earlier`` is a checkpoint ``job`` completed before ``latest``."""
+    if earlier.checkpoint_id is None or latest.checkpoint_id is None:
+        return False
+    if catalog.checkpoint_status(job, earlier.checkpoint_id) not in (
+        CheckpointStatus.COMPLETED,
+        CheckpointStatus.EXPIRED,
+    ):
+        return False
+    before = catalog.get_checkpoint(job, earlier.checkpoint_id).completed_at
+    after = catalog.get_checkpoint(job, latest.checkpoint_id).completed_at
+    return before is not None and after is not None and before < after
+
+
 def rescale(
     config: StatecoreConfig,
     catalog: Catalog,
@@ -197,20 +254,13 @@ def rescale(
             return RescaleResult(
                 **base,
                 savepoint=None,
+                savepoint_checkpoint_id=None,
                 rewritten_savepoint=None,
                 checkpoint_id=None,
                 keyed_bytes_rewritten=0,
             )
         point = checkpoint_point(catalog, job)
-        if savepoint is not None:
-            taken = savepoint_point(catalog, job, savepoint)
-            if (taken.job, taken.checkpoint_id) != (job, point.checkpoint_id):
-                raise ConfigError(
-                    f"rescale {job}: savepoint {savepoint} is of {taken.label}, not of the latest "
-                    f"checkpoint {point.checkpoint_id}; take a new one"
-                )
-        else:
-            taken = record_pin(catalog, config, point, reason="rescale", progress=progress)
+        taken = _savepoint_of_latest(catalog, config, job, point, savepoint, progress)
         if target == current_max:
             lease.check()
             catalog.set_job_parallelism(job, parallelism=parallelism, max_parallelism=target)
@@ -221,6 +271,7 @@ def rescale(
             return RescaleResult(
                 **base,
                 savepoint=taken.savepoint or taken.name,
+                savepoint_checkpoint_id=taken.checkpoint_id,
                 rewritten_savepoint=None,
                 checkpoint_id=None,
                 keyed_bytes_rewritten=0,
@@ -244,6 +295,7 @@ def rescale(
         return RescaleResult(
             **base,
             savepoint=taken.savepoint or taken.name,
+            savepoint_checkpoint_id=taken.checkpoint_id,
             rewritten_savepoint=regrouped.savepoint,
             checkpoint_id=checkpoint.checkpoint_id,
             keyed_bytes_rewritten=rewritten,

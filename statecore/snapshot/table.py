@@ -43,7 +43,14 @@ from statecore.snapshot.log import checkpoint_due, checkpoint_log
 from statecore.snapshot.reads import TableFile, read_table_files
 from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
 
-__all__ = ["Fence", "SnapshotTable", "TableFile", "key_group_schema", "read_table_files"]
+__all__ = [
+    "Fence",
+    "SnapshotTable",
+    "TableFile",
+    "carried_epoch",
+    "key_group_schema",
+    "read_table_files",
+]
 
 PARTITION = "key_group"
 
@@ -83,6 +90,16 @@ class Fence:
                 f"{self.job!r}; this writer (epoch {self.epoch}) was taken over and commits "
                 "nothing"
             )
+
+
+def carried_epoch(uri: str, job: str) -> int | None:
+    """The largest fencing epoch of ``job``'s writers that the table at ``uri`` carries
+    (``None``: no table there, or no fenced commit of the job in it)."""
+    try:
+        table = open_table(uri)
+    except TableNotFoundError:
+        return None
+    return table.transaction_version(Fence(job, 0).app_id)
 
 
 def commit_properties(

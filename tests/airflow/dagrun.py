@@ -8,6 +8,7 @@ each task's XCom. It stops at the first run that fails.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from statecore.cli.demo import airflow_environment
 REPO = Path(__file__).resolve().parents[2]
 
 DRIVER = """
-import json, sys
+import importlib, json, os, sys
 import pendulum
 from airflow.dag_processing.dagbag import DagBag
 from airflow.models.xcom import XComModel
@@ -28,6 +29,9 @@ from airflow.utils.db import initdb
 from airflow.utils.session import create_session
 
 initdb()
+if os.environ.get("STATECORE_TEST_LISTENER"):  # an Airflow listener of the test's own
+    from airflow.sdk.listener import get_listener_manager
+    get_listener_manager().add_listener(importlib.import_module(os.environ["STATECORE_TEST_LISTENER"]))
 base = pendulum.datetime(2026, 2, 1, tz="UTC").add(minutes=int(sys.argv[3]))
 for i, (dag_id, conf) in enumerate(json.loads(sys.argv[2])):
     bag = DagBag(dag_folder=sys.argv[1])  # afresh: dag.test() keeps a run's conf in its params
@@ -55,16 +59,24 @@ def run_dags(
     first_minute: int = 0,
     allow_failure: bool = False,
     airflow_home: Path | None = None,
+    listener: str | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``steps`` with STATECORE_HOME ``home``; the result of each step (the runs' output is
     kept in ``home/dag-runs.log``). Step ``i``'s logical date is 2026-02-01 plus
     ``first_minute + i`` minutes (a later call continues with a larger ``first_minute``). A run
     that fails stops the steps; with ``allow_failure`` its result is returned, else it fails.
     ``airflow_home``: an Airflow database of its own (default ``home/airflow``), for runs beside
-    another call's on the same statecore home."""
+    another call's on the same statecore home. ``listener``: a module of Airflow listener hooks
+    (``on_task_instance_success`` ...) registered in the runs' interpreter, which runs the tasks;
+    ``extra_env``: more environment for it."""
     env = airflow_environment(REPO, home)
     if airflow_home is not None:
         env["AIRFLOW_HOME"] = str(airflow_home)
+    if listener is not None:
+        env["STATECORE_TEST_LISTENER"] = listener
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env.update(extra_env or {})
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, str(REPO / "dags"), json.dumps(steps), str(first_minute)],
         env=env,

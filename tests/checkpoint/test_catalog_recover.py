@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus
+from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus, PendingOutput
+from statecore.checkpoint.output_records import (
+    delete_pending_records,
+    pending_records,
+    write_pending_record,
+)
 from statecore.checkpoint.points import checkpoint_point
 from statecore.cli import main
 from statecore.config import StatecoreConfig
@@ -198,3 +203,54 @@ def test_bad_input_recover_of_a_job_without_tables_changes_nothing(
     assert "job 'nope': no table below" in capsys.readouterr().err
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         assert [j.name for j in catalog.list_jobs()] == [JOB]
+
+
+def _pending(checkpoint_id: int, uri: str) -> PendingOutput:
+    return PendingOutput(
+        job=JOB,
+        checkpoint_id=checkpoint_id,
+        uri=uri,
+        kind="output",
+        app_id=f"statecore:{JOB}",
+        table_schema="{}",
+        files=({"path": f"part-{checkpoint_id}.parquet"},),
+    )
+
+
+def test_pending_output_records_keep_the_latest_attempt(
+    statecore_home: StatecoreConfig,
+) -> None:
+    """Records of one checkpoint by writers of epochs 3 and 1 (one taken over, writing late):
+    the record read back is epoch 3's; deleting the checkpoint's records deletes both."""
+    warehouse = statecore_home.warehouse
+    write_pending_record(warehouse, JOB, 7, [_pending(7, "/new")], epoch=3)
+    write_pending_record(warehouse, JOB, 7, [_pending(7, "/old")], epoch=1)
+    write_pending_record(warehouse, JOB, 8, [_pending(8, "/eight")], epoch=3)
+    records = pending_records(warehouse, JOB)
+    assert {i: [(o.uri, o.epoch) for o in r] for i, r in records.items()} == {
+        7: [("/new", 3)],
+        8: [("/eight", 3)],
+    }
+    delete_pending_records(warehouse, JOB, 7)
+    assert list(pending_records(warehouse, JOB)) == [8]
+
+
+def test_recover_warns_of_a_recorded_output_no_table_shows_and_commits_nothing(
+    statecore_home: StatecoreConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recorded pending output of checkpoint 5, which no state table shows (it changed no
+    state, or failed before its state commits): after a lost catalog, recover cannot tell
+    whether it completed; it says so and commits nothing."""
+    config = statecore_home
+    run(config, 1)
+    output = str(tmp_path / "output")
+    write_pending_record(config.warehouse, JOB, 5, [_pending(5, output)], epoch=2)
+    Path(sa.make_url(config.catalog_url).database or "").unlink()
+    assert main(["--home", config.home, "catalog", "recover", JOB]) == 0
+    err = capsys.readouterr().err
+    assert f"WARNING: catalog recover {JOB}: checkpoint 5 recorded output files for {output}" in err
+    assert list(pending_records(config.warehouse, JOB)) == [5]  # left as it is
+    assert not Path(output).exists()  # nothing committed
+    with Catalog.connect(config.catalog_url) as catalog:
+        assert catalog.pending_outputs(JOB) == []
+        assert [c.checkpoint_id for c in catalog.list_checkpoints(JOB)] == [1]

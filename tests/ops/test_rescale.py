@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from statecore.catalog import Catalog
-from statecore.checkpoint.points import RestorePoint
+from statecore.checkpoint.points import RestorePoint, checkpoint_point
 from statecore.config import StatecoreConfig
 from statecore.errors import (
     CheckpointNotFoundError,
@@ -16,6 +16,7 @@ from statecore.errors import (
 )
 from statecore.keygroups import assign_to_key_group
 from statecore.ops.rescale import rescale, verify_rescale
+from statecore.ops.savepoint import pin_savepoint, take_savepoint
 from statecore.query import connect, delta_scan
 from statecore.query.diff import checksums
 from tests.ops.conftest import JOB, USERS, latest, tables
@@ -212,3 +213,37 @@ def test_verify_rescale_of_the_checkpoint_it_left_holds_after_a_later_run(
             checkpoint_id=2,
         )
     assert check.checkpoint_id == 2 and check.keys == 3 * 41 + 10
+
+
+def test_fenced_maintenance_rescale_from_a_savepoint_a_later_run_outdated(
+    job: StatecoreConfig,
+) -> None:
+    """A savepoint of checkpoint 1, then checkpoint 2 completed (a run of the job between the
+    rescale DAG's savepoint and its rescale): the rescale once refused ("take a new one"); now
+    it pins checkpoint 2 under its lease and rescales that, never checkpoint 1's older state."""
+    with Catalog.connect(job.catalog_url) as catalog:
+        old = pin_savepoint(job, catalog, JOB, name="before-run", checkpoint_id=1)
+        result = rescale(
+            job, catalog, JOB, parallelism=3, max_parallelism=256, savepoint="before-run"
+        )
+        pins = {s.name: s.source_checkpoint for s in catalog.list_savepoints(JOB)}
+    assert old.checkpoint_id == 1 and result.savepoint_checkpoint_id == 2
+    assert pins["before-run"] == 1 and pins[result.savepoint or ""] == 2  # both kept
+    with Catalog.connect(job.catalog_url) as catalog:
+        after = checkpoint_point(catalog, JOB)
+        two, one = (checkpoint_point(catalog, JOB, i) for i in (2, 1))
+        check = verify_rescale(
+            catalog, JOB, savepoint=result.savepoint or "", parallelism=3, max_parallelism=256
+        )
+    assert after.checkpoint_id == result.checkpoint_id == check.checkpoint_id
+    assert sums(after) == sums(two) != sums(one)  # checkpoint 2's state, not rewound to 1's
+
+
+def test_bad_input_rescale_from_another_jobs_savepoint_is_refused(job: StatecoreConfig) -> None:
+    write_checkpoint(job, "other", 1, tables(USERS, 10_000))
+    with Catalog.connect(job.catalog_url) as catalog:
+        theirs = take_savepoint(job, catalog, "other", name="theirs").savepoint or ""
+        before, files = catalog_snapshot(job), files_under(job.warehouse)
+        with pytest.raises(ConfigError, match="savepoint .*theirs is of .*'other'.*take a new one"):
+            rescale(job, catalog, JOB, parallelism=3, savepoint=theirs)
+    assert catalog_snapshot(job) == before and files_under(job.warehouse) == files
