@@ -5,13 +5,13 @@ the nearest ``.statecore`` folder in the current folder or one of its parents, e
 ``~/.statecore`` (:func:`find_home`).
 
 Order (first wins): explicit arguments, the environment (``STATECORE_HOME``,
-``STATECORE_CATALOG_URL``, ``STATECORE_WAREHOUSE``, ``STATECORE_LEASE_TIMEOUT`` in seconds,
-``STATECORE_LATENCY_SAMPLE_INTERVAL`` and ``STATECORE_LATENCY_HISTORY_SIZE``), the TOML file
-named by ``STATECORE_CONFIG`` (default ``<home>/statecore.toml``), then the embedded, local
-defaults. The S3 settings (credentials, endpoint, and the retry budget of throttled requests,
-``STATECORE_S3_MAX_ATTEMPTS`` and ``STATECORE_S3_RETRY_TIMEOUT``) are not part of it: every
-process, a Spark executor's too, reads them from its own environment
-(:mod:`statecore.snapshot.storage`):
+``STATECORE_CATALOG_URL``, ``STATECORE_WAREHOUSE``, ``STATECORE_LEASE_TIMEOUT`` and
+``STATECORE_LEASE_WAIT`` in seconds, ``STATECORE_LATENCY_SAMPLE_INTERVAL`` and
+``STATECORE_LATENCY_HISTORY_SIZE``), the TOML file named by ``STATECORE_CONFIG`` (default
+``<home>/statecore.toml``), then the embedded, local defaults. The S3 settings (credentials,
+endpoint, and the retry budget of throttled requests, ``STATECORE_S3_MAX_ATTEMPTS`` and
+``STATECORE_S3_RETRY_TIMEOUT``) are not part of it: every process, a Spark executor's too, reads
+them from its own environment (:mod:`statecore.snapshot.storage`):
 
 >>> cfg = StatecoreConfig.resolve(home="/tmp/sc", env={})
 >>> cfg.catalog_url
@@ -20,6 +20,8 @@ process, a Spark executor's too, reads them from its own environment
 '/tmp/sc/warehouse'
 >>> cfg.lease_timeout
 datetime.timedelta(seconds=60)
+>>> cfg.lease_wait  # a writer finding the job held is refused at once unless asked to wait
+datetime.timedelta(0)
 >>> cfg.latency_sample_interval  # latency tracking is off unless asked for, as in Flink
 0
 
@@ -60,7 +62,7 @@ __all__ = [
 
 _KEYS = ("home", "catalog_url", "warehouse")
 _LATENCY_KEYS = ("latency_sample_interval", "latency_history_size")
-_FILE_KEYS = (*_KEYS, "lease_timeout", *_LATENCY_KEYS)
+_FILE_KEYS = (*_KEYS, "lease_timeout", "lease_wait", *_LATENCY_KEYS)
 
 DEFAULT_LEASE_TIMEOUT = timedelta(seconds=60)
 HOME_FOLDER = ".statecore"
@@ -98,7 +100,9 @@ def homes_tried(*, cwd: Path | None = None, user_home: Path | None = None) -> st
 @dataclass(frozen=True, kw_only=True)
 class StatecoreConfig:
     """Where statecore keeps its catalog and its Delta tables, how long a job's lease lasts
-    without renewal (a writer that stops renewing is taken over after ``lease_timeout``), and
+    without renewal (a writer that stops renewing is taken over after ``lease_timeout``), how
+    long a run or maintenance operation that finds the job held waits for it (``lease_wait``;
+    0: refused at once), and
     state-access latency tracking: every ``latency_sample_interval``-th record's state accesses
     are timed, the last ``latency_history_size`` samples kept per state and access (Flink's
     ``state.latency-track.sample-interval`` 100 and ``history-size`` 128; 0 turns it off)."""
@@ -107,6 +111,7 @@ class StatecoreConfig:
     catalog_url: str
     warehouse: str
     lease_timeout: timedelta = DEFAULT_LEASE_TIMEOUT
+    lease_wait: timedelta = timedelta(0)
     latency_sample_interval: int = 0
     latency_history_size: int = 128
 
@@ -123,6 +128,10 @@ class StatecoreConfig:
             raise ConfigError(
                 f"statecore config: lease_timeout must be positive, not {self.lease_timeout}"
             )
+        if self.lease_wait < timedelta(0):
+            raise ConfigError(
+                f"statecore config: lease_wait must not be negative, not {self.lease_wait}"
+            )
         if self.latency_sample_interval < 0 or self.latency_history_size < 1:
             raise ConfigError(
                 "statecore config: latency_sample_interval must be 0 (off) or positive and "
@@ -138,6 +147,7 @@ class StatecoreConfig:
         catalog_url: str | None = None,
         warehouse: str | None = None,
         lease_timeout: timedelta | None = None,
+        lease_wait: timedelta | None = None,
         latency_sample_interval: int | None = None,
         env: Mapping[str, str] | None = None,
     ) -> StatecoreConfig:
@@ -161,7 +171,10 @@ class StatecoreConfig:
             values[key] = args[key] or from_env[key] or from_file.get(key) or defaults[key]
         seconds = env.get("STATECORE_LEASE_TIMEOUT") or from_file.get("lease_timeout")
         if lease_timeout is None and seconds:
-            lease_timeout = _seconds(seconds)
+            lease_timeout = _seconds("lease_timeout", seconds)
+        seconds = env.get("STATECORE_LEASE_WAIT") or from_file.get("lease_wait")
+        if lease_wait is None and seconds:
+            lease_wait = _seconds("lease_wait", seconds)
         latency = {
             key: _count(key, text)
             for key in _LATENCY_KEYS
@@ -174,6 +187,7 @@ class StatecoreConfig:
             catalog_url=values["catalog_url"],
             warehouse=values["warehouse"],
             lease_timeout=lease_timeout or DEFAULT_LEASE_TIMEOUT,
+            lease_wait=timedelta(0) if lease_wait is None else lease_wait,
             latency_sample_interval=latency.get("latency_sample_interval", 0),
             latency_history_size=latency.get("latency_history_size", 128),
         )
@@ -186,11 +200,11 @@ def _count(key: str, text: str) -> int:
         raise ConfigError(f"statecore config: {key} {text!r} is not a whole number") from exc
 
 
-def _seconds(text: str) -> timedelta:
+def _seconds(key: str, text: str) -> timedelta:
     try:
         return timedelta(seconds=float(text))
     except (ValueError, OverflowError) as exc:
-        raise ConfigError(f"statecore config: lease_timeout {text!r} is not seconds") from exc
+        raise ConfigError(f"statecore config: {key} {text!r} is not seconds") from exc
 
 
 def _read_file(path: Path) -> dict[str, str]:

@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
 
 from statecore_airflow.hooks import StatecoreHook
 
-__all__ = ["RescaleOperator", "RetentionOperator", "SavepointOperator", "TtlCleanupOperator"]
+if TYPE_CHECKING:
+    from statecore.config import StatecoreConfig
+
+__all__ = [
+    "LEASE_WAIT",
+    "RescaleOperator",
+    "RetentionOperator",
+    "SavepointOperator",
+    "TtlCleanupOperator",
+]
 
 
 def _optional_int(value: Any) -> int | None:
@@ -48,20 +58,38 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
+LEASE_WAIT = timedelta(minutes=10)
+"""How long a statecore operator waits, by default, for the job's lease when a run of the job
+(or another operation) holds it: a maintenance task scheduled beside the job's runs waits for
+the run in progress instead of failing."""
+
+
 class _StatecoreOperator(BaseOperator):
-    """What every statecore operator has: the job, and the connection naming the catalog."""
+    """What every statecore operator has: the job, the connection naming the catalog, and how
+    long it waits for the job's lease (``lease_wait``, :data:`LEASE_WAIT`; 0: refused at once
+    while another writer holds the job)."""
 
     ui_color = "#e8f1fb"
 
     def __init__(
-        self, *, job: str, statecore_conn_id: str = StatecoreHook.default_conn_name, **kwargs: Any
+        self,
+        *,
+        job: str,
+        statecore_conn_id: str = StatecoreHook.default_conn_name,
+        lease_wait: timedelta = LEASE_WAIT,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job = job
         self.statecore_conn_id = statecore_conn_id
+        self.lease_wait = lease_wait
 
     def _hook(self) -> StatecoreHook:
         return StatecoreHook(self.statecore_conn_id)
+
+    def _config(self, hook: StatecoreHook) -> StatecoreConfig:
+        """The hook's configuration, waiting ``lease_wait`` for the job's lease."""
+        return replace(hook.get_config(), lease_wait=self.lease_wait)
 
 
 class SavepointOperator(_StatecoreOperator):
@@ -99,7 +127,7 @@ class SavepointOperator(_StatecoreOperator):
                 "has none: set export to copy the state there"
             )
         hook = self._hook()
-        config = hook.get_config()
+        config = self._config(hook)
         with hook.catalog() as catalog:
             if export:
                 point = take_savepoint(
@@ -152,7 +180,7 @@ class RescaleOperator(_StatecoreOperator):
         from statecore.ops.rescale import rescale
 
         hook = self._hook()
-        config = hook.get_config()
+        config = self._config(hook)
         with hook.catalog() as catalog:
             result = rescale(
                 config,
@@ -191,7 +219,7 @@ class TtlCleanupOperator(_StatecoreOperator):
         from statecore.ops.ttl_cleanup import ttl_cleanup
 
         hook = self._hook()
-        config = hook.get_config()
+        config = self._config(hook)
         hours = _optional_str(self.vacuum_retention_hours)
         with hook.catalog() as catalog:
             report = ttl_cleanup(
@@ -265,7 +293,7 @@ class RetentionOperator(_StatecoreOperator):
         from statecore.snapshot.log import LOG_GRACE
 
         hook = self._hook()
-        config = hook.get_config()
+        config = self._config(hook)
         hours = _optional_str(self.vacuum_retention_hours)
         grace = _optional_str(self.log_grace_seconds)
         with hook.catalog() as catalog:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -43,6 +44,7 @@ from statecore.snapshot import Fence
 
 __all__ = [
     "MAINTENANCE_ID_BASE",
+    "WAIT_INTERVAL",
     "JobLease",
     "check_not_locked",
     "hold_lease",
@@ -131,17 +133,22 @@ def hold_lease(
     *,
     timeout: timedelta | None = None,
     stale_after: timedelta | None = None,
+    wait: timedelta | None = None,
 ) -> Iterator[JobLease]:
     """Hold ``job``'s lease for ``operation``, renewed until the block ends.
 
     :class:`ConcurrentRunError` (:class:`MaintenanceLockedError` for a maintenance holder)
-    names the holder when another writer holds it and its lease has not expired. ``timeout``
-    defaults to the configured ``lease_timeout`` (``STATECORE_LEASE_TIMEOUT``).
+    names the holder when another writer holds it and its lease has not expired, at once or,
+    with ``wait``, once it has held it that long after the first try (tried again every
+    :data:`WAIT_INTERVAL`, nothing written meanwhile). ``timeout`` and ``wait`` default to the
+    configured ``lease_timeout`` and ``lease_wait`` (``STATECORE_LEASE_TIMEOUT``,
+    ``STATECORE_LEASE_WAIT``).
     """
-    timeout = timeout or StatecoreConfig.resolve().lease_timeout
-    record = catalog.acquire_lease(
-        job, operation=operation, owner=process_owner(), timeout=timeout, stale_after=stale_after
-    )
+    if timeout is None or wait is None:
+        config = StatecoreConfig.resolve()
+        timeout = timeout or config.lease_timeout
+        wait = config.lease_wait if wait is None else wait
+    record = _acquire(catalog, job, operation, timeout, stale_after, wait)
     lease = JobLease(catalog, record, timeout)
     try:
         yield lease
@@ -149,14 +156,55 @@ def hold_lease(
         lease.release()
 
 
+WAIT_INTERVAL = timedelta(seconds=2)
+"""How often a writer waiting for the job's lease (``lease_wait``) tries again."""
+
+
+def _acquire(
+    catalog: Catalog,
+    job: str,
+    operation: str,
+    timeout: timedelta,
+    stale_after: timedelta | None,
+    wait: timedelta,
+) -> MaintenanceLock:
+    deadline = time.monotonic() + wait.total_seconds()
+    waited = False
+    while True:
+        try:
+            return catalog.acquire_lease(
+                job,
+                operation=operation,
+                owner=process_owner(),
+                timeout=timeout,
+                stale_after=stale_after,
+            )
+        except ConcurrentRunError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if waited:
+                    raise type(exc)(f"{exc} (waited {wait.total_seconds():g} s for it)") from exc
+                raise
+            if not waited:
+                log.info("job %s: %s waits up to %s for the lease: %s", job, operation, wait, exc)
+                waited = True
+            time.sleep(min(WAIT_INTERVAL.total_seconds(), left))
+
+
 @contextmanager
 def maintenance_lock(
-    catalog: Catalog, job: str, operation: str, *, stale_after: timedelta | None = None
+    catalog: Catalog,
+    job: str,
+    operation: str,
+    *,
+    stale_after: timedelta | None = None,
+    wait: timedelta | None = None,
 ) -> Iterator[JobLease]:
-    """Hold ``job``'s lease for the maintenance ``operation`` (:func:`hold_lease`): the lease
-    whose epoch fences the operation's commits (:func:`commit_maintenance_checkpoint`)."""
+    """Hold ``job``'s lease for the maintenance ``operation`` (:func:`hold_lease`, waiting
+    ``wait`` for it): the lease whose epoch fences the operation's commits
+    (:func:`commit_maintenance_checkpoint`)."""
     check_name("job", job)
-    with hold_lease(catalog, job, operation, stale_after=stale_after) as lease:
+    with hold_lease(catalog, job, operation, stale_after=stale_after, wait=wait) as lease:
         yield lease
 
 

@@ -121,7 +121,7 @@ def delete_key(
     """Erase ``key`` from every state and timer of ``job`` (a GDPR erasure) into a new
     savepoint; ``source`` is the checkpoint id, savepoint name or folder to start from (default:
     the latest checkpoint)."""
-    with maintenance_lock(catalog, job, "state-delete"):
+    with maintenance_lock(catalog, job, "state-delete", wait=config.lease_wait):
         point = _source(catalog, job, source)
         plans: dict[tuple[str, str, str], tuple[Rewrite, TableRepair]] = {}
         for table in point.tables:
@@ -180,7 +180,7 @@ def apply_sql(
     """Run ``UPDATE``/``DELETE`` statements over a copy of ``job``'s state (views
     ``<job>.<state>``, as in ``statecore sql``, and in its sandbox: see
     :mod:`statecore.query.apply`) and write the result as a new savepoint."""
-    with maintenance_lock(catalog, job, "state-apply") as lease:
+    with maintenance_lock(catalog, job, "state-apply", wait=config.lease_wait) as lease:
         if source is None:  # statements rewrite whole key groups of plain state tables
             materialize_changes(catalog, job, progress=progress, lease=lease)
         point = _source(catalog, job, source)

@@ -237,7 +237,7 @@ def rescale(
     """
     record = catalog.get_job(job)
     target = check_rescale(record, parallelism, max_parallelism)
-    with maintenance_lock(catalog, job, "rescale") as lease:
+    with maintenance_lock(catalog, job, "rescale", wait=config.lease_wait) as lease:
         latest = catalog.latest_checkpoint(job)
         current_max = latest.max_parallelism if latest else record.max_parallelism
         base: dict[str, Any] = {

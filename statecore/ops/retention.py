@@ -263,7 +263,7 @@ def apply_retention(
         raise ConfigError(f"job {job!r}: log_grace {log_grace} is negative")
     catalog.get_job(job)
     _check_outputs(config, job, outputs)
-    with maintenance_lock(catalog, job, "retention"):
+    with maintenance_lock(catalog, job, "retention", wait=config.lease_wait):
         completed = _completed(catalog, job)
         expired = _expirable(completed, retain)
         kept = completed[len(expired) :]

@@ -303,7 +303,7 @@ def pin_savepoint(
     :class:`~statecore.errors.CheckpointNotFoundError` for a checkpoint that did not complete,
     :class:`ConfigError` for a name the job's savepoints have already."""
     catalog.get_job(job)  # JobNotFoundError names the known jobs
-    with maintenance_lock(catalog, job, "savepoint"):
+    with maintenance_lock(catalog, job, "savepoint", wait=config.lease_wait):
         point = checkpoint_point(catalog, job, checkpoint_id)
         return record_pin(catalog, config, point, reason="manual", name=name, progress=progress)
 
@@ -335,7 +335,7 @@ def take_savepoint(
     """Export the latest (or the given) completed checkpoint of ``job``: copy it into a new,
     self-contained savepoint folder (``statecore savepoint JOB --export``)."""
     catalog.get_job(job)  # JobNotFoundError names the known jobs
-    with maintenance_lock(catalog, job, "savepoint"):
+    with maintenance_lock(catalog, job, "savepoint", wait=config.lease_wait):
         point = checkpoint_point(catalog, job, checkpoint_id)
         return write_savepoint(
             catalog, config, point, reason="manual", name=name, target=target, progress=progress
@@ -531,7 +531,7 @@ def restore_savepoint(
     the job (a run restoring before it processes: no other writer comes in between)."""
     point = register_savepoint_job(catalog, path, job=job, parallelism=parallelism)
     if lease is None:
-        with maintenance_lock(catalog, point.job, "restore") as held:
+        with maintenance_lock(catalog, point.job, "restore", wait=config.lease_wait) as held:
             return import_point(
                 config,
                 catalog,

@@ -275,7 +275,7 @@ def ttl_cleanup(
     """
     catalog.get_job(job)
     now = (time_provider or SystemTimeProvider()).current_timestamp()
-    with maintenance_lock(catalog, job, "ttl-cleanup") as lease:
+    with maintenance_lock(catalog, job, "ttl-cleanup", wait=config.lease_wait) as lease:
         if not dry_run:  # expire rows of plain state tables, not of change files
             materialize_changes(catalog, job, progress=progress, lease=lease)
         base = catalog.latest_checkpoint(job)

@@ -225,6 +225,7 @@ class KeyedRunner:
                 job.job,
                 f"{RUN_OPERATION} {job.checkpoint_id}",
                 timeout=self.config.lease_timeout,
+                wait=self.config.lease_wait,
             )
         )
         coordinator = CheckpointCoordinator(

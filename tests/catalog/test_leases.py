@@ -9,15 +9,20 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus, TableVersion
+from statecore.checkpoint.lock import hold_lease
+from statecore.config import StatecoreConfig
 from statecore.errors import (
     CheckpointOrderError,
     ConcurrentRunError,
+    ConfigError,
     MaintenanceLockedError,
     ReplayMismatchError,
 )
@@ -206,3 +211,38 @@ def test_bad_input_a_micro_batch_recorded_without_offsets_replays_with_them(
         _begin(catalog, 4, input_identity='given:{"batch_id":5,' + offsets + "}")
     with pytest.raises(ReplayMismatchError, match="checkpoint 4"):
         _begin(catalog, 4, input_identity='given:{"batch_id":4,"other":1}')
+
+
+def test_fenced_maintenance_waits_lease_wait_for_the_job_then_names_the_holder(
+    job_catalog: Catalog,
+) -> None:
+    """A writer given ``lease_wait`` tries again until the holder lets go (then holds the job
+    with the next epoch), or fails naming the holder and how long it waited; without it, it is
+    refused at once."""
+    catalog = job_catalog
+    run = catalog.acquire_lease(JOB, operation="run 7", owner="host-a:1:x", timeout=SHORT * 20)
+    with pytest.raises(ConcurrentRunError, match=r"run 'run 7'") as refused:
+        with hold_lease(catalog, JOB, "savepoint", wait=timedelta(0)):
+            pass
+    assert "waited" not in str(refused.value)
+    with pytest.raises(ConcurrentRunError, match=r"run 'run 7'.*\(waited 1 s for it\)"):
+        with hold_lease(catalog, JOB, "savepoint", wait=timedelta(seconds=1)):
+            pass
+    threading.Timer(1.0, lambda: catalog.release_maintenance_lock(JOB, owner=run.owner)).start()
+    with hold_lease(catalog, JOB, "savepoint", wait=timedelta(seconds=60)) as lease:
+        assert lease.epoch == run.epoch + 1
+        assert catalog.maintenance_lock(JOB).operation == "savepoint"
+    assert catalog.maintenance_lock(JOB) is None
+
+
+def test_bad_input_lease_wait_is_seconds_not_negative(tmp_path: Path) -> None:
+    env = {"STATECORE_HOME": str(tmp_path)}
+    assert StatecoreConfig.resolve(env={**env, "STATECORE_LEASE_WAIT": "90"}).lease_wait == (
+        timedelta(seconds=90)
+    )
+    (tmp_path / "statecore.toml").write_text("[statecore]\nlease_wait = 2.5\n")
+    assert StatecoreConfig.resolve(env=env).lease_wait == timedelta(seconds=2.5)
+    with pytest.raises(ConfigError, match="lease_wait 'soon' is not seconds"):
+        StatecoreConfig.resolve(env={**env, "STATECORE_LEASE_WAIT": "soon"})
+    with pytest.raises(ConfigError, match="lease_wait must not be negative"):
+        StatecoreConfig.resolve(env={**env, "STATECORE_LEASE_WAIT": "-5"})
