@@ -9,7 +9,7 @@ takes one writer at a time, and the CLI's ``backfill create`` failed with "datab
 beside the DAG processor), and reads that database directly to wait for runs and judge them.
 :class:`DuckReader` polls every output table with DuckDB (Parquet folders and Delta tables) in
 a thread and keeps every row it saw; :class:`StreamReader` runs a Delta ``readStream`` of
-each streaming output table in a Spark process of its own
+each Delta output table (the batch job's and the streams') in a Spark process of its own
 (``tests/airflow/month_stream_reader.py``) into Parquet sinks; :func:`produce_day` produces a
 day of clicks to the test Kafka broker for ``streaming_kafka``.
 """
@@ -537,19 +537,25 @@ class StreamReader:
 
     def rows(self) -> dict[str, set[tuple[Any, ...]]]:
         """Per table, the rows its readStream read."""
+        return {name: set(rows) for name, rows in self._read().items()}
+
+    def duplicates(self) -> dict[str, int]:
+        """Per table, the rows its readStream read more than once (a commit it took for new
+        data that was not: a rewrite of rows it had read)."""
+        return {name: len(rows) - len(set(rows)) for name, rows in self._read().items()}
+
+    def _read(self) -> dict[str, list[tuple[Any, ...]]]:
         import duckdb
 
-        out: dict[str, set[tuple[Any, ...]]] = {}
+        out: dict[str, list[tuple[Any, ...]]] = {}
         for table in self.tables:
             sink = self.sinks / table.name
             out[table.name] = (
-                set(
-                    duckdb.connect()
-                    .execute(f"SELECT user_id, epoch_us(ts) FROM '{sink}/*.parquet'")
-                    .fetchall()
-                )
+                duckdb.connect()
+                .execute(f"SELECT user_id, epoch_us(ts) FROM '{sink}/*.parquet'")
+                .fetchall()
                 if any(sink.glob("*.parquet"))
-                else set()
+                else []
             )
         return out
 

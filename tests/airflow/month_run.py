@@ -132,6 +132,7 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
     stream = StreamReader(home, scheduler.env)
     streams = ["streaming_pipeline", *(["streaming_kafka"] if kafka else [])]
     stream_tables = ["clickstream_stream", *(["clickstream_kafka"] if kafka else [])]
+    streamed = [*STREAMED_BATCH_OUTPUTS, *(stream_tables if plan.stream_hours else [])]
     topic = create_topic(kafka) if kafka else None
     produced: set[tuple[Any, ...]] = set()
     seconds: dict[str, float] = {}
@@ -168,12 +169,12 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
                 )
 
         def start_reader() -> None:
-            paths = [home / "output" / name for name in stream_tables]
+            paths = [home / "output" / name for name in streamed]
             if stream.process is None and all((p / "_delta_log").is_dir() for p in paths):
                 stream.start(paths)
 
         # the streams' hours run beside the batch days, a segment of them per phase, input
-        # landing before each; the readStream starts once every stream's output table exists
+        # landing before each; the readStream starts once every Delta output table exists
         if segments:
             scheduler.unpause(*streams)
         scheduler.backfill("stateful_pipeline", _iso(plan.first), _iso(half))
@@ -250,6 +251,7 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
         stream_reader={
             "ended": ended,
             "rows": stream.rows(),
+            "duplicates": stream.duplicates(),
             "log": _tail(stream.log) if stream.log else "",
         },
         replays=replay_retained(config),
@@ -310,6 +312,12 @@ def sizes(home: Path, config: StatecoreConfig) -> dict[str, Any]:
 
 BATCH_OUTPUTS = ("clickstream", "clickstream_events")
 """The batch job's outputs: its day folders (Parquet) and its Delta output table."""
+STREAMED_BATCH_OUTPUTS = ("clickstream_events",)
+"""The batch job's outputs the Delta ``readStream`` reads too: its Delta output table, which only
+ever gets appends (a checkpoint's rows) and the maintenance's merges (``dataChange`` false). Not
+the day folders: Parquet files, no Delta log to stream, each day's folder overwritten by the
+job's run of that day (a replay rewrites it), which a file stream source would read as new
+files, the day's rows twice."""
 
 
 def run_counts(result: MonthResult) -> list[tuple[str, str]]:
@@ -364,18 +372,20 @@ def judge(result: MonthResult) -> list[str]:
     for name, vanished in result.vanished.items():
         failed.append(f"{name}: {len(vanished)} rows a DuckDB reader saw were gone at a later poll")
     failed += [f"DuckDB reader: {error}" for error in result.reader_errors[:5]]
-    if result.stream_inputs:
-        if result.stream_reader["ended"] != "running":
-            failed.append(
-                f"Delta readStream {result.stream_reader['ended']}: {result.stream_reader['log']}"
-            )
-        read = result.stream_reader["rows"]
-        for name in sorted(result.stream_inputs):
-            if not read.get(name):
-                failed.append(f"the Delta readStream of {name} read nothing")
-            vanished = read.get(name, set()) - result.outputs.get(name, set())
-            if vanished:
-                failed.append(f"Delta readStream of {name}: {len(vanished)} rows later vanished")
+    if result.stream_reader["ended"] != "running":
+        failed.append(
+            f"Delta readStream {result.stream_reader['ended']}: {result.stream_reader['log']}"
+        )
+    read = result.stream_reader["rows"]
+    for name in sorted({*STREAMED_BATCH_OUTPUTS, *result.stream_inputs}):
+        if not read.get(name):
+            failed.append(f"the Delta readStream of {name} read nothing")
+        vanished = read.get(name, set()) - result.outputs.get(name, set())
+        if vanished:
+            failed.append(f"Delta readStream of {name}: {len(vanished)} rows later vanished")
+    for name, twice in sorted(result.stream_reader["duplicates"].items()):
+        if twice:
+            failed.append(f"Delta readStream of {name}: {twice} rows read twice")
     for job, wrong in result.replays.items():
         failed += [f"checkpoint of {job} does not replay to its rows: {w}" for w in wrong[:5]]
     for name, size in result.sizes.items():
