@@ -24,6 +24,7 @@ from statecore.query.diff import checksums
 
 from .month import (
     KILL_POINTS,
+    Backfill,
     DuckReader,
     Scheduler,
     StreamReader,
@@ -143,30 +144,29 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
         scheduler.start()
         scheduler.wait_parsed(["stateful_pipeline", "state_maintenance", *streams])
         seconds["start"] = time.monotonic() - started
-        scheduler.unpause("stateful_pipeline", "state_maintenance", "savepoint", "rescale")
         segments = stream_segments(plan.stream_hours, plan.stream_landings)
+        # unpausing a streaming DAG makes its scheduled run of the latest hour
+        batch = ["stateful_pipeline", "state_maintenance", "savepoint", "rescale"]
+        scheduler.unpause(*batch, *(streams if segments else []))
         begin = datetime(last.year, last.month, last.day) - timedelta(days=1)
         conf = {"bootstrap_servers": kafka, "topic": topic}
 
-        def stream_segment(i: int) -> None:
+        def stream_segment(i: int) -> list[Backfill]:
             """Input for the streams lands (a day after the month's last: the batch job's
-            days are not its), then segment ``i``'s hours of each streaming DAG."""
+            days are not its); the backfills of segment ``i``'s hours of each streaming DAG."""
             if i >= len(segments):
-                return
+                return []
             day = last + timedelta(days=1 + i)
             folders.update(lay_out_input(home, [day], users=plan.users, events=plan.events))
             if kafka and topic:
                 produced.update(
                     produce_day(home, kafka, topic, day, users=plan.users, events=plan.events)
                 )
-            first, end = (begin + timedelta(hours=h) for h in segments[i])
-            for dag_id in streams:
-                scheduler.backfill(
-                    dag_id,
-                    first.isoformat(),
-                    end.isoformat(),
-                    conf=conf if dag_id == "streaming_kafka" else None,
-                )
+            first, end = ((begin + timedelta(hours=h)).isoformat() for h in segments[i])
+            return [
+                Backfill(dag_id, first, end, conf=conf if dag_id == "streaming_kafka" else None)
+                for dag_id in streams
+            ]
 
         def start_reader() -> None:
             paths = [home / "output" / name for name in streamed]
@@ -175,10 +175,9 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
 
         # the streams' hours run beside the batch days, a segment of them per phase, input
         # landing before each; the readStream starts once every Delta output table exists
-        if segments:
-            scheduler.unpause(*streams)
-        scheduler.backfill("stateful_pipeline", _iso(plan.first), _iso(half))
-        stream_segment(0)
+        scheduler.backfill(
+            Backfill("stateful_pipeline", _iso(plan.first), _iso(half)), *stream_segment(0)
+        )
         scheduler.start_scheduler(fault=points[0] if points else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
@@ -189,17 +188,19 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
         # between fails it, "take a new one")
         folders.update(lay_out_input(home, late, users=plan.users, events=plan.events))
         for day in late:
-            scheduler.backfill("stateful_pipeline", _iso(day), _iso(day), again=True)
+            scheduler.backfill(Backfill("stateful_pipeline", _iso(day), _iso(day), again=True))
         scheduler.start_scheduler(fault=points[1] if len(points) > 1 else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.trigger("savepoint", {"job": "clickstream", "name": "mid-month"})
         scheduler.trigger("rescale", {"job": "clickstream", "parallelism": 3})
-        stream_segment(1)
+        scheduler.backfill(*stream_segment(1))
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
         seconds["late days, savepoint, rescale"] = time.monotonic() - started
-        scheduler.backfill("stateful_pipeline", _iso(half + timedelta(days=1)), _iso(last))
-        stream_segment(2)
+        scheduler.backfill(
+            Backfill("stateful_pipeline", _iso(half + timedelta(days=1)), _iso(last)),
+            *stream_segment(2),
+        )
         scheduler.start_scheduler(fault=points[2] if len(points) > 2 else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
@@ -208,7 +209,7 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
             # the streams' last hours, input landing between them, the readStream running
             scheduler.start_scheduler(fault=points[3] if len(points) > 3 else None)
             for i in range(3, len(segments)):
-                stream_segment(i)
+                scheduler.backfill(*stream_segment(i))
                 scheduler.wait_idle(plan.run_timeout, each=start_reader)
             seconds["streams' last hours"] = time.monotonic() - started
         time.sleep(10)  # the readers' last polls
