@@ -26,6 +26,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -131,6 +133,8 @@ def month_environment(home: Path, database: str, **extra: str) -> dict[str, str]
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.1",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "1200",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # the driver's REST calls (ending a finished backfill: Scheduler.end_backfills)
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "STATECORE_LEASE_TIMEOUT": "5",
             **extra,
         }
@@ -170,6 +174,7 @@ class Scheduler:
     scheduler: subprocess.Popen[bytes] | None = None
     starts: int = 0
     _engine: sa.engine.Engine | None = None
+    _token: str | None = None
 
     @property
     def airflow_home(self) -> Path:
@@ -298,6 +303,34 @@ class Scheduler:
             + self.query("SELECT dag_id, id, 'backfill' FROM backfill WHERE completed_at IS NULL")
         )
 
+    def end_backfills(self) -> None:
+        """End each backfill whose runs all ended, by the REST API's cancel (it fails the
+        backfill's queued runs: it has none), as the scheduler does only every 30 s
+        (``_mark_backfills_complete``): a DAG takes its next backfill after it."""
+        ended = self.query(
+            "SELECT b.id FROM backfill b WHERE b.completed_at IS NULL"
+            " AND EXISTS (SELECT 1 FROM backfill_dag_run d WHERE d.backfill_id = b.id)"
+            " AND NOT EXISTS (SELECT 1 FROM dag_run r WHERE r.backfill_id = b.id"
+            " AND r.state IN ('queued', 'running'))"
+        )
+        for (backfill_id,) in ended:
+            try:
+                self._api("PUT", f"/api/v2/backfills/{backfill_id}/cancel")
+            except urllib.error.HTTPError as exc:
+                if exc.code != 409:  # 409: the scheduler marked it complete meanwhile
+                    raise
+
+    def _api(self, method: str, path: str) -> Any:
+        base = self.env["AIRFLOW__API__BASE_URL"]
+        if self._token is None:
+            with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as response:
+                self._token = json.loads(response.read())["access_token"]
+        request = urllib.request.Request(
+            base + path, method=method, headers={"Authorization": f"Bearer {self._token}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
     def wait_idle(
         self, timeout: float, *, settle: float = 2, each: Callable[[], None] = lambda: None
     ) -> None:
@@ -307,6 +340,7 @@ class Scheduler:
         while time.monotonic() < deadline:
             self.alive()
             each()
+            self.end_backfills()
             quiet = 0 if self.pending() else quiet + 1
             if quiet >= 2:
                 return

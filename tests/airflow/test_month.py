@@ -7,8 +7,9 @@ random commit phases (``tests/airflow/month_run.py``).
 
 Checks: every DAG run succeeded or skipped with a reason; every input record is in the outputs
 exactly once; no reader ever saw a row that later vanished (and the ``readStream`` never
-failed nor read a row twice); every retained checkpoint replays to the rows its catalog row records; files, log
-entries and catalog rows stay bounded. ``benchmarks/month.py`` runs a longer month.
+failed nor read a row twice); every retained checkpoint replays to the rows its catalog row
+records; files, log entries and catalog rows stay bounded. ``benchmarks/month.py`` runs a longer
+month.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ SUITE_MONTH = MonthPlan(
     stream_landings=3,
     kills=(None, "catalog:complete:after", "output:commit:after"),
 )
-"""What fits ``make test``'s 10 minutes: two days (48 hourly runs) of each streaming DAG (476 s on
-2026-11-28 at load 2 to 3, a skipped hourly run 1.3 to 2.5 s with the scheduler's idle sleep at
+"""What fits ``make test``'s 10 minutes: two days (48 hourly runs) of each streaming DAG (401 s on
+2026-11-28 at load 2 to 2.5, a skipped hourly run 1.3 to 2.5 s with the scheduler's idle sleep at
 0.1 s; at Airflow's default 1 s the suite ran 16 hours in 522 s and two days took 856 to 948 s),
 input landing in 3 of them (one in each phase of the month), and three scheduler starts: the
 first half; the late day, savepoint and rescale (a kill after a checkpoint completes: the batch
