@@ -3,7 +3,7 @@
 days of the hourly streaming DAGs, its result written to RESULTS.md.
 
     python -m benchmarks.month                       # -> the RESULTS.md section
-    python -m benchmarks.month --days 30 --input-every 6 --stream-hours 12 --no-write  # the test's
+    python -m benchmarks.month --days 30 --input-every 6 --stream-landings 3 --no-write  # ~test
 
 One Airflow (``airflow api-server`` + ``dag-processor`` + ``scheduler``, LocalExecutor, PostgreSQL,
 parallelism 2) runs ``stateful_pipeline`` by backfills over ``--days`` past logical days (input

@@ -9,7 +9,7 @@ takes one writer at a time, and the CLI's ``backfill create`` failed with "datab
 beside the DAG processor), and reads that database directly to wait for runs and judge them.
 :class:`DuckReader` polls every output table with DuckDB (Parquet folders and Delta tables) in
 a thread and keeps every row it saw; :class:`StreamReader` runs a Delta ``readStream`` of
-each streaming output table in a Spark process of its own
+each Delta output table (the batch job's and the streams') in a Spark process of its own
 (``tests/airflow/month_stream_reader.py``) into Parquet sinks; :func:`produce_day` produces a
 day of clicks to the test Kafka broker for ``streaming_kafka``.
 """
@@ -26,6 +26,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -118,17 +120,47 @@ def month_environment(home: Path, database: str, **extra: str) -> dict[str, str]
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
             "AIRFLOW__CORE__DEFAULT_TASK_RETRIES": "2",
             "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
-            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "3600",
+            # the DAG files never change: parsed once, not every 30 s (Airflow 3 reads this in
+            # [dag_processor], not [scheduler])
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "3600",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            # a loop with nothing to do sleeps this long (default 1 s): after a skipping check
+            # task, four loops (its event, its two downstream tasks skipped, the run ended) and
+            # one more to start the next run: an hourly run that skips took 5 s at 1 s on a
+            # quiet machine (4 of them sleeping), 1.3 to 2.5 s at 0.1 s
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.1",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "1200",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # the driver's REST calls (ending a finished backfill: Scheduler.end_backfills)
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "STATECORE_LEASE_TIMEOUT": "5",
             **extra,
         }
     )
     return env
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """A backfill of ``dag_id`` from ``start`` to ``end`` (inclusive), one run at a time;
+    ``again``: re-run dates that already have a completed run; ``conf``: the runs' conf."""
+
+    dag_id: str
+    start: str
+    end: str
+    again: bool = False
+    conf: dict[str, Any] | None = None
+
+    def args(self) -> list[str]:
+        args = ["backfill", "create", "--dag-id", self.dag_id, "--from-date", self.start]
+        args += ["--to-date", self.end, "--max-active-runs", "1"]
+        if self.again:
+            args += ["--reprocess-behavior", "completed"]
+        if self.conf:
+            args += ["--dag-run-conf", json.dumps(self.conf)]
+        return args
 
 
 @dataclass
@@ -142,22 +174,38 @@ class Scheduler:
     scheduler: subprocess.Popen[bytes] | None = None
     starts: int = 0
     _engine: sa.engine.Engine | None = None
+    _token: str | None = None
 
     @property
     def airflow_home(self) -> Path:
         return Path(self.env["AIRFLOW_HOME"])
 
     def cli(self, *args: str, timeout: float = 300) -> str:
-        done = subprocess.run(
-            ["airflow", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        assert done.returncode == 0, (args, done.stdout[-3000:], done.stderr[-3000:])
-        return done.stdout
+        return self.clis([*args], timeout=timeout)[0]
+
+    def clis(self, *commands: list[str], timeout: float = 300) -> list[str]:
+        """Airflow CLI ``commands`` run side by side (each a few seconds of starting Airflow on
+        a loaded machine): their outputs."""
+        started = [
+            subprocess.Popen(
+                ["airflow", *args],
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for args in commands
+        ]
+        outputs = []
+        for args, process in zip(commands, started, strict=True):
+            try:
+                out, err = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, err = process.communicate()
+            assert process.returncode == 0, (args, out[-3000:], err[-3000:])
+            outputs.append(out)
+        return outputs
 
     def start(self) -> None:
         """Migrate the database, start the API server and the DAG processor."""
@@ -232,27 +280,12 @@ class Scheduler:
         raise AssertionError(f"DAGs not parsed in {timeout} s: {wanted - found}; {errors}")
 
     def unpause(self, *dag_ids: str) -> None:
-        for dag_id in dag_ids:
-            self.cli("dags", "unpause", dag_id)
+        pattern = f"^({'|'.join(dag_ids)})$"
+        self.cli("dags", "unpause", "--treat-dag-id-as-regex", "--yes", pattern)
 
-    def backfill(
-        self,
-        dag_id: str,
-        start: str,
-        end: str,
-        *,
-        again: bool = False,
-        conf: dict[str, Any] | None = None,
-    ) -> None:
-        """A backfill of ``dag_id`` from ``start`` to ``end`` (inclusive), one run at a time;
-        ``again``: re-run dates that already have a completed run; ``conf``: the runs' conf."""
-        args = ["backfill", "create", "--dag-id", dag_id, "--from-date", start, "--to-date", end]
-        args += ["--max-active-runs", "1"]
-        if again:
-            args += ["--reprocess-behavior", "completed"]
-        if conf:
-            args += ["--dag-run-conf", json.dumps(conf)]
-        self.cli(*args)
+    def backfill(self, *backfills: Backfill) -> None:
+        """Create ``backfills`` (of different DAGs: a DAG takes one at a time), side by side."""
+        self.clis(*(backfill.args() for backfill in backfills))
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> None:
         import json
@@ -270,8 +303,36 @@ class Scheduler:
             + self.query("SELECT dag_id, id, 'backfill' FROM backfill WHERE completed_at IS NULL")
         )
 
+    def end_backfills(self) -> None:
+        """End each backfill whose runs all ended, by the REST API's cancel (it fails the
+        backfill's queued runs: it has none), as the scheduler does only every 30 s
+        (``_mark_backfills_complete``): a DAG takes its next backfill after it."""
+        ended = self.query(
+            "SELECT b.id FROM backfill b WHERE b.completed_at IS NULL"
+            " AND EXISTS (SELECT 1 FROM backfill_dag_run d WHERE d.backfill_id = b.id)"
+            " AND NOT EXISTS (SELECT 1 FROM dag_run r WHERE r.backfill_id = b.id"
+            " AND r.state IN ('queued', 'running'))"
+        )
+        for (backfill_id,) in ended:
+            try:
+                self._api("PUT", f"/api/v2/backfills/{backfill_id}/cancel")
+            except urllib.error.HTTPError as exc:
+                if exc.code != 409:  # 409: the scheduler marked it complete meanwhile
+                    raise
+
+    def _api(self, method: str, path: str) -> Any:
+        base = self.env["AIRFLOW__API__BASE_URL"]
+        if self._token is None:
+            with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as response:
+                self._token = json.loads(response.read())["access_token"]
+        request = urllib.request.Request(
+            base + path, method=method, headers={"Authorization": f"Bearer {self._token}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
     def wait_idle(
-        self, timeout: float, *, settle: float = 6, each: Callable[[], None] = lambda: None
+        self, timeout: float, *, settle: float = 2, each: Callable[[], None] = lambda: None
     ) -> None:
         """Until nothing is pending (twice, ``settle`` s apart); ``each`` runs at each poll."""
         deadline = time.monotonic() + timeout
@@ -279,6 +340,7 @@ class Scheduler:
         while time.monotonic() < deadline:
             self.alive()
             each()
+            self.end_backfills()
             quiet = 0 if self.pending() else quiet + 1
             if quiet >= 2:
                 return
@@ -537,19 +599,25 @@ class StreamReader:
 
     def rows(self) -> dict[str, set[tuple[Any, ...]]]:
         """Per table, the rows its readStream read."""
+        return {name: set(rows) for name, rows in self._read().items()}
+
+    def duplicates(self) -> dict[str, int]:
+        """Per table, the rows its readStream read more than once (a commit it took for new
+        data that was not: a rewrite of rows it had read)."""
+        return {name: len(rows) - len(set(rows)) for name, rows in self._read().items()}
+
+    def _read(self) -> dict[str, list[tuple[Any, ...]]]:
         import duckdb
 
-        out: dict[str, set[tuple[Any, ...]]] = {}
+        out: dict[str, list[tuple[Any, ...]]] = {}
         for table in self.tables:
             sink = self.sinks / table.name
             out[table.name] = (
-                set(
-                    duckdb.connect()
-                    .execute(f"SELECT user_id, epoch_us(ts) FROM '{sink}/*.parquet'")
-                    .fetchall()
-                )
+                duckdb.connect()
+                .execute(f"SELECT user_id, epoch_us(ts) FROM '{sink}/*.parquet'")
+                .fetchall()
                 if any(sink.glob("*.parquet"))
-                else set()
+                else []
             )
         return out
 

@@ -24,6 +24,7 @@ from statecore.query.diff import checksums
 
 from .month import (
     KILL_POINTS,
+    Backfill,
     DuckReader,
     Scheduler,
     StreamReader,
@@ -132,6 +133,7 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
     stream = StreamReader(home, scheduler.env)
     streams = ["streaming_pipeline", *(["streaming_kafka"] if kafka else [])]
     stream_tables = ["clickstream_stream", *(["clickstream_kafka"] if kafka else [])]
+    streamed = [*STREAMED_BATCH_OUTPUTS, *(stream_tables if plan.stream_hours else [])]
     topic = create_topic(kafka) if kafka else None
     produced: set[tuple[Any, ...]] = set()
     seconds: dict[str, float] = {}
@@ -142,42 +144,40 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
         scheduler.start()
         scheduler.wait_parsed(["stateful_pipeline", "state_maintenance", *streams])
         seconds["start"] = time.monotonic() - started
-        scheduler.unpause("stateful_pipeline", "state_maintenance", "savepoint", "rescale")
         segments = stream_segments(plan.stream_hours, plan.stream_landings)
+        # unpausing a streaming DAG makes its scheduled run of the latest hour
+        batch = ["stateful_pipeline", "state_maintenance", "savepoint", "rescale"]
+        scheduler.unpause(*batch, *(streams if segments else []))
         begin = datetime(last.year, last.month, last.day) - timedelta(days=1)
         conf = {"bootstrap_servers": kafka, "topic": topic}
 
-        def stream_segment(i: int) -> None:
+        def stream_segment(i: int) -> list[Backfill]:
             """Input for the streams lands (a day after the month's last: the batch job's
-            days are not its), then segment ``i``'s hours of each streaming DAG."""
+            days are not its); the backfills of segment ``i``'s hours of each streaming DAG."""
             if i >= len(segments):
-                return
+                return []
             day = last + timedelta(days=1 + i)
             folders.update(lay_out_input(home, [day], users=plan.users, events=plan.events))
             if kafka and topic:
                 produced.update(
                     produce_day(home, kafka, topic, day, users=plan.users, events=plan.events)
                 )
-            first, end = (begin + timedelta(hours=h) for h in segments[i])
-            for dag_id in streams:
-                scheduler.backfill(
-                    dag_id,
-                    first.isoformat(),
-                    end.isoformat(),
-                    conf=conf if dag_id == "streaming_kafka" else None,
-                )
+            first, end = ((begin + timedelta(hours=h)).isoformat() for h in segments[i])
+            return [
+                Backfill(dag_id, first, end, conf=conf if dag_id == "streaming_kafka" else None)
+                for dag_id in streams
+            ]
 
         def start_reader() -> None:
-            paths = [home / "output" / name for name in stream_tables]
+            paths = [home / "output" / name for name in streamed]
             if stream.process is None and all((p / "_delta_log").is_dir() for p in paths):
                 stream.start(paths)
 
         # the streams' hours run beside the batch days, a segment of them per phase, input
-        # landing before each; the readStream starts once every stream's output table exists
-        if segments:
-            scheduler.unpause(*streams)
-        scheduler.backfill("stateful_pipeline", _iso(plan.first), _iso(half))
-        stream_segment(0)
+        # landing before each; the readStream starts once every Delta output table exists
+        scheduler.backfill(
+            Backfill("stateful_pipeline", _iso(plan.first), _iso(half)), *stream_segment(0)
+        )
         scheduler.start_scheduler(fault=points[0] if points else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
@@ -188,17 +188,19 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
         # between fails it, "take a new one")
         folders.update(lay_out_input(home, late, users=plan.users, events=plan.events))
         for day in late:
-            scheduler.backfill("stateful_pipeline", _iso(day), _iso(day), again=True)
+            scheduler.backfill(Backfill("stateful_pipeline", _iso(day), _iso(day), again=True))
         scheduler.start_scheduler(fault=points[1] if len(points) > 1 else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.trigger("savepoint", {"job": "clickstream", "name": "mid-month"})
         scheduler.trigger("rescale", {"job": "clickstream", "parallelism": 3})
-        stream_segment(1)
+        scheduler.backfill(*stream_segment(1))
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
         seconds["late days, savepoint, rescale"] = time.monotonic() - started
-        scheduler.backfill("stateful_pipeline", _iso(half + timedelta(days=1)), _iso(last))
-        stream_segment(2)
+        scheduler.backfill(
+            Backfill("stateful_pipeline", _iso(half + timedelta(days=1)), _iso(last)),
+            *stream_segment(2),
+        )
         scheduler.start_scheduler(fault=points[2] if len(points) > 2 else None)
         scheduler.wait_idle(plan.run_timeout, each=start_reader)
         scheduler.stop_scheduler()
@@ -207,7 +209,7 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
             # the streams' last hours, input landing between them, the readStream running
             scheduler.start_scheduler(fault=points[3] if len(points) > 3 else None)
             for i in range(3, len(segments)):
-                stream_segment(i)
+                scheduler.backfill(*stream_segment(i))
                 scheduler.wait_idle(plan.run_timeout, each=start_reader)
             seconds["streams' last hours"] = time.monotonic() - started
         time.sleep(10)  # the readers' last polls
@@ -250,6 +252,7 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
         stream_reader={
             "ended": ended,
             "rows": stream.rows(),
+            "duplicates": stream.duplicates(),
             "log": _tail(stream.log) if stream.log else "",
         },
         replays=replay_retained(config),
@@ -310,6 +313,12 @@ def sizes(home: Path, config: StatecoreConfig) -> dict[str, Any]:
 
 BATCH_OUTPUTS = ("clickstream", "clickstream_events")
 """The batch job's outputs: its day folders (Parquet) and its Delta output table."""
+STREAMED_BATCH_OUTPUTS = ("clickstream_events",)
+"""The batch job's outputs the Delta ``readStream`` reads too: its Delta output table, which only
+ever gets appends (a checkpoint's rows) and the maintenance's merges (``dataChange`` false). Not
+the day folders: Parquet files, no Delta log to stream, each day's folder overwritten by the
+job's run of that day (a replay rewrites it), which a file stream source would read as new
+files, the day's rows twice."""
 
 
 def run_counts(result: MonthResult) -> list[tuple[str, str]]:
@@ -364,18 +373,20 @@ def judge(result: MonthResult) -> list[str]:
     for name, vanished in result.vanished.items():
         failed.append(f"{name}: {len(vanished)} rows a DuckDB reader saw were gone at a later poll")
     failed += [f"DuckDB reader: {error}" for error in result.reader_errors[:5]]
-    if result.stream_inputs:
-        if result.stream_reader["ended"] != "running":
-            failed.append(
-                f"Delta readStream {result.stream_reader['ended']}: {result.stream_reader['log']}"
-            )
-        read = result.stream_reader["rows"]
-        for name in sorted(result.stream_inputs):
-            if not read.get(name):
-                failed.append(f"the Delta readStream of {name} read nothing")
-            vanished = read.get(name, set()) - result.outputs.get(name, set())
-            if vanished:
-                failed.append(f"Delta readStream of {name}: {len(vanished)} rows later vanished")
+    if result.stream_reader["ended"] != "running":
+        failed.append(
+            f"Delta readStream {result.stream_reader['ended']}: {result.stream_reader['log']}"
+        )
+    read = result.stream_reader["rows"]
+    for name in sorted({*STREAMED_BATCH_OUTPUTS, *result.stream_inputs}):
+        if not read.get(name):
+            failed.append(f"the Delta readStream of {name} read nothing")
+        vanished = read.get(name, set()) - result.outputs.get(name, set())
+        if vanished:
+            failed.append(f"Delta readStream of {name}: {len(vanished)} rows later vanished")
+    for name, twice in sorted(result.stream_reader["duplicates"].items()):
+        if twice:
+            failed.append(f"Delta readStream of {name}: {twice} rows read twice")
     for job, wrong in result.replays.items():
         failed += [f"checkpoint of {job} does not replay to its rows: {w}" for w in wrong[:5]]
     for name, size in result.sizes.items():
