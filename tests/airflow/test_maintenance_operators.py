@@ -44,7 +44,9 @@ def apply_retention(
 
 class Hook:  # no connection, no catalog: execute's own logic only
     def get_config(self):
-        return None
+        from statecore.config import StatecoreConfig
+
+        return StatecoreConfig.resolve(home="/nonexistent/statecore-home", env={})
 
     @contextmanager
     def catalog(self):
