@@ -1,25 +1,36 @@
-"""An Airflow listener for ``test_rescale_race.py``: a run of the job completes between the
-rescale DAG's savepoint task and its rescale task.
+"""An Airflow listener for the rescale DAG's races: something of the job happens between its
+savepoint task and its rescale task.
 
 Registered in the interpreter that runs the DAG (``run_dags(listener=...)``); when the task
-``savepoint`` of the DAG ``rescale`` succeeds, it runs the Spark steps in
-``STATECORE_TEST_BETWEEN_STEPS`` (:func:`tests.airflow.ops_jobs.run_steps`, a real run of the
-job in a Spark of its own), before Airflow starts the next task.
+``savepoint`` of the DAG ``rescale`` succeeds, before Airflow starts the next task, it
+- runs the Spark steps in ``STATECORE_TEST_BETWEEN_STEPS``, if set
+  (:func:`tests.airflow.ops_jobs.run_steps`, a real run of the job in a Spark of its own;
+  ``test_rescale_race.py``);
+- takes the lease of the job ``STATECORE_TEST_HOLD_JOB``, if set, as a run does (a real lease
+  in the home's catalog), and releases it ``STATECORE_TEST_HOLD_SECONDS`` later from a thread
+  of its own, while Airflow goes on to the rescale task (``test_lease_wait.py``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pluggy
 
+from statecore.catalog import Catalog
+from statecore.checkpoint.lock import hold_lease
+from statecore.config import StatecoreConfig
 from tests.airflow.ops_jobs import run_steps
 
 STEPS_ENV = "STATECORE_TEST_BETWEEN_STEPS"
 LOG_ENV = "STATECORE_TEST_BETWEEN_LOG"
+HOLD_ENV = "STATECORE_TEST_HOLD_SECONDS"
+JOB_ENV = "STATECORE_TEST_HOLD_JOB"
 
 hookimpl = pluggy.HookimplMarker("airflow")
 
@@ -28,4 +39,19 @@ hookimpl = pluggy.HookimplMarker("airflow")
 def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
     if (task_instance.dag_id, task_instance.task_id) != ("rescale", "savepoint"):
         return
-    run_steps(json.loads(os.environ[STEPS_ENV]), Path(os.environ[LOG_ENV]))
+    if STEPS_ENV in os.environ:
+        run_steps(json.loads(os.environ[STEPS_ENV]), Path(os.environ[LOG_ENV]))
+    if JOB_ENV in os.environ:
+        _hold_lease(os.environ[JOB_ENV], float(os.environ[HOLD_ENV]))
+
+
+def _hold_lease(job: str, seconds: float) -> None:
+    catalog = Catalog.connect(StatecoreConfig.resolve().catalog_url)
+    held = hold_lease(catalog, job, "run 99", wait=timedelta(0))
+    held.__enter__()  # held now, before the rescale task starts
+
+    def release() -> None:
+        held.__exit__(None, None, None)
+        catalog.close()
+
+    threading.Timer(seconds, release).start()

@@ -2,7 +2,7 @@
 
 A real Airflow (``dag.test()``) runs ``rescale`` (within the max parallelism) on a job; right
 after its savepoint task, a run of the job takes the job's lease and holds it for a few seconds
-(:mod:`tests.airflow.lease_holder`). The rescale task, which the operators' ``lease_wait``
+(:mod:`tests.airflow.rescale_race`). The rescale task, which the operators' ``lease_wait``
 (10 minutes by default) lets wait for the lease, rescales once the run let go: the DAG succeeds
 instead of failing on ``ConcurrentRunError``.
 """
@@ -16,7 +16,7 @@ import pytest
 from statecore.catalog import Catalog
 from statecore.config import StatecoreConfig
 from tests.airflow.dagrun import run_dags
-from tests.airflow.lease_holder import HOLD_ENV, JOB_ENV
+from tests.airflow.rescale_race import HOLD_ENV, JOB_ENV
 from tests.ops.statebuilder import Table, value_rows, write_checkpoint
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -29,7 +29,7 @@ def test_fenced_maintenance_rescale_dag_waits_for_the_run_holding_the_job(tmp_pa
     (step,) = run_dags(
         home,
         [("rescale", {"job": "clicks", "parallelism": 3})],
-        listener="tests.airflow.lease_holder",
+        listener="tests.airflow.rescale_race",
         extra_env={HOLD_ENV: "6", JOB_ENV: "clicks"},
         allow_failure=True,
     )
