@@ -57,6 +57,39 @@ def test_roll_forward_a_kill_after_the_completion_before_the_output_commit(
         assert catalog.pending_outputs(JOB) == []
 
 
+def test_roll_forward_discards_the_record_of_a_checkpoint_killed_before_its_state_commits(
+    spark: Any,
+    fault_home: Callable[[str], StatecoreConfig],
+    tmp_path: Path,
+) -> None:
+    """A kill right after the pending output commits were recorded (catalog and warehouse),
+    before any state table is committed: no reader sees the checkpoint's output, and the next
+    run fails it, deletes its files and its warehouse record, and goes on: nothing pending is
+    left for a ``catalog recover`` to find."""
+    config = fault_home("sqlite")
+    case = Case("catalog:pending")
+    killed = start_case(spark, config, case, tmp_path / "fired").finish()
+    assert killed.fired and killed.returncode == -signal.SIGKILL, killed.log[-3000:]
+    records = Path(pending_records_folder(config.warehouse, JOB))
+    assert [p.name.split(".")[0] for p in records.glob("*.json")] == ["2"]
+    assert read_outcome(config).output == expected_outcome((1,)).output
+    run_checkpoint(
+        spark,
+        config,
+        api=case.api,
+        backend=case.backend,
+        checkpoint_id=3,
+        retry_for=RECOVERY_RETRY_SECONDS,
+    )
+    assert list(records.glob("*.json")) == []
+    with Catalog.connect(config.catalog_url) as catalog:
+        assert catalog.get_checkpoint(JOB, 2).status is CheckpointStatus.FAILED
+        assert catalog.pending_outputs(JOB) == []
+    expected = expected_outcome((1, 3))  # checkpoint 2's input is not the job's (it failed)
+    expected.statuses[2] = CheckpointStatus.FAILED.name
+    assert differences(read_outcome(config), expected) == []
+
+
 def _lose_catalog(config: StatecoreConfig) -> None:
     """The catalog is gone: the SQLite file deleted, or the Postgres schema dropped (and made
     again, empty)."""
