@@ -36,7 +36,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, task
 
-from statecore_airflow import RescaleOperator, SavepointOperator, StatecoreHook
+from statecore_airflow import RETRIED, RescaleOperator, SavepointOperator, StatecoreHook
 
 JOB = "{{ params.job }}"
 
@@ -45,6 +45,7 @@ JOB = "{{ params.job }}"
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    default_args=RETRIED,
     max_active_runs=1,
     tags=["statecore", "operations"],
     doc_md=__doc__,

@@ -23,13 +23,14 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
-from statecore_airflow import SavepointOperator
+from statecore_airflow import RETRIED, SavepointOperator
 
 
 @dag(
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    default_args=RETRIED,
     tags=["statecore", "operations"],
     doc_md=__doc__,
     params={

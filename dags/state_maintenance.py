@@ -46,7 +46,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import AssetAny, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 
-from statecore_airflow import RetentionOperator, TtlCleanupOperator, checkpoint_asset
+from statecore_airflow import RETRIED, RetentionOperator, TtlCleanupOperator, checkpoint_asset
 
 MAINTAINED_JOBS = ("clickstream", "clickstream_stream", "clickstream_query", "clickstream_kafka")
 """The jobs whose checkpoints (their Assets) trigger maintenance, and that the daily run
@@ -64,6 +64,7 @@ LOG_GRACE_SECONDS = 3600
     ),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    default_args=RETRIED,
     max_active_runs=1,
     tags=["statecore", "operations"],
     doc_md=__doc__,

@@ -18,6 +18,14 @@ it fails when `parallelism` asks to redo a complete checkpoint at another parall
 --dag-id stateful_pipeline --from-date ... --to-date ...`) runs each day in order; days already
 checkpointed are no-ops and days without input are skipped.
 
+**Days run in order, or not at all.** Checkpoint ids only increase, so a day the job went past is
+out of its state for good. Each task `depends_on_past` (a day waits until the previous day's
+run succeeded or skipped) and is retried twice; a day that still fails blocks the later days
+until it is cleared and succeeds. `check` also refuses, without retrying, a day that would leave
+an earlier day out of the state (a failed day, or one whose input is there with no checkpoint),
+naming those days; a day not to be processed is recorded with its reason first
+(`statecore checkpoints skip clickstream 20260105 --reason "..."`).
+
 **Params** (the Trigger button's form):
 - `date`: the day to process (`YYYY-MM-DD`); default: the run's logical date, or its
   `run_after` for runs triggered without one.
@@ -40,7 +48,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
-from statecore_airflow import checkpoint_asset
+from statecore_airflow import IN_ORDER, checkpoint_asset
 
 JOB_FILE = Path(__file__).resolve().parents[1] / "jobs" / "clickstream.py"
 CLICKSTREAM_CHECKPOINTS = checkpoint_asset("clickstream")
@@ -52,6 +60,7 @@ RUN_DATE = "{{ params.date or ((dag_run.logical_date or dag_run.run_after) | ds)
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
+    default_args=IN_ORDER,
     tags=["statecore"],
     doc_md=__doc__,
     params={
@@ -84,12 +93,15 @@ def stateful_pipeline() -> None:
     @task
     def check(**context: Any) -> dict[str, Any]:
         """Skip a run without input or whose checkpoint is complete; refuse a parallelism a
-        complete checkpoint cannot take."""
+        complete checkpoint cannot take, and a day that would leave earlier days out of the
+        job's state (no retry: the gap does not close by waiting)."""
         import os
+        from datetime import date
 
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-        from statecore.ops.runs import plan_batch_run
+        from statecore.errors import CheckpointGapError
+        from statecore.ops.runs import plan_daily_run
         from statecore_airflow import StatecoreHook
 
         params, run = context["params"], context["dag_run"]
@@ -101,13 +113,16 @@ def stateful_pipeline() -> None:
             or f"{hook.get_config().home}/data/clickstream"
         )
         with hook.catalog() as catalog:
-            plan = plan_batch_run(
-                catalog,
-                job="clickstream",
-                checkpoint_id=int(day.replace("-", "")),
-                input_uri=f"{root}/date={day}",
-                parallelism=params["parallelism"],
-            )
+            try:
+                plan = plan_daily_run(
+                    catalog,
+                    job="clickstream",
+                    day=date.fromisoformat(day),
+                    input_root=root,
+                    parallelism=params["parallelism"],
+                )
+            except CheckpointGapError as exc:
+                raise AirflowFailException(str(exc)) from exc
         if not plan.runs:
             raise AirflowSkipException(plan.reason)
         return {"date": day, "checkpoint_id": plan.checkpoint_id}

@@ -50,7 +50,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
-from statecore_airflow import QUERY_RUN_ID, checkpoint_asset
+from statecore_airflow import IN_ORDER, QUERY_RUN_ID, checkpoint_asset
 
 JOB = "clickstream_kafka"
 JOB_FILE = Path(__file__).resolve().parents[1] / "jobs" / "clickstream_kafka.py"
@@ -73,6 +73,7 @@ def kafka_jars() -> str:
     schedule="@hourly",
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    default_args=IN_ORDER,
     max_active_runs=1,
     tags=["statecore", "streaming", "kafka"],
     doc_md=__doc__,

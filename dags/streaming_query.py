@@ -43,7 +43,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
-from statecore_airflow import QUERY_RUN_ID, StreamSensor, StreamStopOperator
+from statecore_airflow import QUERY_RUN_ID, RETRIED, StreamSensor, StreamStopOperator
 
 JOB = "clickstream_query"
 """The continuous query's own job (``streaming_pipeline`` runs ``clickstream_stream``)."""
@@ -62,6 +62,7 @@ def job_param() -> Param:
     schedule=None,
     start_date=START,
     catchup=False,
+    default_args=RETRIED,
     max_active_runs=1,
     tags=["statecore", "streaming"],
     doc_md=__doc__,
@@ -110,6 +111,7 @@ def streaming_query() -> None:
     schedule=None,
     start_date=START,
     catchup=False,
+    default_args=RETRIED,
     tags=["statecore", "streaming"],
     doc_md=__doc__,
     params={

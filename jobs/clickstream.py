@@ -33,6 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from statecore.backends import BackendParameters, backend_names
+from statecore.catalog import Catalog
 from statecore.config import StatecoreConfig
 from statecore.descriptors import (
     AggregateFunction,
@@ -42,6 +43,7 @@ from statecore.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from statecore.ops.runs import check_day_order
 from statecore.runtime import (
     CheckpointedFunction,
     Context,
@@ -236,13 +238,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    home = StatecoreConfig.resolve().home
+    config = StatecoreConfig.resolve()
+    home = config.home
     args.input = args.input or os.environ.get("STATECORE_INPUT") or f"{home}/data/clickstream"
     args.output = args.output or f"{home}/output/clickstream"
     args.output_table = args.output_table or f"{home}/output/{args.job}_events"
     # statecore's lines at INFO, everything else (py4j's connection chatter) from WARNING
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("statecore").setLevel(logging.INFO)
+    # days run in order, or not at all: refused before Spark starts when an earlier day would be
+    # left out of the state for good (a failed day, or one with input and no checkpoint)
+    with Catalog.connect(config.catalog_url) as catalog:
+        check_day_order(catalog, job=args.job, day=args.date, input_root=args.input)
     spark = build_session(app_name=f"statecore-{args.job}")
     day = args.date.isoformat()
     events = spark.read.parquet(f"{args.input}/date={day}")

@@ -33,6 +33,7 @@ from statecore.descriptors import (
 from statecore.errors import (
     CatalogError,
     CheckpointCommitError,
+    CheckpointGapError,
     CheckpointNotFoundError,
     CheckpointOrderError,
     ConcurrentRunError,
@@ -115,6 +116,7 @@ __all__ = [
     "BroadcastState",
     "CatalogError",
     "CheckpointCommitError",
+    "CheckpointGapError",
     "CheckpointOrderError",
     "ConcurrentRunError",
     "CheckpointNotFoundError",

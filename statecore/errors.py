@@ -6,6 +6,7 @@ names what it is about: the job, operator, state, key group or checkpoint.
     StateError
     ├── ConfigError                    invalid configuration or arguments
     │   ├── CheckpointOrderError       a checkpoint id below the job's latest completed one
+    │   │   └── CheckpointGapError     a run that would leave an earlier interval unprocessed
     │   └── PyFlinkUnsupportedError    a PyFlink option statecore.pyflink cannot honour
     ├── CatalogError                   a checkpoint catalog that is corrupt or not a catalog
     ├── UnknownStateError              a state name that is not registered
@@ -41,6 +42,7 @@ __all__ = [
     "StateError",
     "ConfigError",
     "CheckpointOrderError",
+    "CheckpointGapError",
     "PyFlinkUnsupportedError",
     "CatalogError",
     "UnknownStateError",
@@ -83,6 +85,12 @@ class ConfigError(StateError, ValueError):
 
 class CheckpointOrderError(ConfigError):
     """A run whose checkpoint id is below the job's latest completed checkpoint: ids increase."""
+
+
+class CheckpointGapError(CheckpointOrderError):
+    """A run that would complete a checkpoint while an earlier interval of the job (a day with
+    input, a failed run) is neither completed nor skipped on purpose: its state would never
+    hold that interval. The message names each missing interval and how to go on."""
 
 
 class PyFlinkUnsupportedError(ConfigError, NotImplementedError):

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "IN_ORDER",
     "QUERY_RUN_ID",
+    "RETRIED",
     "RescaleOperator",
     "RetentionOperator",
     "SavepointOperator",
@@ -60,6 +62,18 @@ __all__ = [
     "skip_without_new_files",
     "skip_without_new_records",
 ]
+
+RETRIED: dict[str, Any] = {"retries": 2}
+"""``default_args`` of every bundled DAG: a task is retried twice (after Airflow's
+``[core] default_task_retry_delay``), so a run whose task was killed with its worker, or started
+while Airflow restarted, still ends well."""
+
+IN_ORDER: dict[str, Any] = {**RETRIED, "depends_on_past": True}
+"""``default_args`` of a stateful job's DAG: its runs (scheduled and backfilled) run in order, or
+not at all: a run's task waits until the previous run's ended well (succeeded, or skipped with
+a reason), so a failed run blocks the later ones until it is cleared and succeeds, instead of
+being passed over (checkpoint ids only increase: an interval passed over is out of the state for
+good)."""
 
 _MODULES = {
     "QUERY_RUN_ID": "streams",

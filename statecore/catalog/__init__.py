@@ -20,6 +20,7 @@ from statecore.catalog.records import (
     OutputOwner,
     PendingOutput,
     SavepointRecord,
+    SkippedCheckpoint,
     StateRecord,
     TableVersion,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "OutputOwner",
     "PendingOutput",
     "SavepointRecord",
+    "SkippedCheckpoint",
     "StateRecord",
     "TableVersion",
 ]

@@ -5,7 +5,8 @@ engine: :class:`~statecore.catalog.jobs.JobStore`,
 :class:`~statecore.catalog.checkpoints.CheckpointStore`,
 :class:`~statecore.catalog.savepoints.SavepointStore`,
 :class:`~statecore.catalog.leases.LeaseStore`, :class:`~statecore.catalog.live.LiveStore` and
-:class:`~statecore.catalog.outputs.OutputStore` (also reachable as :attr:`Catalog.jobs`,
+:class:`~statecore.catalog.outputs.OutputStore` and
+:class:`~statecore.catalog.skips.SkipStore` (also reachable as :attr:`Catalog.jobs`,
 :attr:`Catalog.checkpoints`, ...).
 
 A checkpoint is *complete* when :meth:`Catalog.complete_checkpoint` has committed, in one
@@ -48,10 +49,12 @@ from statecore.catalog.records import (
     OutputOwner,
     PendingOutput,
     SavepointRecord,
+    SkippedCheckpoint,
     StateRecord,
     TableVersion,
 )
 from statecore.catalog.savepoints import SavepointStore
+from statecore.catalog.skips import SkipStore
 from statecore.catalog.store import Sessions
 from statecore.config import DEFAULT_LEASE_TIMEOUT
 from statecore.errors import CatalogError, ConfigError
@@ -71,6 +74,7 @@ class Catalog:
         self.leases = LeaseStore(sessions)
         self.live = LiveStore(sessions)
         self.outputs = OutputStore(sessions)
+        self.skips = SkipStore(sessions)
 
     @classmethod
     def connect(cls, url: str) -> Catalog:
@@ -268,6 +272,18 @@ class Catalog:
     def latest_checkpoint_id(self, job: str) -> int | None:
         """:meth:`highest_completed_id` (the name its callers used first)."""
         return self.checkpoints.highest_completed_id(job)
+
+    def skip_checkpoint(self, job: str, checkpoint_id: int, *, reason: str) -> SkippedCheckpoint:
+        """Record that ``job``'s runs go past ``checkpoint_id`` on purpose, for ``reason``
+        (:class:`~statecore.catalog.skips.SkipStore`): the next run does not refuse the gap."""
+        return self.skips.skip(job, checkpoint_id, reason=reason)
+
+    def skipped_checkpoints(
+        self, job: str, *, above: int | None = None, below: int | None = None
+    ) -> list[SkippedCheckpoint]:
+        """``job``'s skipped checkpoints by id, those strictly between ``above`` and ``below``
+        when given."""
+        return self.skips.list(job, above=above, below=below)
 
     def highest_checkpoint_id(self, job: str) -> int | None:
         """The largest checkpoint id of ``job``, of any kind and status, or ``None``."""

@@ -91,7 +91,7 @@ class CheckpointStore(Store):
                 _check_replay(row, job, input_identity)
                 return row.to_record(job)
             if increasing:
-                latest = _highest_completed_id(session, job_row.id)
+                latest = highest_completed_checkpoint_id(session, job_row.id)
                 if latest is not None and checkpoint_id < latest:
                     raise CheckpointOrderError(
                         f"checkpoint {checkpoint_id} of job {job!r} is below its latest "
@@ -221,7 +221,7 @@ class CheckpointStore(Store):
         """The largest id of a CHECKPOINT of ``job`` that completed (or completed and expired
         since): a new run's id must not be below it."""
         with self._read.begin() as session:
-            return _highest_completed_id(session, load_job(session, job).id)
+            return highest_completed_checkpoint_id(session, load_job(session, job).id)
 
     def highest_id(self, job: str) -> int | None:
         """The largest checkpoint id of ``job`` of any kind and status, or ``None``."""
@@ -314,7 +314,7 @@ def _latest_completed_id(session: Session, job_pk: int) -> int | None:
     )
 
 
-def _highest_completed_id(session: Session, job_pk: int) -> int | None:
+def highest_completed_checkpoint_id(session: Session, job_pk: int) -> int | None:
     # One query per status, each the first row of the (job, kind, status, id) index read
     # backwards: a MAX over both statuses at once could read every expired row.
     found = [

@@ -351,6 +351,25 @@ def _v10_compact_key_group_sizes(connection: sa.Connection) -> None:
 _V10_BATCH = 500
 
 
+def _v11_skipped_checkpoints(connection: sa.Connection) -> None:
+    # Stateful intervals run in order, or not at all: a checkpoint id the job's runs go past on
+    # purpose (a day whose input is broken) is recorded with its reason, so the next run does
+    # not refuse the gap and the skip stays auditable.
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    sa.Table("statecore_jobs", metadata, sa.Column("id", _id_type(), primary_key=True))
+    sa.Table(
+        "statecore_skipped_checkpoints",
+        metadata,
+        sa.Column("id", _id_type(), primary_key=True),
+        sa.Column("job_id", _id_type(), sa.ForeignKey("statecore_jobs.id"), nullable=False),
+        sa.Column("checkpoint_id", sa.BigInteger, nullable=False),
+        sa.Column("reason", sa.Text, nullable=False),
+        sa.Column("skipped_at", sa.DateTime(timezone=True), nullable=False),
+        sa.UniqueConstraint("job_id", "checkpoint_id"),
+    )
+    metadata.create_all(connection, tables=[metadata.tables["statecore_skipped_checkpoints"]])
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -401,6 +420,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=10,
         description="checkpoint tables' key-group sizes as compressed integer arrays",
         apply=_v10_compact_key_group_sizes,
+    ),
+    Migration(
+        version=11,
+        description="skipped checkpoints: ids a job's runs go past on purpose, with the reason",
+        apply=_v11_skipped_checkpoints,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

@@ -25,6 +25,7 @@ from statecore.catalog.records import (
     OutputOwner,
     PendingOutput,
     SavepointRecord,
+    SkippedCheckpoint,
     StateRecord,
     TableVersion,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "OutputOwnerRow",
     "PendingOutputRow",
     "SavepointRow",
+    "SkippedCheckpointRow",
     "StateRow",
     "UTCDateTime",
     "WITH_SIZES",
@@ -335,6 +337,25 @@ class PendingOutputRow(Base):
             files=tuple(dict(f) for f in self.files),
             epoch=self.epoch,
             committed_at=self.committed_at,
+        )
+
+
+class SkippedCheckpointRow(Base):
+    __tablename__ = "statecore_skipped_checkpoints"
+    __table_args__ = (sa.UniqueConstraint("job_id", "checkpoint_id"),)
+
+    id: Mapped[int] = mapped_column(_ID, primary_key=True)
+    job_id: Mapped[int] = mapped_column(_ID, sa.ForeignKey("statecore_jobs.id"))
+    checkpoint_id: Mapped[int] = mapped_column(sa.BigInteger)
+    reason: Mapped[str] = mapped_column(sa.Text)
+    skipped_at: Mapped[datetime]
+
+    def to_record(self, job: str) -> SkippedCheckpoint:
+        return SkippedCheckpoint(
+            job=job,
+            checkpoint_id=self.checkpoint_id,
+            reason=self.reason,
+            skipped_at=self.skipped_at,
         )
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "OutputOwner",
     "PendingOutput",
     "SavepointRecord",
+    "SkippedCheckpoint",
     "StateRecord",
     "TableVersion",
 ]
@@ -280,6 +281,17 @@ class PendingOutput:
     files: tuple[dict[str, Any], ...]
     epoch: int | None = None
     committed_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkippedCheckpoint:
+    """A checkpoint id of ``job`` that its runs go past on purpose: ``reason`` says why (who
+    recorded it and what the interval lacked, e.g. a day whose input is broken)."""
+
+    job: str
+    checkpoint_id: int
+    reason: str
+    skipped_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,6 +2,7 @@
 
     statecore demo [--days N] [--parallelism P] [--backend heap] | demo --day YYYY-MM-DD
     statecore checkpoints list [--job J] | show JOB CHECKPOINT_ID [--key-groups]
+    statecore checkpoints skip JOB CHECKPOINT_ID --reason TEXT | skipped [--job J]
     statecore savepoint JOB [--name N] [--checkpoint ID] [--export [--target DIR]]
     statecore savepoints list [--job J] | show REF [--job J] [--key-groups]
                        | restore NAME|FOLDER [--job J] [--parallelism P] [--force]
@@ -85,6 +86,18 @@ def _inspection(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--latency", action="store_true", help="state-access latency percentiles (µs)"
     )
     show.add_argument("--restore", action="store_true", help="each subtask's restore")
+    skip = _formatted(
+        cp_sub.add_parser(
+            "skip",
+            help="record that the job's runs go past a checkpoint id (a day) on purpose, and why",
+        )
+    )
+    skip.add_argument("job")
+    skip.add_argument("checkpoint_id", type=int, help="e.g. 20260105 for a daily job's day")
+    skip.add_argument("--reason", required=True, help="why (kept in the catalog for audit)")
+    _formatted(
+        cp_sub.add_parser("skipped", help="the skipped checkpoint ids, with their reasons")
+    ).add_argument("--job")
     cps.set_defaults(run=commands.checkpoints)
 
     sps = sub.add_parser("savepoints", help="list, show, restore or delete savepoints")

@@ -23,6 +23,7 @@ from statecore.cli.output import (
     latency_rows,
     point_rows,
     savepoint_rows,
+    skipped_rows,
     table_rows,
 )
 from statecore.config import StatecoreConfig
@@ -69,6 +70,13 @@ def _table_path(path: str) -> str:
 
 def checkpoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
     with Catalog.connect(config.catalog_url) as catalog:
+        if args.action in ("skip", "skipped"):
+            if args.action == "skip":
+                skips = [catalog.skip_checkpoint(args.job, args.checkpoint_id, reason=args.reason)]
+            else:
+                jobs = [args.job] if args.job else [j.name for j in catalog.list_jobs()]
+                skips = [s for job in jobs for s in catalog.skipped_checkpoints(job)]
+            return format_rows(skipped_rows(skips), args.format, empty=("job",))
         if args.action == "show":
             record = catalog.get_checkpoint(args.job, args.checkpoint_id)
             head = format_rows(checkpoint_rows([record]), args.format)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from statecore.backends.timers import MAX_WATERMARK
-from statecore.catalog import CheckpointRecord, SavepointRecord
+from statecore.catalog import CheckpointRecord, SavepointRecord, SkippedCheckpoint
 from statecore.checkpoint.points import RestorePoint
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "latency_rows",
     "point_rows",
     "savepoint_rows",
+    "skipped_rows",
     "table_rows",
     "watermark_time",
 ]
@@ -115,6 +116,19 @@ def latency_rows(record: CheckpointRecord) -> list[dict[str, Any]]:
         {"state": state, "access": access, **percentiles}
         for state, accesses in record.metrics.get("latency", {}).items()
         for access, percentiles in accesses.items()
+    ]
+
+
+def skipped_rows(records: Sequence[SkippedCheckpoint]) -> list[dict[str, Any]]:
+    return [
+        {
+            "job": s.job,
+            "checkpoint": s.checkpoint_id,
+            "status": "SKIPPED",
+            "reason": s.reason,
+            "skipped_at": s.skipped_at,
+        }
+        for s in records
     ]
 
 
