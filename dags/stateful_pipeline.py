@@ -140,6 +140,9 @@ def stateful_pipeline() -> None:
             "{{ params.backend }}",
             "--from-savepoint={{ params.from_savepoint or '' }}",
             "--input={{ params.input or '' }}",
+            # a run that finds maintenance holding the job waits for it, as maintenance waits
+            # for runs (the operators' 10 minutes), instead of failing after Spark's work
+            "--lease-wait=600",
         ],
         conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
         outlets=[CLICKSTREAM_CHECKPOINTS],

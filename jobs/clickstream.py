@@ -25,7 +25,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -229,6 +229,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--job", default=JOB)
     parser.add_argument(
+        "--lease-wait",
+        type=float,
+        help="seconds to wait for the job's lease when maintenance (or another run) holds it "
+        "(default: $STATECORE_LEASE_WAIT, else 0: refused at once)",
+    )
+    parser.add_argument(
         "--rules",
         type=json.loads,
         help="flagging rules as JSON, e.g. '{\"purchase\": 150}' (default: keep)",
@@ -238,7 +244,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    config = StatecoreConfig.resolve()
+    wait = None if args.lease_wait is None else timedelta(seconds=args.lease_wait)
+    config = StatecoreConfig.resolve(lease_wait=wait)
     home = config.home
     args.input = args.input or os.environ.get("STATECORE_INPUT") or f"{home}/data/clickstream"
     args.output = args.output or f"{home}/output/clickstream"
@@ -263,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         backend=args.backend,
         rules=args.rules,
         restore_from=args.from_savepoint or None,
+        config=config,
         output_table=args.output_table,
     )
     # The day's folder is written from the rows the output table holds for the checkpoint, on a
