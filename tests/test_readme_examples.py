@@ -1,17 +1,21 @@
-"""Every fenced example of README.md and docs/ runs, or says beside it why it does not.
+"""Every fenced example of README.md and docs/ runs as its page is read, or says beside it why it
+does not.
 
-Each fenced block is one of:
+Each page's runnable blocks run in the page's order in a home of the page's own: a fresh copy of
+a home as ``make demo`` leaves it (the demo's job ``clickstream``, checkpoints 20260101 to
+20260103 at parallelism 2, made in process without Spark as tests/cli/test_cli.py makes them;
+no savepoint) holding, as a user's home does once a second DAG ran, another job with
+checkpoints (``clickstream_stream``, checkpoints 0 and 1, as ``streaming_pipeline`` leaves it).
+A block may use what an earlier block of its page made (a savepoint, a file in the working
+folder), as the page's reader has it; never what another page made: a page that queries a
+savepoint makes it first, in a block its reader sees. An example that only works while the
+demo's job is the only one (``statecore sql --checkpoint 20260101`` without ``--job`` once
+did) fails here too. A block is one of:
 
-- run here: a ``python`` block in a subprocess, with ``STATECORE_HOME`` a fresh copy of a home
-  holding the demo's job (``clickstream``, checkpoints 20260101 to 20260103 at parallelism 2 and
-  the savepoint ``before-deploy``, made in process without Spark as tests/cli/test_cli.py makes
-  them) and, as a user's home does once a second DAG ran, another job with checkpoints
-  (``clickstream_stream``, checkpoints 0 and 1, as ``streaming_pipeline`` leaves it): an
-  example that only works while the demo's job is the only one (``statecore sql --checkpoint
-  20260101`` without ``--job`` once did) fails here; a ``bash`` block whose every line is a
-  ``statecore`` command (``export NAME=value``
-  lines set the environment), each command run in this process against such a copy and required
-  to exit with status 0;
+- run here: a ``python`` block in a subprocess with ``STATECORE_HOME`` the page's home; a
+  ``bash`` block whose every line is a ``statecore`` command (``export NAME=value`` lines set
+  the environment, for the page's later blocks too), each command run in this process against
+  the page's home and required to exit with status 0;
 - ``<!-- tested-by: tests/path.py::test_name -->`` on the line before the fence: that test exists
   and holds the block's text, or reads the block from its page by name;
 - ``<!-- illustrative: reason -->`` on the line before the fence: not run, for the reason given.
@@ -122,8 +126,8 @@ def statecore_commands(block: Block) -> list[list[str]] | None:
 
 def build_demo_home(root: Path) -> Path:
     """The demo's job as ``make demo`` leaves it, made in process: three daily checkpoints of
-    ``clickstream`` at parallelism 2, then the savepoint ``before-deploy``; the home is
-    ``root/home`` (the days' input is under ``root/in``)."""
+    ``clickstream`` at parallelism 2, and no savepoint; the home is ``root/home`` (the days'
+    input is under ``root/in``)."""
     config = StatecoreConfig.resolve(home=str(root / "home"), env={})
     days = generate_clickstream(root / "in", days=3, users=200, events_per_day=600)
     for i, day in enumerate(days):
@@ -136,7 +140,6 @@ def build_demo_home(root: Path) -> Path:
             checkpoint_id=20260101 + i,
             parallelism=2,
         )
-    assert cli(root / "home", "savepoint", clickstream.JOB, "--name", "before-deploy")[0] == 0
     return root / "home"
 
 
@@ -172,14 +175,19 @@ def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_readme_examples_home_holds_several_jobs(demo_home: Path) -> None:
+    """Several jobs, and nothing ``make demo`` does not leave: no savepoint."""
     code, out = cli(demo_home, "sql", "--format", "csv", QUERY_JOBS)
     assert code == 0, out
     assert out.replace('"', "").split() == ["job,checkpoints", "clickstream,3", f"{OTHER_JOB},2"]
+    code, out = cli(demo_home, "sql", "--format", "csv", QUERY_SAVEPOINTS)
+    assert code == 0, out
+    assert out.replace('"', "").split() == ["savepoints", "0"]
 
 
 QUERY_JOBS = (
     "SELECT job, count(*) AS checkpoints FROM statecore.checkpoints GROUP BY job ORDER BY job"
 )
+QUERY_SAVEPOINTS = "SELECT count(*) AS savepoints FROM statecore.savepoints"
 
 
 def cli(home: Path, *args: str) -> tuple[int, str]:
@@ -225,22 +233,43 @@ def test_readme_and_docs_examples_are_all_accounted_for() -> None:
     assert not unaccounted, f"blocks neither run nor marked: {unaccounted}"
 
 
-PYTHON = [b for b in ALL if b.lang == "python" and b.mark in (None, "run-with")]
-SHELL = [
-    b
-    for b in ALL
-    if b.lang in ("bash", "sh", "shell") and b.mark is None and statecore_commands(b) is not None
-]
+def runs_here(block: Block) -> bool:
+    """A Python block (unmarked, or with ``run-with``) or an unmarked block of ``statecore``
+    commands."""
+    if block.lang == "python":
+        return block.mark in (None, "run-with")
+    return (
+        block.lang in ("bash", "sh", "shell")
+        and block.mark is None
+        and statecore_commands(block) is not None
+    )
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=[b.where for b in PYTHON])
-def test_readme_python_example_runs(block: Block, demo_home: Path, tmp_path: Path) -> None:
+RUN = {page: [b for b in blocks(page) if runs_here(b)] for page in PAGES}
+RUN_PAGES = [page for page, run in RUN.items() if run]
+
+
+@pytest.mark.parametrize("page", RUN_PAGES, ids=[str(p.relative_to(REPO)) for p in RUN_PAGES])
+def test_page_examples_run_in_order_on_a_home_of_their_own(
+    page: Path, demo_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's blocks, top to bottom, in one working folder and a home only this page
+    touches: a block finds what its page's earlier blocks made, and nothing of another page."""
     home = fresh(demo_home, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for block in RUN[page]:
+        if block.lang == "python":
+            run_python(block, home, tmp_path)
+        else:
+            run_statecore_commands(block, home, monkeypatch)
+
+
+def run_python(block: Block, home: Path, cwd: Path) -> None:
     code = (block.mark_text + "\n" if block.mark == "run-with" else "") + block.code
     ran = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={**os.environ, "STATECORE_HOME": str(home), "AIRFLOW_HOME": str(tmp_path / "airflow")},
+        cwd=cwd,
+        env={**os.environ, "STATECORE_HOME": str(home), "AIRFLOW_HOME": str(cwd / "airflow")},
         capture_output=True,
         text=True,
         timeout=240,
@@ -249,12 +278,7 @@ def test_readme_python_example_runs(block: Block, demo_home: Path, tmp_path: Pat
     assert ran.returncode == 0, f"{block.where}:\n{ran.stderr[-5000:]}"
 
 
-@pytest.mark.parametrize("block", SHELL, ids=[b.where for b in SHELL])
-def test_readme_statecore_commands_run(
-    block: Block, demo_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    home = fresh(demo_home, tmp_path)
-    monkeypatch.chdir(tmp_path)
+def run_statecore_commands(block: Block, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for args in statecore_commands(block) or []:
         if args[0] == "export":
             for assignment in args[1:]:
@@ -262,3 +286,18 @@ def test_readme_statecore_commands_run(
             continue
         code, out = cli(home, *args)
         assert code == 0, f"{block.where}: statecore {shlex.join(args)}\n{out[-5000:]}"
+
+
+def test_page_examples_a_savepoint_another_page_made_is_not_there(
+    demo_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's block that queries a savepoint only another page's block made (docs/sql.md's
+    ``--savepoint before-deploy`` once did, made by docs/operations.md) fails; made first on
+    its own page, it runs."""
+    home = fresh(demo_home, tmp_path)
+    query = 'statecore sql --job clickstream --savepoint before-deploy "SELECT 1"\n'
+    page = REPO / "docs" / "sql.md"
+    with pytest.raises(AssertionError, match="no savepoint named 'before-deploy'"):
+        run_statecore_commands(Block(page, 1, "bash", query, None, ""), home, monkeypatch)
+    made = "statecore savepoint clickstream --name before-deploy\n" + query
+    run_statecore_commands(Block(page, 1, "bash", made, None, ""), home, monkeypatch)

@@ -15,6 +15,10 @@ their sessions here.
   and path-style access from the environment (:func:`s3a_conf`); credentials stay in the
   environment, where S3A reads them.
 - ``spark.sql.session.timeZone`` UTC (Delta's timestamps are UTC) unless the caller sets it.
+- **The workers' Python** (:func:`worker_python`): where the Python workers run on this machine,
+  the interpreter that runs the driver, so ``.venv/bin/python job.py`` works without an
+  activated venv (Spark's own default is ``python3`` from ``PATH``, which may lack statecore);
+  an explicit ``spark.pyspark.python`` or ``PYSPARK_PYTHON`` wins.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ __all__ = [
     "DELTA_CATALOG",
     "DELTA_EXTENSION",
     "LOOPBACK",
+    "PYTHON_CONF",
     "build_session",
     "delta_jars",
     "has_delta",
@@ -40,11 +45,14 @@ __all__ = [
     "require_delta",
     "s3a_conf",
     "session_conf",
+    "worker_python",
 ]
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 LOOPBACK = "127.0.0.1"
+PYTHON_CONF = "spark.pyspark.python"
+"""The setting naming the interpreter of Spark's Python workers (``PYSPARK_PYTHON``)."""
 _HOW_TO_GET_JARS = (
     "run `make jars` (Maven resolves jars/pom.xml into .venv/jars; STATECORE_JARS names another "
     "folder), or give Spark spark.jars.packages=io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -156,6 +164,41 @@ def session_conf(
     return conf
 
 
+def worker_python(
+    *,
+    master: str,
+    config: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    executable: str | None = None,
+) -> str | None:
+    """The interpreter a new session's Python workers start: ``spark.pyspark.python`` in the
+    caller's ``config``, else ``PYSPARK_PYTHON`` (which spark-submit sets for the driver it
+    starts from its ``spark.pyspark.python``), else, where the workers run on this machine
+    (:func:`is_local_master`), ``executable`` (default: the interpreter running this driver,
+    which has statecore and the job's packages; under spark-submit, the one
+    ``PYSPARK_DRIVER_PYTHON`` named). ``None`` for another cluster: the executors' hosts start
+    Spark's default (``python3`` from their ``PATH``), as the driver's path may not exist there;
+    name theirs with ``spark.pyspark.python`` (docs/cluster.md).
+
+    >>> venv, env = "/v/bin/python", {"PYSPARK_PYTHON": "/opt/py"}
+    >>> worker_python(master="local[2]", env={}, executable=venv)
+    '/v/bin/python'
+    >>> worker_python(master="local[2]", env=env, executable=venv)
+    '/opt/py'
+    >>> worker_python(master="local[2]", config={PYTHON_CONF: "/c/py"}, env=env)
+    '/c/py'
+    >>> worker_python(master="spark://10.0.0.5:7077", env={}, executable=venv) is None
+    True
+    """
+    env = os.environ if env is None else env
+    explicit = (config or {}).get(PYTHON_CONF) or env.get("PYSPARK_PYTHON")
+    if explicit:
+        return explicit
+    if is_local_master(master):
+        return (sys.executable if executable is None else executable) or None
+    return None
+
+
 def _jvm_loads(class_name: str) -> bool:
     """Whether the running driver JVM (spark-submit's) can load ``class_name``."""
     from pyspark import SparkContext
@@ -195,10 +238,17 @@ def build_session(
     ``warehouse``: where the snapshot tables are (default: the configured warehouse), for the
     S3A settings. ``log_level``: the SparkContext's, e.g. ``"ERROR"``.
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     submitted = _submitted_master()
     effective = master or (config or {}).get("spark.master") or submitted or "local[*]"
+    if SparkContext._active_spark_context is None:
+        # PySpark's SparkContext (and the JVM, for the Python it starts itself) reads only the
+        # environment, whatever a session's settings say
+        python = worker_python(master=effective, config=config)
+        if python is not None:
+            os.environ["PYSPARK_PYTHON"] = python
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
