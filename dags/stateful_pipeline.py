@@ -94,13 +94,13 @@ def stateful_pipeline() -> None:
     def check(**context: Any) -> dict[str, Any]:
         """Skip a run without input or whose checkpoint is complete; refuse a parallelism a
         complete checkpoint cannot take, and a day that would leave earlier days out of the
-        job's state (no retry: the gap does not close by waiting)."""
+        job's state (failed at once: neither heals by retrying)."""
         import os
         from datetime import date
 
         from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-        from statecore.errors import CheckpointGapError
+        from statecore.errors import ConfigError
         from statecore.ops.runs import plan_daily_run
         from statecore_airflow import StatecoreHook
 
@@ -121,7 +121,7 @@ def stateful_pipeline() -> None:
                     input_root=root,
                     parallelism=params["parallelism"],
                 )
-            except CheckpointGapError as exc:
+            except ConfigError as exc:  # a gap (CheckpointGapError), a parallelism refused
                 raise AirflowFailException(str(exc)) from exc
         if not plan.runs:
             raise AirflowSkipException(plan.reason)
