@@ -351,6 +351,12 @@ def _v10_compact_key_group_sizes(connection: sa.Connection) -> None:
 _V10_BATCH = 500
 
 
+def _v11_pending_output_errors(connection: sa.Connection) -> None:
+    # Pending output has a voice: why the last attempt to commit it failed (NULL: none failed),
+    # for `statecore checkpoints list|show`.
+    connection.exec_driver_sql("ALTER TABLE statecore_pending_outputs ADD COLUMN last_error TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -401,6 +407,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=10,
         description="checkpoint tables' key-group sizes as compressed integer arrays",
         apply=_v10_compact_key_group_sizes,
+    ),
+    Migration(
+        version=11,
+        description="pending output commits' last error",
+        apply=_v11_pending_output_errors,
     ),
 )
 """Every schema step in order; append, never edit a released step."""
