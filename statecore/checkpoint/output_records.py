@@ -38,9 +38,11 @@ from statecore.snapshot.files import table_filesystem
 __all__ = [
     "FOLDER",
     "delete_pending_records",
+    "delete_staged_checkpoint",
     "pending_records",
     "pending_records_folder",
     "staged_output_folder",
+    "unrecorded_staging",
     "write_pending_record",
 ]
 
@@ -130,6 +132,28 @@ def pending_records(warehouse: str, job: str) -> dict[int, list[PendingOutput]]:
             for o in body["outputs"]
         ]
     return out
+
+
+def unrecorded_staging(warehouse: str, job: str) -> list[int]:
+    """The checkpoints of ``job`` with a staging folder but no record in the warehouse."""
+    fs, root = _folder(warehouse, job)
+    recorded = {c for c, _, _ in _records(fs, root)}
+    return sorted(
+        int(info.base_name)
+        for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        if info.type == pafs.FileType.Directory
+        and info.base_name.isdigit()
+        and int(info.base_name) not in recorded
+    )
+
+
+def delete_staged_checkpoint(warehouse: str, job: str, checkpoint_id: int) -> None:
+    """Delete the staging folder of ``checkpoint_id`` with every file in it: files of an
+    attempt that was killed before it recorded them (nothing will ever commit them)."""
+    fs, root = _folder(warehouse, job)
+    staging = f"{root}/{checkpoint_id}"
+    if fs.get_file_info(staging).type == pafs.FileType.Directory:
+        fs.delete_dir(staging)
 
 
 def delete_pending_records(warehouse: str, job: str, checkpoint_id: int) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from statecore.catalog import Catalog, CheckpointKind, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint.lock import maintenance_lock
+from statecore.checkpoint.output_records import delete_staged_checkpoint, unrecorded_staging
 from statecore.checkpoint.outputs import roll_forward
 from statecore.checkpoint.points import pinned_tables
 from statecore.checkpoint.recover import check_catalog_not_behind
@@ -374,4 +375,31 @@ def _roll_forward(
             f"retention {job}: {'would commit' if dry_run else 'committed'} the pending output "
             f"of checkpoints {list(ids)}"
         )
+    _drop_orphaned_staging(config, catalog, job, dry_run, progress)
     return ids
+
+
+def _drop_orphaned_staging(
+    config: StatecoreConfig, catalog: Catalog, job: str, dry_run: bool, progress: Progress
+) -> None:
+    """Delete the staged output files that no record in the warehouse and no pending commit in
+    the catalog names: those of attempts killed before they recorded them (nothing will ever
+    commit them). Those of a checkpoint still IN_PROGRESS (a dead writer's, which the next run
+    resolves) stay."""
+    keep = {p.checkpoint_id for p, _ in catalog.pending_outputs(job)}
+    keep |= {
+        c.checkpoint_id
+        for c in catalog.list_checkpoints(
+            job, status=CheckpointStatus.IN_PROGRESS, with_tables=False
+        )
+    }
+    orphaned = [c for c in unrecorded_staging(config.warehouse, job) if c not in keep]
+    if not orphaned:
+        return
+    progress(
+        f"retention {job}: {'would delete' if dry_run else 'deleted'} the staged output files "
+        f"no pending commit names, of checkpoints {orphaned}"
+    )
+    if not dry_run:
+        for checkpoint_id in orphaned:
+            delete_staged_checkpoint(config.warehouse, job, checkpoint_id)

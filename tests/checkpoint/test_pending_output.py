@@ -368,3 +368,27 @@ def test_pending_output_a_stop_after_the_commit_before_the_staged_copies_go(
     assert run.checkpoint(3) is CheckpointStatus.COMPLETED
     assert_exactly(run, [1, 2, 3])
     assert staged(config, 2) == []
+
+
+def test_pending_output_staged_by_an_attempt_killed_before_it_recorded_is_deleted_by_retention(
+    config: StatecoreConfig, catalog: Catalog, tmp_path: Path, at_point: Hook
+) -> None:
+    """Files staged by an attempt killed before it recorded them are named by no pending
+    commit and no record: retention deletes them. A pending checkpoint's staged files stay
+    until its commit is verified."""
+    run = Run(config, catalog, tmp_path)
+    at_point("output:commit:before", lambda: None)
+    assert run.checkpoint(1) is CheckpointStatus.COMPLETED
+    orphan = Path(staged_output_folder(config.warehouse, JOB, 2, "output"), "part-cp2.parquet")
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"never recorded")
+    at_point("output:commit:before", fail_once("output:commit:before"))
+    with pytest.raises(OutputCommitPendingError):
+        run.checkpoint(3)  # pending: its staged files are kept by the dry run
+    apply_retention(config, catalog, JOB, retain=10, vacuum_after=None, dry_run=True)
+    assert orphan.exists() and len(staged(config, 3)) == 2
+    report = apply_retention(config, catalog, JOB, retain=10, vacuum_after=None)
+    assert report.rolled_forward == (3,)
+    assert not orphan.parent.parent.exists()
+    assert_exactly(run, [1, 3])
+    assert staged(config, 3) == []
