@@ -21,6 +21,7 @@ names what it is about: the job, operator, state, key group or checkpoint.
     ├── CheckpointCommitError          a commit conflict or a failed checkpoint commit
     │   ├── ReplayMismatchError        a checkpoint id replayed with other input than it completed
     │   └── OutputCommitPendingError   a completed checkpoint whose output is not committed yet
+    │       └── OutputFilesMissingError  pending output files that are gone (nothing committed)
     ├── SnapshotWriteError             a snapshot file that cannot be written
     ├── CorruptSnapshotError           snapshot files missing, unreadable or inconsistent
     ├── ConcurrentRunError             another writer holds the job's lease, or took it over
@@ -57,6 +58,7 @@ __all__ = [
     "CheckpointCommitError",
     "ReplayMismatchError",
     "OutputCommitPendingError",
+    "OutputFilesMissingError",
     "SnapshotWriteError",
     "CorruptSnapshotError",
     "ConcurrentRunError",
@@ -154,6 +156,12 @@ class OutputCommitPendingError(CheckpointCommitError):
     """A checkpoint that completed, but whose output (or late-data) commit failed: its rows are
     committed by the job's next run, a replay of the checkpoint, or ``statecore catalog recover
     JOB`` (none of them commits them twice)."""
+
+
+class OutputFilesMissingError(OutputCommitPendingError):
+    """A completed checkpoint's pending output whose files are gone (or of another size) from
+    its staging folder and from its table: the message names the checkpoint, the table and
+    each file. Nothing is committed that points the table at them."""
 
 
 class SnapshotWriteError(StateError):

@@ -252,13 +252,14 @@ class TtlCleanupOperator(_StatecoreOperator):
 
 
 class RetentionOperator(_StatecoreOperator):
-    """Keep the last ``retain`` checkpoints of ``job``, expire the rest, VACUUM and cut the
-    Delta logs (``statecore retention``); no VACUUM when ``vacuum_retention_hours`` is empty
-    (``None``). ``log_grace_seconds``: log entries younger than this stay (empty: the library's
-    ``LOG_GRACE``); ``outputs``: the job's output and late-data tables, whose logs are cut too
-    (a list, its JSON, or one path).
+    """Commit the pending output of ``job``'s completed checkpoints (a commit that failed, or a
+    driver that died after the completion), then keep the last ``retain`` checkpoints, expire
+    the rest, VACUUM and cut the Delta logs (``statecore retention``); no VACUUM when
+    ``vacuum_retention_hours`` is empty (``None``). ``log_grace_seconds``: log entries younger
+    than this stay (empty: the library's ``LOG_GRACE``); ``outputs``: the job's output and
+    late-data tables, whose logs are cut too (a list, its JSON, or one path).
 
-    XCom: ``{"retained", "expired", "files_deleted", "log_files_deleted", ...}``.
+    XCom: ``{"retained", "expired", "rolled_forward", "files_deleted", "log_files_deleted", ...}``.
     """
 
     template_fields: Sequence[str] = (

@@ -362,6 +362,11 @@ class Catalog:
         """The pending output commit of ``checkpoint_id`` to ``uri`` is in its table."""
         self.outputs.mark_committed(job, checkpoint_id, uri)
 
+    def note_output_error(self, job: str, checkpoint_id: int, uri: str, error: str) -> None:
+        """Why the last attempt to commit the pending output of ``checkpoint_id`` to ``uri``
+        failed (shown by ``statecore checkpoints list|show`` while it is pending)."""
+        self.outputs.note_error(job, checkpoint_id, uri, error)
+
     def discard_pending_outputs(self, job: str, checkpoint_id: int) -> list[PendingOutput]:
         """Forget the pending output commits of a checkpoint that did not complete; those
         forgotten (their files are the caller's to delete)."""

@@ -370,6 +370,12 @@ def _v11_skipped_checkpoints(connection: sa.Connection) -> None:
     metadata.create_all(connection, tables=[metadata.tables["statecore_skipped_checkpoints"]])
 
 
+def _v12_pending_output_errors(connection: sa.Connection) -> None:
+    # Pending output has a voice: why the last attempt to commit it failed (NULL: none failed),
+    # for `statecore checkpoints list|show`.
+    connection.exec_driver_sql("ALTER TABLE statecore_pending_outputs ADD COLUMN last_error TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -425,6 +431,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=11,
         description="skipped checkpoints: ids a job's runs go past on purpose, with the reason",
         apply=_v11_skipped_checkpoints,
+    ),
+    Migration(
+        version=12,
+        description="pending output commits' last error",
+        apply=_v12_pending_output_errors,
     ),
 )
 """Every schema step in order; append, never edit a released step."""

@@ -325,6 +325,7 @@ class PendingOutputRow(Base):
     epoch: Mapped[int | None] = mapped_column(sa.BigInteger)
     recorded_at: Mapped[datetime]
     committed_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
 
     def to_record(self, job: str) -> PendingOutput:
         return PendingOutput(
@@ -336,7 +337,9 @@ class PendingOutputRow(Base):
             table_schema=self.table_schema,
             files=tuple(dict(f) for f in self.files),
             epoch=self.epoch,
+            recorded_at=self.recorded_at,
             committed_at=self.committed_at,
+            last_error=self.last_error,
         )
 
 

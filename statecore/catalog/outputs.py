@@ -158,6 +158,22 @@ class OutputStore(Store):
                 .values(committed_at=now())
             )
 
+    def note_error(self, job: str, checkpoint_id: int, uri: str, error: str) -> None:
+        """Record why the last attempt to commit the pending commit of ``checkpoint_id`` to
+        ``uri`` failed."""
+        with self._write.begin() as session:
+            job_row = load_job(session, job)
+            session.execute(
+                sa.update(PendingOutputRow)
+                .where(
+                    PendingOutputRow.job_id == job_row.id,
+                    PendingOutputRow.checkpoint_id == checkpoint_id,
+                    PendingOutputRow.uri == uri,
+                    PendingOutputRow.committed_at.is_(None),
+                )
+                .values(last_error=error[:4000])
+            )
+
     def discard(self, job: str, checkpoint_id: int) -> list[PendingOutput]:
         """Forget the pending commits of a checkpoint that did not complete (the caller deletes
         their files); the ones forgotten. Those of a completed checkpoint are never discarded:

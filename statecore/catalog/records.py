@@ -269,8 +269,9 @@ class PendingOutput:
     late-data, ``kind``) table at ``uri``, committed there only once the checkpoint completed,
     as the application transaction ``app_id`` at the checkpoint's id. ``table_schema`` is the
     table's row schema (serialized by the caller, to create the table if it does not exist),
-    ``files`` the files as the caller describes them (JSON objects). ``committed_at`` is set
-    once the commit is in the table."""
+    ``files`` the files as the caller describes them (JSON objects). ``recorded_at`` is when
+    the checkpoint recorded them, ``committed_at`` is set once the commit is in the table, and
+    ``last_error`` says why the last attempt to commit them failed (``None``: none failed)."""
 
     job: str
     checkpoint_id: int
@@ -280,7 +281,9 @@ class PendingOutput:
     table_schema: str
     files: tuple[dict[str, Any], ...]
     epoch: int | None = None
+    recorded_at: datetime | None = None
     committed_at: datetime | None = None
+    last_error: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -371,11 +371,13 @@ class CheckpointCoordinator:
             status = self.catalog.checkpoint_status(self.job, checkpoint_id)
             if status in (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED):
                 return  # its completion committed after all: its output is rolled forward
-            if not isinstance(exc, ConcurrentRunError):
+            mine = not isinstance(exc, ConcurrentRunError)
+            if mine:
                 self.catalog.discard_pending_outputs(self.job, checkpoint_id)
-                delete_pending_records(self.config.warehouse, self.job, checkpoint_id)
             for sink in outputs:
                 sink.discard()
+            if mine:  # after the files: the staging folder goes with the record
+                delete_pending_records(self.config.warehouse, self.job, checkpoint_id)
         except Exception as error:  # the next holder deletes what the catalog recorded
             _attach(
                 exc,

@@ -12,6 +12,11 @@ record of the writer that took over, and the record of a checkpoint's latest att
 with the highest epoch. A record is deleted once the checkpoint's output is committed (or its
 files are discarded), so the folder holds only what is still pending.
 
+The output files themselves are staged beside the records, in
+``<warehouse>/_pending_outputs/<job>/<checkpoint_id>/<kind>/`` (:func:`staged_output_folder`):
+outside every output table's folder, where no Delta tool lists them or VACUUMs them, until the
+commit puts them into their table (:mod:`statecore.snapshot.output_staging`).
+
 :func:`pending_records` reads them back for :func:`~statecore.checkpoint.recover.recover_catalog`,
 which records each again as the pending output commits of the checkpoint it rebuilds; rolling
 forward then commits them exactly once (the output's application transaction makes a commit that
@@ -31,9 +36,13 @@ from statecore.catalog import PendingOutput
 from statecore.snapshot.files import table_filesystem
 
 __all__ = [
+    "FOLDER",
     "delete_pending_records",
+    "delete_staged_checkpoint",
     "pending_records",
     "pending_records_folder",
+    "staged_output_folder",
+    "unrecorded_staging",
     "write_pending_record",
 ]
 
@@ -44,6 +53,16 @@ _FIELDS = ("uri", "kind", "app_id", "table_schema", "files")
 def pending_records_folder(warehouse: str, job: str) -> str:
     """Where the records of ``job`` are: ``<warehouse>/_pending_outputs/<job>``."""
     return f"{warehouse.rstrip('/')}/{FOLDER}/{job}"
+
+
+def staged_output_folder(warehouse: str, job: str, checkpoint_id: int, kind: str) -> str:
+    """Where the tasks of ``checkpoint_id`` write their ``kind`` files (``output`` or
+    ``late-data``) until the commit: ``<warehouse>/_pending_outputs/<job>/<checkpoint_id>/<kind>``.
+
+    >>> staged_output_folder("/wh/", "clicks", 7, "output")
+    '/wh/_pending_outputs/clicks/7/output'
+    """
+    return f"{pending_records_folder(warehouse, job)}/{checkpoint_id}/{kind}"
 
 
 def _folder(warehouse: str, job: str) -> tuple[pafs.FileSystem, str]:
@@ -115,9 +134,41 @@ def pending_records(warehouse: str, job: str) -> dict[int, list[PendingOutput]]:
     return out
 
 
-def delete_pending_records(warehouse: str, job: str, checkpoint_id: int) -> None:
-    """Delete every record of ``checkpoint_id``: its output was committed or discarded."""
+def unrecorded_staging(warehouse: str, job: str) -> list[int]:
+    """The checkpoints of ``job`` with a staging folder but no record in the warehouse."""
     fs, root = _folder(warehouse, job)
+    recorded = {c for c, _, _ in _records(fs, root)}
+    return sorted(
+        int(info.base_name)
+        for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        if info.type == pafs.FileType.Directory
+        and info.base_name.isdigit()
+        and int(info.base_name) not in recorded
+    )
+
+
+def delete_staged_checkpoint(warehouse: str, job: str, checkpoint_id: int) -> None:
+    """Delete the staging folder of ``checkpoint_id`` with every file in it: files of an
+    attempt that was killed before it recorded them (nothing will ever commit them)."""
+    fs, root = _folder(warehouse, job)
+    staging = f"{root}/{checkpoint_id}"
+    if fs.get_file_info(staging).type == pafs.FileType.Directory:
+        fs.delete_dir(staging)
+
+
+def delete_pending_records(warehouse: str, job: str, checkpoint_id: int) -> None:
+    """Delete every record of ``checkpoint_id``: its output was committed or discarded (and
+    its staging folder, once no staged file is left in it)."""
+    fs, root = _folder(warehouse, job)
+    staging = f"{root}/{checkpoint_id}"
+    left = fs.get_file_info(pafs.FileSelector(staging, allow_not_found=True, recursive=True))
+    if fs.get_file_info(staging).type == pafs.FileType.Directory and not any(
+        info.type == pafs.FileType.File for info in left
+    ):
+        try:
+            fs.delete_dir(staging)
+        except FileNotFoundError:
+            pass  # removed meanwhile
     for found_id, _, path in _records(fs, root):
         if found_id == checkpoint_id:
             try:

@@ -1,16 +1,25 @@
 """Output after completion: a checkpoint's output and late-data rows, committed once it completed.
 
 Flink's ``TwoPhaseCommitSinkFunction`` on Delta. The tasks write their output (and late-data)
-rows as Parquet files into the tables' folders, invisible to every reader. The coordinator
+rows as Parquet files into a staging folder beside the checkpoint's record in the warehouse
+(:func:`~statecore.checkpoint.output_records.staged_output_folder`), outside the tables'
+folders: invisible to every reader, and where no Delta tool (VACUUM above all) lists or deletes
+them. The coordinator
 (:meth:`~statecore.checkpoint.coordinator.CheckpointCoordinator.commit`) then:
 
 1. records the files as the checkpoint's *pending output commits* in the catalog (the
    pre-commit, fenced by the writer's epoch), and in the warehouse
    (:mod:`statecore.checkpoint.output_records`, for a catalog rebuilt from it);
 2. commits the state tables and completes the checkpoint in the catalog;
-3. only then commits each output table (:func:`roll_forward`), idempotently: the commit
+3. only then commits each output table (:func:`roll_forward`), idempotently: the files are
+   copied into the table and checked there (present, at their recorded size), the commit
    records the checkpoint id as the job's Delta application transaction, so a commit that was
-   made already is not made again; and marks the pending record done.
+   made already is not made again, the files are checked again (repaired from their staged
+   copies if a VACUUM raced the commit), the staged copies deleted
+   (:mod:`statecore.snapshot.output_staging`); and marks the pending record done. A file gone
+   from its staging folder and from the table is
+   :class:`~statecore.errors.OutputFilesMissingError`, naming the checkpoint, the table and
+   each file: nothing points the table at it.
 
 When step 3 fails, or the process dies before it, the checkpoint stays complete and its output
 pending: whoever holds the job next rolls it forward (the job's next run and a replay of the
@@ -29,7 +38,7 @@ from collections.abc import Sequence
 
 from statecore.catalog import Catalog, CheckpointStatus, PendingOutput
 from statecore.checkpoint.output_records import delete_pending_records
-from statecore.errors import OutputCommitPendingError
+from statecore.errors import OutputCommitPendingError, OutputFilesMissingError
 from statecore.snapshot import Fence
 from statecore.snapshot.output import (
     OutputFile,
@@ -85,6 +94,17 @@ def delete_files(pending: PendingOutput) -> None:
     table.delete([OutputFile(**f) for f in pending.files])
 
 
+def _note(catalog: Catalog, pending: PendingOutput, exc: Exception) -> None:
+    """Record why the commit failed, for ``statecore checkpoints list|show``; never raises
+    (the catalog may be what failed)."""
+    try:
+        catalog.note_output_error(
+            pending.job, pending.checkpoint_id, pending.uri, f"{type(exc).__name__}: {exc}"
+        )
+    except Exception as error:
+        log.warning("job %s: the output commit's error was not recorded: %r", pending.job, error)
+
+
 def roll_forward(
     catalog: Catalog,
     job: str,
@@ -128,7 +148,17 @@ def roll_forward(
                 checkpoint_id=pending.checkpoint_id,
                 fence=fence,
             )
+        except OutputFilesMissingError as exc:
+            _note(catalog, pending, exc)
+            raise OutputFilesMissingError(
+                f"job {job!r}: checkpoint {pending.checkpoint_id} completed, but its "
+                f"{pending.kind} cannot be committed to {pending.uri}: {exc}\nIts rows are lost "
+                "unless these files are put back (at their staged or table path, at their "
+                f"size); then `statecore catalog recover {job}` or the job's next run commits "
+                "them. It stays pending, and so does every later checkpoint's output"
+            ) from exc
         except Exception as exc:
+            _note(catalog, pending, exc)
             raise OutputCommitPendingError(
                 f"job {job!r}: checkpoint {pending.checkpoint_id} completed, but the commit of "
                 f"its {pending.kind} to {pending.uri} failed: {exc}. It stays pending: the "

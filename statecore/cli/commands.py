@@ -10,10 +10,11 @@ import argparse
 import base64
 import json
 import sys
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from statecore.catalog import Catalog
+from statecore.catalog import Catalog, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint.points import checkpoint_point, resolve_point
 from statecore.cli.output import (
     checkpoint_rows,
@@ -21,6 +22,7 @@ from statecore.cli.output import (
     format_table,
     key_group_rows,
     latency_rows,
+    pending_output_rows,
     point_rows,
     savepoint_rows,
     skipped_rows,
@@ -80,6 +82,7 @@ def checkpoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
         if args.action == "show":
             record = catalog.get_checkpoint(args.job, args.checkpoint_id)
             head = format_rows(checkpoint_rows([record]), args.format)
+            head += _pending_output(catalog, [record], args.format)
             if args.latency or args.restore:
                 rows = latency_rows(record) if args.latency else record.metrics.get("restore", [])
                 what = "state latency" if args.latency else "restore"
@@ -92,7 +95,34 @@ def checkpoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
             return head + "\n\n" + format_rows(rows, args.format)
         jobs = [args.job] if args.job else [j.name for j in catalog.list_jobs()]
         records = [c for job in jobs for c in catalog.list_checkpoints(job)]
-        return format_rows(checkpoint_rows(records), args.format, empty=("job",))
+        listing = format_rows(checkpoint_rows(records), args.format, empty=("job",))
+        return listing + _pending_output(catalog, records, args.format)
+
+
+def _pending_output(catalog: Catalog, records: Sequence[CheckpointRecord], fmt: str) -> str:
+    """A section on the output of ``records`` that completed but is not in its tables yet
+    (empty when none is): below the table, or (CSV, JSON) on standard error, so that the
+    listing stays one document."""
+    done = (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
+    completed = {(c.job, c.checkpoint_id): c.completed_at for c in records}
+    pending = [
+        p
+        for job in sorted({c.job for c in records})
+        for p, status in catalog.pending_outputs(job)
+        if status in done and (job, p.checkpoint_id) in completed
+    ]
+    if not pending:
+        return ""
+    rows = pending_output_rows(pending, completed)
+    title = (
+        f"Pending output: {len(rows)} commit(s) of completed checkpoints not in their tables "
+        "yet (the job's next run, `statecore catalog recover JOB` or the state_maintenance "
+        "DAG's retention commits them)"
+    )
+    if fmt != "table":
+        to_stderr(f"{title}:\n{format_rows(rows, 'table')}")
+        return ""
+    return f"\n\n{title}:\n{format_rows(rows, fmt)}"
 
 
 def savepoints(args: argparse.Namespace, config: StatecoreConfig) -> str:

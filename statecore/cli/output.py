@@ -13,16 +13,18 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from statecore.backends.timers import MAX_WATERMARK
-from statecore.catalog import CheckpointRecord, SavepointRecord, SkippedCheckpoint
+from statecore.catalog import CheckpointRecord, PendingOutput, SavepointRecord, SkippedCheckpoint
 from statecore.checkpoint.points import RestorePoint
 
 __all__ = [
     "FORMATS",
+    "NOT_ATTEMPTED",
     "checkpoint_rows",
     "format_rows",
     "format_table",
     "key_group_rows",
     "latency_rows",
+    "pending_output_rows",
     "point_rows",
     "savepoint_rows",
     "skipped_rows",
@@ -107,6 +109,32 @@ def checkpoint_rows(records: Sequence[CheckpointRecord]) -> list[dict[str, Any]]
             "warm": c.warm_share,
         }
         for c in records
+    ]
+
+
+NOT_ATTEMPTED = (
+    "no failed commit recorded: its writer stopped after the completion, before the commit"
+)
+"""Why a checkpoint's output is pending when no attempt to commit it failed."""
+
+
+def pending_output_rows(
+    pending: Sequence[PendingOutput], completed: Mapping[tuple[str, int], datetime | None]
+) -> list[dict[str, Any]]:
+    """The pending output commits of completed checkpoints: which table, how many files, since
+    when (the checkpoint's completion, ``completed`` by job and checkpoint id) and why."""
+    return [
+        {
+            "job": p.job,
+            "checkpoint": p.checkpoint_id,
+            "output": p.kind,
+            "table": p.uri,
+            "files": len(p.files),
+            "rows": sum(int(f.get("rows", 0)) for f in p.files),
+            "pending_since": completed.get((p.job, p.checkpoint_id)) or p.recorded_at,
+            "why": p.last_error or NOT_ATTEMPTED,
+        }
+        for p in pending
     ]
 
 

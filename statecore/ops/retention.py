@@ -1,5 +1,10 @@
 """Checkpoint retention: keep the last N completed checkpoints, expire the rest, VACUUM.
 
+First, under the job's lease, the output of completed checkpoints that is still pending (its
+commit failed, or its writer died after the completion) is rolled forward
+(:func:`~statecore.checkpoint.outputs.roll_forward`), so a paused job's completed output reaches
+its tables on the maintenance schedule, not at its next run.
+
 Expired checkpoints stay in the catalog as EXPIRED (their id still replays as a no-op) but name
 no table any more. VACUUM then deletes, in every table below ``<warehouse>/<job>/``, the data
 files that no retained checkpoint's table version references (nor the table's latest version),
@@ -30,6 +35,8 @@ from typing import Any
 
 from statecore.catalog import Catalog, CheckpointKind, CheckpointRecord, CheckpointStatus
 from statecore.checkpoint.lock import maintenance_lock
+from statecore.checkpoint.output_records import delete_staged_checkpoint, unrecorded_staging
+from statecore.checkpoint.outputs import roll_forward
 from statecore.checkpoint.points import pinned_tables
 from statecore.checkpoint.recover import check_catalog_not_behind
 from statecore.checkpoint.retain import clean_logs
@@ -41,6 +48,7 @@ from statecore.snapshot.log import LOG_GRACE, LogCleanup
 from statecore.snapshot.output import output_versions_at
 from statecore.snapshot.output_compaction import OutputCompaction, compact_output
 from statecore.snapshot.rewrite import VacuumResult, vacuum, versions_since
+from statecore.snapshot.table import Fence
 
 __all__ = [
     "DEFAULT_VACUUM_GRACE",
@@ -74,6 +82,8 @@ class RetentionReport:
     vacuumed: tuple[VacuumResult, ...] = field(default=())
     logs: tuple[LogCleanup, ...] = field(default=())
     compacted: tuple[OutputCompaction, ...] = field(default=())
+    rolled_forward: tuple[int, ...] = field(default=())
+    """The completed checkpoints whose pending output was committed (a dry run: is pending)."""
 
     @property
     def files_deleted(self) -> int:
@@ -94,6 +104,7 @@ class RetentionReport:
             "retained": list(self.retained),
             "expired": list(self.expired),
             "deleted_failed": list(self.deleted_failed),
+            "rolled_forward": list(self.rolled_forward),
             "files_deleted": self.files_deleted,
             "log_files_deleted": self.log_files_deleted,
             "bytes_reclaimed": self.bytes_reclaimed,
@@ -263,7 +274,8 @@ def apply_retention(
         raise ConfigError(f"job {job!r}: log_grace {log_grace} is negative")
     catalog.get_job(job)
     _check_outputs(config, job, outputs)
-    with maintenance_lock(catalog, job, "retention", wait=config.lease_wait):
+    with maintenance_lock(catalog, job, "retention", wait=config.lease_wait) as lease:
+        rolled = _roll_forward(config, catalog, job, lease.fence, dry_run, progress)
         completed = _completed(catalog, job)
         expired = _expirable(completed, retain)
         kept = completed[len(expired) :]
@@ -337,4 +349,57 @@ def apply_retention(
             vacuumed=tuple(vacuumed),
             logs=logs,
             compacted=tuple(compacted),
+            rolled_forward=rolled,
         )
+
+
+def _roll_forward(
+    config: StatecoreConfig,
+    catalog: Catalog,
+    job: str,
+    fence: Fence,
+    dry_run: bool,
+    progress: Progress,
+) -> tuple[int, ...]:
+    """Commit the pending output of ``job``'s completed checkpoints (a dry run only names it);
+    the checkpoints committed."""
+    done = (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
+    if dry_run:
+        pending = catalog.pending_outputs(job)
+        ids = tuple(sorted({p.checkpoint_id for p, status in pending if status in done}))
+    else:
+        rolled = roll_forward(catalog, job, fence, warehouse=config.warehouse)
+        ids = tuple(sorted({p.checkpoint_id for p in rolled}))
+    if ids:
+        progress(
+            f"retention {job}: {'would commit' if dry_run else 'committed'} the pending output "
+            f"of checkpoints {list(ids)}"
+        )
+    _drop_orphaned_staging(config, catalog, job, dry_run, progress)
+    return ids
+
+
+def _drop_orphaned_staging(
+    config: StatecoreConfig, catalog: Catalog, job: str, dry_run: bool, progress: Progress
+) -> None:
+    """Delete the staged output files that no record in the warehouse and no pending commit in
+    the catalog names: those of attempts killed before they recorded them (nothing will ever
+    commit them). Those of a checkpoint still IN_PROGRESS (a dead writer's, which the next run
+    resolves) stay."""
+    keep = {p.checkpoint_id for p, _ in catalog.pending_outputs(job)}
+    keep |= {
+        c.checkpoint_id
+        for c in catalog.list_checkpoints(
+            job, status=CheckpointStatus.IN_PROGRESS, with_tables=False
+        )
+    }
+    orphaned = [c for c in unrecorded_staging(config.warehouse, job) if c not in keep]
+    if not orphaned:
+        return
+    progress(
+        f"retention {job}: {'would delete' if dry_run else 'deleted'} the staged output files "
+        f"no pending commit names, of checkpoints {orphaned}"
+    )
+    if not dry_run:
+        for checkpoint_id in orphaned:
+            delete_staged_checkpoint(config.warehouse, job, checkpoint_id)

@@ -38,7 +38,7 @@ from statecore.snapshot.s3_copy import copy_object, s3_client
 from statecore.snapshot.storage import S3Settings, is_s3, table_filesystem, throttling_hint
 from statecore.snapshot.table import TableFile
 
-__all__ = ["COPY_THREADS", "copy_files", "new_file_name", "source_sizes"]
+__all__ = ["COPY_THREADS", "copy_files", "file_copier", "new_file_name", "source_sizes"]
 
 COPY_THREADS = 16
 """Files copied at a time. Not tied to the cores: a copy is a wait on a request."""
@@ -89,7 +89,7 @@ def _check_sizes(uri: str, version: int | None, files: list[TableFile]) -> None:
             raise CorruptSnapshotError(f"{where} has {size} bytes, the Delta log says {f.size}")
 
 
-def _copier(source_uri: str, target_uri: str, threads: int) -> _Copy:
+def file_copier(source_uri: str, target_uri: str, threads: int) -> _Copy:
     """How to copy one file from the table at ``source_uri`` to the one at ``target_uri``."""
     if is_s3(source_uri) and is_s3(target_uri):
         client = s3_client(S3Settings.from_env(), threads)
@@ -144,7 +144,7 @@ def copy_files(
         return []
     _check_sizes(source_uri, version, files)
     names = [new_file_name(layout.partition, f.key_group, prefix) for f in files]
-    copy = _copier(source_uri, target_uri, threads)
+    copy = file_copier(source_uri, target_uri, threads)
     if not is_s3(target_uri):  # object stores have no folders
         fs, root = table_filesystem(target_uri)
         try:

@@ -26,7 +26,10 @@ The points, in the order of a run (``<kind>`` is ``keyed``, ``operator`` or ``ti
 ``catalog:complete:before`` /          around the catalog completion (which registers the
 ``catalog:complete:after``             states in the same transaction)
 ``output:commit:before`` / ``:after``  around an output (or late-data) table's Delta commit,
-                                       after the completion (and in a roll-forward)
+                                       after the completion (and in a roll-forward); the
+                                       staged files are in the table's folder already
+``output:staged:drop``                 the commit verified in the table, before its staged
+                                       files are deleted
 =====================================  ===================================================
 """
 

@@ -1,12 +1,13 @@
 """A job's output as a Delta table, appended exactly once per checkpoint.
 
-Flink's two-phase-commit sinks, on Delta: each task writes its output rows as Parquet files in the
-table's folder (invisible to readers until committed), and reports them with its snapshot; the
-checkpoint records them as its pending output commits, completes, and only then are they
-committed, in one Delta transaction that records the checkpoint id as the job's application
-transaction version (:mod:`statecore.checkpoint.outputs`). A commit repeated after it was made
-(a roll-forward after a crash) finds the version recorded and commits nothing, so each
-checkpoint's rows are in the table once; a checkpoint that never completes never commits.
+Flink's two-phase-commit sinks, on Delta: each task writes its output rows as Parquet files in a
+staging folder outside the table (where no Delta tool lists or VACUUMs them,
+:mod:`statecore.snapshot.output_staging`), and reports them with its snapshot; the checkpoint
+records them as its pending output commits, completes, and only then are they copied into the
+table's folder, committed in one Delta transaction that records the checkpoint id as the job's
+application transaction version (:mod:`statecore.checkpoint.outputs`). A commit repeated after
+it was made (a roll-forward after a crash) finds the version recorded and commits nothing, so
+each checkpoint's rows are in the table once; a checkpoint that never completes never commits.
 A file's name carries its checkpoint id, so the rows of one checkpoint can be read back alone
 (until the maintenance merges the files of checkpoints no longer retained,
 :mod:`statecore.snapshot.output_compaction`).
@@ -30,6 +31,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -43,6 +45,12 @@ from statecore.snapshot.commits import head_version
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
 from statecore.snapshot.log import checkpoint_log
+from statecore.snapshot.output_staging import (
+    StagedFile,
+    drop_staged,
+    place_files,
+    verify_placed,
+)
 from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
 from statecore.snapshot.table import (
     CHECKPOINT_METADATA,
@@ -103,13 +111,20 @@ def checkpoint_of_file(name: str) -> int | None:
 
 @dataclass(frozen=True, kw_only=True)
 class OutputFile:
-    """A written, not yet committed, output file (``path`` relative to the table root)."""
+    """A written, not yet committed, output file: ``path`` is its path relative to the table
+    root once committed, ``staged`` the URI of the copy the task wrote (``None``: written into
+    the table's folder, by a statecore that did not stage output yet)."""
 
     path: str
     rows: int
     size: int
     modification_time: int
     stats: str
+    staged: str | None = None
+
+    @property
+    def staged_file(self) -> StagedFile:
+        return StagedFile(self.path, self.size, self.staged)
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,12 +132,20 @@ class OutputFile:
 
 class OutputWriter:
     """Executor side: a task's output batches, streamed into one Parquet file whose footer
-    gives the Delta statistics (as for snapshot files)."""
+    gives the Delta statistics (as for snapshot files), written into the ``staging`` folder
+    (into the table's folder without one)."""
 
     def __init__(
-        self, table_uri: str, schema: pa.Schema, *, checkpoint_id: int, subtask: int
+        self,
+        table_uri: str,
+        schema: pa.Schema,
+        *,
+        checkpoint_id: int,
+        subtask: int,
+        staging: str | None = None,
     ) -> None:
-        self._fs, self._root = table_filesystem(table_uri)
+        self._staging = None if staging is None else staging.rstrip("/")
+        self._fs, self._root = table_filesystem(self._staging or table_uri)
         self._schema = schema
         self._columns = stat_columns(schema)
         self._relative = f"{_prefix(checkpoint_id)}{subtask:05d}-{uuid.uuid4().hex[:12]}.parquet"
@@ -164,6 +187,7 @@ class OutputWriter:
             size=size,
             modification_time=time.time_ns() // 1_000_000,
             stats=delta_stats(self._rows, self._footer[0], self._columns),
+            staged=None if self._staging is None else f"{self._staging}/{self._relative}",
         )
 
     def abort(self) -> None:
@@ -217,14 +241,62 @@ class OutputTable:
         ``False`` when that checkpoint's output is already in the table (an earlier attempt of
         this commit made it: the files are those it committed). With ``fence``, the commit is
         refused (:class:`~statecore.errors.ConcurrentRunError`) once a newer writer of the job
-        committed here, or its lease is lost."""
+        committed here, or its lease is lost.
+
+        The staged files are copied into the table first (the steps of
+        :mod:`statecore.snapshot.output_staging`): every file is checked there at its recorded
+        size before the commit (:class:`~statecore.errors.OutputFilesMissingError` names those
+        gone, and nothing is committed) and again after it, repaired from its staged copy if a
+        VACUUM deleted it meanwhile; only then are the staged copies deleted. A commit found
+        made checks and repairs the same way, so a roll-forward after a kill at any step ends
+        with every file in the table and none staged."""
         table = self._table()
         where = f"checkpoint {checkpoint_id}: the output table {self.uri}"
         if table is not None and fence is not None:
             fence.verify(table, where)
         done = None if table is None else table.transaction_version(self.app_id)
-        if done is not None and done >= checkpoint_id:
-            return False
+        staged = [f.staged_file for f in files]
+        made = done is None or done < checkpoint_id
+        try:
+            if made:
+                place_files(self.uri, staged, where=where)
+                table = self._append(table, files, checkpoint_id, fence, where)
+            repaired = verify_placed(
+                self.uri, staged, where=where, referenced=lambda: self._referenced()
+            )
+            for f in repaired:
+                log.warning(
+                    "%s: %s was gone after the commit; copied again from %s",
+                    where,
+                    f.path,
+                    f.staged,
+                )
+            fault_point("output:staged:drop")
+            drop_staged(staged)
+        except OSError as exc:
+            raise CheckpointCommitError(
+                f"{where}: the pending files cannot be put into the table: "
+                f"{exc}{throttling_hint(exc)}"
+            ) from exc
+        return made
+
+    def _referenced(self) -> set[str]:
+        """The paths (relative to the root) of the files of the table's latest version."""
+        table = self._table()
+        if table is None:
+            return set()
+        paths = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+        return {unquote(p) for p in paths}
+
+    def _append(
+        self,
+        table: DeltaTable | None,
+        files: list[OutputFile],
+        checkpoint_id: int,
+        fence: Fence | None,
+        where: str,
+    ) -> DeltaTable:
+        """The Delta commit of ``files`` (the table created first if need be)."""
         properties = commit_properties(self.app_id, checkpoint_id, fence)
         fault_point("output:commit:before")
         try:
@@ -253,12 +325,16 @@ class OutputTable:
             log.warning("%s: reading the new version back failed: %s", where, exc)
         else:
             checkpoint_log(table, self.uri)
-        return True
+        return table
 
     def delete(self, files: list[OutputFile]) -> None:
-        """Delete files that were never committed (gone already: nothing to do)."""
+        """Delete files that were never committed, staged or (written before staging) in the
+        table's folder (gone already: nothing to do)."""
         fs, root = table_filesystem(self.uri)
         for f in files:
+            if f.staged is not None:
+                drop_staged([f.staged_file])
+                continue
             try:
                 fs.delete_file(f"{root}/{f.path}")
             except FileNotFoundError:

@@ -96,6 +96,11 @@ class TaskSpec:
     """With ``late_data`` ``table``: where late records are written (committed by the driver)."""
     late_schema: pa.Schema | None = None
     """The columns of a late record (the input's)."""
+    output_staging: str | None = None
+    """Where tasks write their output files until the checkpoint's commit puts them into
+    ``output_table`` (:mod:`statecore.snapshot.output_staging`)."""
+    late_output_staging: str | None = None
+    """As ``output_staging``, for ``late_output_table``."""
 
     @property
     def result_schema(self) -> pa.Schema:
@@ -284,6 +289,7 @@ def run_task(
             spec.output_schema,
             checkpoint_id=spec.checkpoint_id,
             subtask=index,
+            staging=spec.output_staging,
         )
     )
     late_writer = (
@@ -294,6 +300,7 @@ def run_task(
             spec.late_schema,
             checkpoint_id=spec.checkpoint_id,
             subtask=index,
+            staging=spec.late_output_staging,
         )
     )
     gate = EventTimeGate(

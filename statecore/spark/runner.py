@@ -32,6 +32,7 @@ from statecore.catalog import (
 )
 from statecore.checkpoint.coordinator import CheckpointCoordinator, PlannedCheckpoint
 from statecore.checkpoint.lock import hold_lease
+from statecore.checkpoint.output_records import staged_output_folder
 from statecore.checkpoint.outputs import OutputSink
 from statecore.checkpoint.retain import retain_checkpoints
 from statecore.config import StatecoreConfig, check_name
@@ -297,6 +298,12 @@ class KeyedRunner:
             late_data=self.late_data,
             late_output_table=job.late_output_table,
             late_schema=self.arrow_input,
+            output_staging=staged_output_folder(
+                self.config.warehouse, job.job, planned.checkpoint_id, "output"
+            ),
+            late_output_staging=staged_output_folder(
+                self.config.warehouse, job.job, planned.checkpoint_id, "late-data"
+            ),
             live_token=(
                 coordinator.catalog.live_token(job.job, create=True) if job.live_lookups else None
             ),

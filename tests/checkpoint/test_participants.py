@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.checkpoint.coordinator import CheckpointCoordinator
 from statecore.checkpoint.lock import hold_lease
+from statecore.checkpoint.output_records import staged_output_folder
 from statecore.checkpoint.outputs import OutputSink
 from statecore.checkpoint.state_tables import StateTables
 from statecore.config import StatecoreConfig
@@ -43,13 +44,17 @@ class Injected(Exception):
 
 class Run:
     """One run's side of a checkpoint, as the Spark runner does it: its own lease, what a
-    writer that is gone left resolved, the tasks' files written, then the coordinator's
-    commit. State: key ``k<id>`` holds ``id``; output: row ``id``; late data: ``id + LATE``."""
+    writer that is gone left resolved, the tasks' files written (staged in the warehouse, as the
+    runner has them; into the tables' folders with ``staged=False``, as statecore did before it
+    staged output), then the coordinator's commit. State: key ``k<id>`` holds ``id``; output:
+    row ``id``; late data: ``id + LATE``."""
 
-    def __init__(self, config: StatecoreConfig, catalog: Catalog, root: Path) -> None:
-        self.config, self.catalog = config, catalog
-        self.output = OutputTable(str(root / "out"), OUT_ROWS, app_id=f"statecore:{JOB}/main")
-        self.late = OutputTable(str(root / "late"), OUT_ROWS, app_id=f"statecore:{JOB}/late")
+    def __init__(
+        self, config: StatecoreConfig, catalog: Catalog, root: Path | str, *, staged: bool = True
+    ) -> None:
+        self.config, self.catalog, self.staged = config, catalog, staged
+        self.output = OutputTable(f"{root}/out", OUT_ROWS, app_id=f"statecore:{JOB}/main")
+        self.late = OutputTable(f"{root}/late", OUT_ROWS, app_id=f"statecore:{JOB}/late")
 
     @contextmanager
     def coordinator(self) -> Iterator[CheckpointCoordinator]:
@@ -69,7 +74,14 @@ class Run:
                 ("output", self.output, checkpoint_id),
                 ("late-data", self.late, checkpoint_id + LATE),
             ):
-                writer = OutputWriter(table.uri, OUT_ROWS, checkpoint_id=checkpoint_id, subtask=0)
+                staging = staged_output_folder(self.config.warehouse, JOB, checkpoint_id, kind)
+                writer = OutputWriter(
+                    table.uri,
+                    OUT_ROWS,
+                    checkpoint_id=checkpoint_id,
+                    subtask=0,
+                    staging=staging if self.staged else None,
+                )
                 writer.write(pa.record_batch({"value": [value]}, schema=OUT_ROWS))
                 files[kind] = [writer.close()]
         return [
