@@ -36,6 +36,7 @@ import collections
 import ctypes
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -288,13 +289,28 @@ class Supervisor:
 
 
 def component_environment(db: MetadataDatabase) -> dict[str, str]:
-    """The components' environment: make up's PostgreSQL, a local executor, and job runs that
-    wait for the job's lease as long as the maintenance operators do."""
+    """The components' environment: make up's PostgreSQL, a local executor, the API server's
+    address, and job runs that wait for the job's lease as long as the maintenance operators do."""
     env = dict(os.environ)
     env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db.url
     env.setdefault("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
+    # tasks reach the API server where it listens (Airflow's defaults say localhost:8080 whatever
+    # AIRFLOW__API__PORT says)
+    env.setdefault("AIRFLOW__API__BASE_URL", api_url(env))
+    env.setdefault("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", api_url(env) + "/execution/")
     env.setdefault("STATECORE_LEASE_WAIT", LEASE_WAIT)
+    env.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", _jwt_secret(db.data.parent))
     return env
+
+
+def _jwt_secret(home: Path) -> str:
+    """The secret the components sign task tokens with, kept in ``home`` across restarts: 64
+    bytes (the one Airflow generates is 24, and PyJWT warns about it in every task)."""
+    path = home / "make_up_jwt_secret"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_hex(64))
+    return path.read_text().strip()
 
 
 def api_url(env: dict[str, str]) -> str:
