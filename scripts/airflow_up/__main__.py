@@ -21,11 +21,12 @@ Each component's whole output goes to ``$AIRFLOW_HOME/logs/make_up/<component>.l
 console shows its warnings and errors only (``console.py``). A component that exits is reported
 loudly (name, exit status, its last lines) and started again; one that exits more than
 ``MAX_RESTARTS`` times in ``RESTART_WINDOW`` seconds stops everything (exit status 1). This
-process is a child subreaper: the LocalExecutor's workers of a scheduler that died become its
-children, are left to finish their task, and are stopped with the rest.
+process is a child subreaper: what a dead component leaves (a scheduler's LocalExecutor
+workers, which wait for it forever, and its log server, which holds port 8793) becomes its
+children and is stopped before the component starts again.
 
-Stopping (SIGINT, SIGTERM): SIGTERM to every component, a second one to the triggerer once its
-trigger runner is gone (it would spin 10 s on it otherwise), SIGKILL to what is left after
+Stopping (SIGINT, SIGTERM): SIGTERM to every component (scripts/airflow_standalone.sh sends the
+triggerer a second one once its trigger runner is gone), SIGKILL to what is left after
 ``STOP_GRACE`` seconds, then PostgreSQL (fast shutdown). Within the 12 s that
 scripts/airflow_standalone.sh gives before it signals the whole process group.
 """
@@ -249,9 +250,30 @@ class Supervisor:
             f" {MAX_RESTARTS} in {RESTART_WINDOW / 60:.0f} minutes)",
             loud=True,
         )
+        self._stop_orphans()
         component.tail.clear()
         component.start(self.env)
         return True
+
+    def _stop_orphans(self) -> None:
+        """Stops what a dead component left (adopted by this subreaper): a scheduler's
+        LocalExecutor workers, which wait for it forever, and its log server, which holds the
+        port its successor needs (8793). A task such a worker ran fails (or is retried)."""
+        orphans = _orphans(self._own())
+        if not orphans:
+            return
+        say(f"stopping what it left: {orphans}", loud=True)
+        for pid in orphans:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while _orphans(self._own()) and time.monotonic() < deadline:
+            _reap_orphans(self._own())
+            time.sleep(0.1)
+        for pid in _orphans(self._own()):
+            for child in _descendants(pid):
+                _signal(child, signal.SIGKILL)
+            _signal(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
     def _stop_all(self) -> None:
         """SIGTERM to every component and adopted orphan, SIGKILL to what is left after
@@ -264,16 +286,10 @@ class Supervisor:
         orphans = _orphans(self._own())
         for pid in orphans:
             _signal(pid, signal.SIGTERM)
-        triggerer = self.components["triggerer"]
-        nudged = False
         while time.monotonic() - started < STOP_GRACE:
             _reap_orphans(self._own())
             if not any(p.poll() is None for p in live) and not _orphans(self._own()):
                 break
-            process = triggerer.process
-            if not nudged and triggerer.running and process and not _children(process.pid):
-                nudged = True  # its trigger runner is gone: end its 10 s wait for it
-                process.terminate()
             time.sleep(0.1)
         else:
             left = [p.pid for p in live if p.poll() is None] + _orphans(self._own())
