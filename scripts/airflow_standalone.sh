@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# `make up` / `make down`: Airflow standalone in a process group of its own, stopped whole.
+# `make up` / `make down`: make up's Airflow (scripts/airflow_up: PostgreSQL and Airflow's
+# components, supervised) in a process group of its own, stopped whole.
 #
-#   airflow_standalone.sh up     runs `airflow standalone` in a new session (its own process
-#                                group: scheduler, dag-processor, triggerer, API server and the
-#                                LocalExecutor's workers) and waits; Ctrl-C (SIGINT) or SIGTERM
-#                                to this script, or `make down`, stops every process of it.
+#   airflow_standalone.sh up     runs scripts/airflow_up in a new session (its own process
+#                                group: PostgreSQL, API server, scheduler, dag-processor,
+#                                triggerer and the LocalExecutor's workers) and waits; Ctrl-C
+#                                (SIGINT) or SIGTERM to this script, or `make down`, stops every
+#                                process of it.
 #   airflow_standalone.sh down   stops the `up` recorded in $AIRFLOW_HOME/standalone.pid.
 #
-# Stopping: SIGINT to standalone, which stops its components (SIGTERM to each) and waits for
-# them. The triggerer then spins for 10 s (its escalation delay) on a trigger runner that has
-# already exited: once it has, the triggerer gets its second signal (Airflow's "Ctrl-C twice"),
-# which ends that wait. Airflow then stops on its own in 2 to 3 s on a busy 2-core machine (the
-# API server is the last component to go; it took 7 s, 4 of them in the garbage collections of
-# its interpreter's shutdown, before scripts/airflow_exit/sitecustomize.py froze the heap first). Standalone is started with SIGINT at its default
-# (python3 resets it before exec): bash starts a background command (`&`), and a shell started
-# in the background starts everything, with SIGINT ignored, and standalone then never saw the
-# SIGINT (it used to be killed, 2 minutes later). What of the group is left STATECORE_STOP_GRACE
-# seconds (12) after gets SIGTERM, 1 s later SIGKILL: stopped within 15 s, nothing left.
+# Stopping: SIGINT to the supervisor, which stops its components (SIGTERM to each, a second one
+# to the triggerer once its trigger runner is gone: it would spin 10 s on it, its escalation
+# delay), SIGKILL to what of them is left 8 s later, then PostgreSQL (fast shutdown). The API
+# server is the last component to go; it took 7 s, 4 of them in the garbage collections of its
+# interpreter's shutdown, before scripts/airflow_exit/sitecustomize.py froze the heap first.
+# The supervisor is started with SIGINT at its default (python3 resets it before exec): bash
+# starts a background command (`&`), and a shell started in the background starts everything,
+# with SIGINT ignored. The triggerer nudge below stays as a second line of defence. What of the
+# group is left STATECORE_STOP_GRACE seconds (12) after gets SIGTERM, 1 s later SIGKILL:
+# stopped within 15 s, nothing left.
 set -u
 : "${AIRFLOW_HOME:?AIRFLOW_HOME must be set (the Makefile sets it)}"
 PIDFILE="$AIRFLOW_HOME/standalone.pid"  # "<this script's pid> <airflow's process group>"
@@ -79,10 +81,10 @@ up)
     exit 1
   fi
   # setsid: a session and process group of its own; python3: SIGINT at its default, not ignored
-  # as bash leaves it for a background command, so standalone stops on it
+  # as bash leaves it for a background command, so the supervisor stops on it
   setsid python3 -c 'import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_DFL)
-os.execvp(sys.argv[1], sys.argv[1:])' airflow standalone &
+os.execvp(sys.argv[1], sys.argv[1:])' python3 "$(dirname "$0")/airflow_up" &
   group=$!
   echo "$$ $group" >"$PIDFILE"
   on_signal() {
@@ -93,7 +95,7 @@ os.execvp(sys.argv[1], sys.argv[1:])' airflow standalone &
   trap on_signal INT TERM HUP
   wait "$group"
   status=$?
-  stop_group "$group"  # standalone exited by itself: nothing of it stays behind
+  stop_group "$group"  # the supervisor exited by itself: nothing of it stays behind
   rm -f "$PIDFILE"
   exit "$status"
   ;;

@@ -58,8 +58,10 @@ def generate_clickstream(
 def airflow_environment(project: Path, home: Path) -> dict[str, str]:
     """The environment the project's Airflow runs in: SQLite and state under ``home``.
 
-    ``STATECORE_HOME`` and ``AIRFLOW_HOME`` always follow ``home``; other settings already in the
-    environment are kept, missing ones get the embedded defaults.
+    ``STATECORE_HOME``, ``AIRFLOW_HOME`` and the metadata database (SQLite in ``AIRFLOW_HOME``,
+    never the PostgreSQL of ``make up``, whose URL an environment may carry) always follow
+    ``home``; other settings already in the environment are kept, missing ones get the embedded
+    defaults.
     """
     import json
     import os
@@ -69,6 +71,7 @@ def airflow_environment(project: Path, home: Path) -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
     env["STATECORE_HOME"] = str(home)
     env["AIRFLOW_HOME"] = str(home / "airflow")
+    env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{home / 'airflow' / 'airflow.db'}"
     defaults = {
         "AIRFLOW__CORE__DAGS_FOLDER": str(project / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(project / "plugins"),

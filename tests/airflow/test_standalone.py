@@ -1,5 +1,5 @@
-"""Smoke test of a real ``airflow standalone`` (SQLite, parallelism 2) started by ``make up`` and
-driven over its REST API; one start for the module's tests.
+"""Smoke test of the real Airflow ``make up`` starts (scripts/airflow_up: PostgreSQL and the
+supervised components), driven over its REST API; one start for the module's tests.
 
 Airflow runs in an isolated AIRFLOW_HOME on a free port, on the Makefile's default host
 (127.0.0.1); the fixture gets a token with the generated admin password, unpauses the
@@ -71,7 +71,7 @@ class Api:
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
-            assert process.poll() is None, f"airflow standalone exited while waiting for {what}"
+            assert process.poll() is None, f"make up exited while waiting for {what}"
             try:
                 found = check()
                 if found:
@@ -175,7 +175,6 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Standalone:
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__CORE__PARALLELISM": "2",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
@@ -291,6 +290,6 @@ def test_make_up_processes_freeze_their_heap_at_exit(standalone: Standalone) -> 
 def test_documented_path_make_up_console_has_no_deprecation_warning(standalone: Standalone) -> None:
     """Airflow 3.3 reads plugins/.airflowignore with pathspec's deprecated GitWildMatchPattern in
     each component and task: ``make up`` filters that one warning (PYTHONWARNINGS)."""
-    assert "Starting Airflow Standalone" in standalone.console
+    assert "Airflow is up in" in standalone.console
     assert "GitWildMatchPattern" not in standalone.console
     assert "category=DeprecationWarning" not in standalone.console
