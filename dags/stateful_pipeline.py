@@ -15,8 +15,9 @@ or when the day's checkpoint is already complete ("no-op: checkpoint N ... alrea
 it fails when `parallelism` asks to redo a complete checkpoint at another parallelism.
 
 `catchup` is off: unpausing runs only the latest interval. A backfill (`airflow backfill create
---dag-id stateful_pipeline --from-date ... --to-date ...`) runs each day in order; days already
-checkpointed are no-ops and days without input are skipped.
+--dag-id stateful_pipeline --from-date ... --to-date ... --reprocess-behavior failed`: the DAG
+depends on the past, so Airflow asks which existing runs to run again) runs each day in order;
+days already checkpointed are no-ops and days without input are skipped.
 
 **Days run in order, or not at all.** Checkpoint ids only increase, so a day the job went past is
 out of its state for good. Each task `depends_on_past` (a day waits until the previous day's

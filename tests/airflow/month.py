@@ -156,8 +156,8 @@ class Backfill:
     def args(self) -> list[str]:
         args = ["backfill", "create", "--dag-id", self.dag_id, "--from-date", self.start]
         args += ["--to-date", self.end, "--max-active-runs", "1"]
-        if self.again:
-            args += ["--reprocess-behavior", "completed"]
+        # the bundled job DAGs depend on the past: Airflow asks which existing runs to redo
+        args += ["--reprocess-behavior", "completed" if self.again else "failed"]
         if self.conf:
             args += ["--dag-run-conf", json.dumps(self.conf)]
         return args
