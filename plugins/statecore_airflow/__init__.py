@@ -68,12 +68,14 @@ RETRIED: dict[str, Any] = {"retries": 2}
 ``[core] default_task_retry_delay``), so a run whose task was killed with its worker, or started
 while Airflow restarted, still ends well."""
 
-IN_ORDER: dict[str, Any] = {**RETRIED, "depends_on_past": True}
+IN_ORDER: dict[str, Any] = {**RETRIED, "depends_on_past": True, "wait_for_downstream": True}
 """``default_args`` of a stateful job's DAG: its runs (scheduled and backfilled) run in order, or
-not at all: a run's task waits until the previous run's ended well (succeeded, or skipped with
-a reason), so a failed run blocks the later ones until it is cleared and succeeds, instead of
-being passed over (checkpoint ids only increase: an interval passed over is out of the state for
-good)."""
+not at all: a run's task waits until the previous run's same task and the tasks right after it
+ended well (succeeded, or skipped with a reason), so a failed run blocks the later ones until it
+is cleared and succeeds, instead of being passed over (checkpoint ids only increase: an interval
+passed over is out of the state for good). ``wait_for_downstream``: without it, a backfill's
+runs (up to 10 at once) ran the next day's ``check`` while the day before's Spark task still ran,
+and the next day's Spark task beside it."""
 
 _MODULES = {
     "QUERY_RUN_ID": "streams",
