@@ -49,7 +49,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
-from statecore_airflow import IN_ORDER, checkpoint_asset
+from statecore_airflow import IN_ORDER, IN_ORDER_RUNS, checkpoint_asset
 
 JOB_FILE = Path(__file__).resolve().parents[1] / "jobs" / "clickstream.py"
 CLICKSTREAM_CHECKPOINTS = checkpoint_asset("clickstream")
@@ -60,7 +60,7 @@ RUN_DATE = "{{ params.date or ((dag_run.logical_date or dag_run.run_after) | ds)
     schedule="@daily",
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    max_active_runs=1,
+    max_active_runs=IN_ORDER_RUNS,
     default_args=IN_ORDER,
     tags=["statecore"],
     doc_md=__doc__,

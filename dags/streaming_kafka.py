@@ -50,7 +50,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
-from statecore_airflow import IN_ORDER, QUERY_RUN_ID, checkpoint_asset
+from statecore_airflow import IN_ORDER, IN_ORDER_RUNS, QUERY_RUN_ID, checkpoint_asset
 
 JOB = "clickstream_kafka"
 JOB_FILE = Path(__file__).resolve().parents[1] / "jobs" / "clickstream_kafka.py"
@@ -74,7 +74,7 @@ def kafka_jars() -> str:
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     default_args=IN_ORDER,
-    max_active_runs=1,
+    max_active_runs=IN_ORDER_RUNS,
     tags=["statecore", "streaming", "kafka"],
     doc_md=__doc__,
     user_defined_macros={"kafka_jars": kafka_jars},

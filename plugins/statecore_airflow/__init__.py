@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IN_ORDER",
+    "IN_ORDER_RUNS",
     "QUERY_RUN_ID",
     "RETRIED",
     "RescaleOperator",
@@ -76,6 +77,11 @@ is cleared and succeeds, instead of being passed over (checkpoint ids only incre
 passed over is out of the state for good). ``wait_for_downstream``: without it, a backfill's
 runs (up to 10 at once) ran the next day's ``check`` while the day before's Spark task still ran,
 and the next day's Spark task beside it."""
+
+IN_ORDER_RUNS = 16
+"""``max_active_runs`` of a stateful job's DAG: runs wait for each other task by task
+(:data:`IN_ORDER`), so a run that waits holds no task slot; with 1, the run after a failed one
+(started, waiting for it) kept the failed run, once cleared, from starting again: neither ran."""
 
 _MODULES = {
     "QUERY_RUN_ID": "streams",
