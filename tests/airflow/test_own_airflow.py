@@ -149,8 +149,8 @@ def scheduler_pid(group: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def own_airflow(tmp_path_factory: pytest.TempPathFactory) -> OwnAirflow:
-    tmp_path = tmp_path_factory.mktemp("own")
+def own_airflow(up_tmp: Path) -> OwnAirflow:
+    tmp_path = up_tmp
     env = airflow_environment(REPO, tmp_path / "home")
     env.pop("AIRFLOW__API__HOST", None)  # the Makefile's default: loopback
     # airflow_environment's SQLite URL stays: make up and make airflow use their PostgreSQL anyway

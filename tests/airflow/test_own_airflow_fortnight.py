@@ -106,8 +106,8 @@ def completed(config: StatecoreConfig) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def fortnight(tmp_path_factory: pytest.TempPathFactory) -> Fortnight:
-    tmp_path = tmp_path_factory.mktemp("fortnight")
+def fortnight(up_tmp: Path) -> Fortnight:
+    tmp_path = up_tmp
     home = tmp_path / "home"
     config = StatecoreConfig.resolve(home=str(home), env={})
     folders = lay_out_input(home, [day(n) for n in WITH_INPUT], users=15, events=40)

@@ -159,11 +159,11 @@ class Standalone:
 
 
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Standalone:
+def standalone(up_tmp: Path) -> Standalone:
     """``make up`` in the background as a user starts it (on a free port, on the Makefile's
     default host: ``AIRFLOW__API__HOST`` unset), the ``savepoint`` DAG triggered over the REST
     API and waited for, then ``make down``, timed."""
-    tmp_path = tmp_path_factory.mktemp("standalone")
+    tmp_path = up_tmp
     home = tmp_path / "home"
     config = StatecoreConfig.resolve(home=str(home), env={})
     write_checkpoint(config, "clicks", 1, {"total": Table(value_rows({"a": 1.0, "b": 2.0}))})
