@@ -167,11 +167,19 @@ def fortnight(up_tmp: Path) -> Fortnight:
             ),
             up,
         )
-        backfill = make_airflow(
-            env,
-            f"backfill create --dag-id stateful_pipeline --from-date {day(8)} "
-            f"--to-date {day(DAYS)} --reprocess-behavior failed",
-        )
+        # Airflow marks a backfill complete up to 30 s after its last run: until then it refuses
+        # another of the DAG ("There can be only one running backfill per Dag")
+        deadline = time.monotonic() + 180
+        while True:
+            backfill = make_airflow(
+                env,
+                f"backfill create --dag-id stateful_pipeline --from-date {day(8)} "
+                f"--to-date {day(DAYS)} --reprocess-behavior failed",
+            )
+            if "Another backfill is running" not in backfill.stderr + backfill.stdout:
+                break
+            assert time.monotonic() < deadline, "the first backfill never completed"
+            time.sleep(10)
         assert backfill.returncode == 0, backfill.stdout + backfill.stderr
         up.down()
         consoles.append(up.console())
