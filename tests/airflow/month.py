@@ -98,20 +98,28 @@ def airflow_database(server_url: str = POSTGRES_URL) -> Iterator[str]:
         admin.dispose()
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def month_environment(home: Path, database: str, **extra: str) -> dict[str, str]:
     """The environment of the month's Airflow: ``airflow_environment`` on the metadata
     database ``database`` (a SQLAlchemy URL) plus the LocalExecutor's settings, an API server
     on a free port of 127.0.0.1, task retries (a killed run is retried as production's would
     be) and a short lease timeout (a killed run's lease is taken over seconds later)."""
     env = airflow_environment(REPO, home)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = _free_port()
     env.update(
         {
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
+            # the scheduler's and triggerer's log servers (8793, 8794 by default, on every
+            # interface): ports of their own, as a make up of the suite may run beside
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),

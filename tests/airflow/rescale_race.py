@@ -11,7 +11,9 @@ before Airflow starts the next task, it
   as a run does (a real lease in the home's catalog; as the operation
   ``STATECORE_TEST_HOLD_AS``, default ``run 99``: e.g. ``ttl-cleanup`` holds it as maintenance
   does), and releases it ``STATECORE_TEST_HOLD_SECONDS`` later from a thread of its own, while
-  Airflow goes on to the next task (``test_lease_wait.py``, ``test_day_order_dag.py``).
+  Airflow goes on to the next task (``test_lease_wait.py``, ``test_day_order_dag.py``); with
+  ``STATECORE_TEST_HOLD_UNTIL_LOG`` (a folder of task logs), as soon as one of them says a
+  writer "waits up to" ... for the lease, if sooner.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ HOLD_ENV = "STATECORE_TEST_HOLD_SECONDS"
 JOB_ENV = "STATECORE_TEST_HOLD_JOB"
 AFTER_ENV = "STATECORE_TEST_HOLD_AFTER"
 AS_ENV = "STATECORE_TEST_HOLD_AS"
+UNTIL_ENV = "STATECORE_TEST_HOLD_UNTIL_LOG"
 
 hookimpl = pluggy.HookimplMarker("airflow")
 
@@ -65,4 +69,18 @@ def _hold_lease(job: str, seconds: float, operation: str) -> None:
         held.__exit__(None, None, None)
         catalog.close()
 
-    threading.Timer(seconds, release).start()
+    watched = os.environ.get(UNTIL_ENV)
+    if not watched:
+        threading.Timer(seconds, release).start()
+        return
+
+    def release_once_waiting() -> None:  # or after ``seconds``, whichever comes first
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            logs = sorted(Path(watched).rglob("*.log"))  # the task logs Airflow writes as they run
+            if any("waits up to" in log.read_text(errors="replace") for log in logs):
+                break
+            time.sleep(1)
+        release()
+
+    threading.Thread(target=release_once_waiting, daemon=True).start()

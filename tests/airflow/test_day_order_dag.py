@@ -19,7 +19,7 @@ from statecore.catalog import Catalog, CheckpointKind, CheckpointStatus
 from statecore.cli.demo import generate_clickstream
 from statecore.config import StatecoreConfig
 from tests.airflow.dagrun import run_dags
-from tests.airflow.rescale_race import AFTER_ENV, AS_ENV, HOLD_ENV, JOB_ENV
+from tests.airflow.rescale_race import AFTER_ENV, AS_ENV, HOLD_ENV, JOB_ENV, UNTIL_ENV
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -79,7 +79,10 @@ def test_day_order_dag_job_run_waits_for_maintenance_holding_the_job(tmp_path: P
             AFTER_ENV: "stateful_pipeline.check",
             AS_ENV: "ttl-cleanup",
             JOB_ENV: JOB,
-            HOLD_ENV: "40",  # longer than the spark-submit takes to reach the lease
+            # held until the run says it waits (at most 240 s: a spark-submit reaches the lease
+            # in 15 s on a quiet machine, in over 40 s on a loaded one)
+            HOLD_ENV: "240",
+            UNTIL_ENV: str(home / "airflow" / "logs"),
         },
     )
     assert [s["state"] for s in steps] == ["success", "success"], steps

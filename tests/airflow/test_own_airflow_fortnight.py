@@ -121,6 +121,10 @@ def fortnight(up_tmp: Path) -> Fortnight:
     env.update(
         {
             "AIRFLOW__API__PORT": str(free_port()),
+            # the scheduler's and triggerer's log servers (8793, 8794 by default, on every
+            # interface): ports of their own, as another Airflow of the suite may run beside
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",

@@ -173,6 +173,10 @@ def standalone(up_tmp: Path) -> Standalone:
     env.update(
         {
             "AIRFLOW__API__PORT": str(port),
+            # the scheduler's and triggerer's log servers (8793, 8794 by default, on every
+            # interface): ports of their own, as another Airflow of the suite may run beside
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
