@@ -34,7 +34,10 @@ JOB = "clickstream"
         "sqlite",
         pytest.param(
             "postgres",
-            marks=pytest.mark.skipif(not os.environ.get(POSTGRES_ENV), reason="no PostgreSQL"),
+            marks=pytest.mark.skipif(
+                not os.environ.get(POSTGRES_ENV),
+                reason=f"set {POSTGRES_ENV} to run against PostgreSQL (make test starts one)",
+            ),
         ),
     ]
 )
