@@ -39,6 +39,7 @@ from statecore.errors import (
     ConcurrentRunError,
     ConfigError,
     CorruptSnapshotError,
+    ForeignCommitError,
     JobNotFoundError,
     KeyGroupOutOfRangeError,
     KeyTypeError,
@@ -56,6 +57,7 @@ from statecore.errors import (
     StateMigrationError,
     StateMismatchError,
     StateRepairError,
+    TableOwnedError,
     UnknownStateError,
 )
 from statecore.keygroups import (
@@ -139,6 +141,8 @@ __all__ = [
     "MaintenanceLockedError",
     "OutputCommitPendingError",
     "OutputOwnedError",
+    "TableOwnedError",
+    "ForeignCommitError",
     "ReplayMismatchError",
     "ManualTimeProvider",
     "MapState",

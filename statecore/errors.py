@@ -20,6 +20,7 @@ names what it is about: the job, operator, state, key group or checkpoint.
     ├── CheckpointNotFoundError        a checkpoint (or savepoint) that does not exist
     ├── CheckpointCommitError          a commit conflict or a failed checkpoint commit
     │   ├── ReplayMismatchError        a checkpoint id replayed with other input than it completed
+    │   ├── ForeignCommitError         a state table another writer committed to (nothing undone)
     │   └── OutputCommitPendingError   a completed checkpoint whose output is not committed yet
     │       └── OutputFilesMissingError  pending output files that are gone (nothing committed)
     ├── SnapshotWriteError             a snapshot file that cannot be written
@@ -27,6 +28,7 @@ names what it is about: the job, operator, state, key group or checkpoint.
     ├── ConcurrentRunError             another writer holds the job's lease, or took it over
     │   └── MaintenanceLockedError     the holder is a maintenance operation
     ├── OutputOwnedError               an output table another job or operator writes
+    │   └── TableOwnedError            an output table whose owner, written in it, is another
     ├── RestoreWouldDiscardError       a restore that would discard later checkpoints
     ├── CatalogBehindWarehouseError    a catalog that is empty or older than the job's tables
     ├── StateRepairError               a repair statement that would break the state's layout
@@ -57,6 +59,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointCommitError",
     "ReplayMismatchError",
+    "ForeignCommitError",
     "OutputCommitPendingError",
     "OutputFilesMissingError",
     "SnapshotWriteError",
@@ -64,6 +67,7 @@ __all__ = [
     "ConcurrentRunError",
     "MaintenanceLockedError",
     "OutputOwnedError",
+    "TableOwnedError",
     "RestoreWouldDiscardError",
     "CatalogBehindWarehouseError",
     "StateRepairError",
@@ -152,6 +156,11 @@ class ReplayMismatchError(CheckpointCommitError):
     """A replay of a completed checkpoint whose input differs from the input it completed with."""
 
 
+class ForeignCommitError(CheckpointCommitError):
+    """A state table that another writer (not statecore) committed to after the version the
+    checkpoint builds on: the checkpoint fails and nothing is restored over that commit."""
+
+
 class OutputCommitPendingError(CheckpointCommitError):
     """A checkpoint that completed, but whose output (or late-data) commit failed: its rows are
     committed by the job's next run, a replay of the checkpoint, or ``statecore catalog recover
@@ -184,6 +193,12 @@ class MaintenanceLockedError(ConcurrentRunError):
 class OutputOwnedError(StateError):
     """An output (or late-data) table that the catalog binds to another job, operator or kind:
     one table has one writer."""
+
+
+class TableOwnedError(OutputOwnedError):
+    """An output (or late-data) table whose owner, recorded in the table itself, is another
+    writer (another job, operator or home), or that another tool wrote and no statecore writer
+    owns: nothing is written to it."""
 
 
 class RestoreWouldDiscardError(StateError):
