@@ -4,7 +4,9 @@ A commit replaces exactly the changed key groups: it removes their files of the 
 adds the new ones in one transaction; every other key group keeps its files (incremental at
 key-group granularity). The commit names the checkpoint as a Delta application transaction.
 If the table moved past the base version (an earlier attempt failed after committing here), it is
-first restored to the base version, so a failed checkpoint leaves nothing a later one builds on.
+first restored to the base version, so a failed checkpoint leaves nothing a later one builds on;
+but never over another writer's commit: that fails the checkpoint instead
+(:mod:`statecore.snapshot.foreign`).
 
 A writer's commits carry its lease's fencing epoch (:class:`Fence`) as a second application
 transaction, ``statecore-epoch:<job>``: a table that already carries a larger epoch refuses the
@@ -39,6 +41,7 @@ from statecore.keygroups import KeyGroupRange
 from statecore.snapshot import log_commit, open_tables
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.files import SnapshotFile
+from statecore.snapshot.foreign import RESTORE_METADATA, check_no_foreign
 from statecore.snapshot.log import checkpoint_due, checkpoint_log
 from statecore.snapshot.reads import TableFile, read_table_files
 from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
@@ -267,10 +270,20 @@ class SnapshotTable:
             table = self._latest(kept)
             if fence is not None:
                 fence.verify(table, f"checkpoint {checkpoint_id}: {self.label}")
-            if base_version is not None and table.version() != base_version:
+            if (
+                base_version is not None
+                and table.version() != base_version
+                and check_no_foreign(
+                    self.uri,
+                    base_version,
+                    table.version(),
+                    label=self.label,
+                    checkpoint=f"checkpoint {checkpoint_id}",
+                )
+            ):  # only statecore's own commits (an attempt that failed) are undone
                 table.restore(
                     base_version,
-                    commit_properties=None if fence is None else _fence_properties(fence),
+                    commit_properties=_restore_properties(fence, base_version),
                     post_commithook_properties=POST_COMMIT,
                 )
                 table.update_incremental()
@@ -441,9 +454,17 @@ class SnapshotTable:
                 return False
             if fence is not None:
                 fence.verify(table, f"rollback of {self.label} to version {version}")
+            if not check_no_foreign(
+                self.uri,
+                version,
+                table.version(),
+                label=self.label,
+                checkpoint=f"rollback to version {version}",
+            ):
+                return False
             table.restore(
                 version,
-                commit_properties=None if fence is None else _fence_properties(fence),
+                commit_properties=_restore_properties(fence, version),
                 post_commithook_properties=POST_COMMIT,
             )
         except (DeltaError, OSError) as exc:
@@ -454,5 +475,9 @@ class SnapshotTable:
         return True
 
 
-def _fence_properties(fence: Fence) -> CommitProperties:
-    return CommitProperties(app_transactions=[fence.transaction()])
+def _restore_properties(fence: Fence | None, version: int) -> CommitProperties:
+    """A statecore RESTORE's commit: its epoch, and its mark (:data:`.foreign.RESTORE_METADATA`)."""
+    return CommitProperties(
+        app_transactions=None if fence is None else [fence.transaction()],
+        custom_metadata={RESTORE_METADATA: str(version)},
+    )
