@@ -70,6 +70,7 @@ class OutputSink:
     def check(self) -> None:
         """Raise (a :class:`~statecore.errors.StateError`) when the table cannot take the rows."""
         self.table.check_schema()
+        self.table.check_owner()
 
     def pending(self, job: str, checkpoint_id: int) -> PendingOutput:
         """The files as the checkpoint's pending output commit to this table."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -44,7 +43,9 @@ from statecore.errors import CheckpointCommitError, ConfigError
 from statecore.snapshot.commits import head_version
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
+from statecore.snapshot.locations import canonical_location
 from statecore.snapshot.log import checkpoint_log
+from statecore.snapshot.output_owner import check_owner, claim
 from statecore.snapshot.output_staging import (
     StagedFile,
     drop_staged,
@@ -94,12 +95,8 @@ def output_schema(text: str) -> pa.Schema:
 
 def output_table_key(uri: str) -> str:
     """The name the catalog binds an output table by: one name for one table however it is
-    written (a relative or ``file://`` path, a trailing ``/``)."""
-    if uri.startswith("file://"):
-        uri = uri.removeprefix("file://")
-    if "://" not in uri:
-        return os.path.abspath(os.path.expanduser(uri))
-    return uri.rstrip("/")
+    written (:func:`~statecore.snapshot.locations.canonical_location`)."""
+    return canonical_location(uri)
 
 
 def checkpoint_of_file(name: str) -> int | None:
@@ -199,12 +196,17 @@ class OutputWriter:
 
 
 class OutputTable:
-    """Driver side: the job's output table at ``uri``, rows of ``schema``."""
+    """Driver side: the job's output table at ``uri``, rows of ``schema``, written by
+    ``app_id`` (its owner, :mod:`statecore.snapshot.output_owner`) of the home whose warehouse
+    is ``warehouse`` (when known, named in the table for messages)."""
 
-    def __init__(self, uri: str, schema: pa.Schema, *, app_id: str) -> None:
+    def __init__(
+        self, uri: str, schema: pa.Schema, *, app_id: str, warehouse: str | None = None
+    ) -> None:
         self.uri = uri
         self.schema = schema
         self.app_id = app_id
+        self.warehouse = warehouse
         self._opened: DeltaTable | None = None
 
     def _table(self) -> DeltaTable | None:
@@ -234,6 +236,17 @@ class OutputTable:
                 f"output schema is {mine}; write to another table"
             )
 
+    def check_owner(self) -> None:
+        """Raise :class:`~statecore.errors.TableOwnedError` when the table is another writer's
+        (:func:`~statecore.snapshot.output_owner.check_owner`)."""
+        check_owner(
+            self._table(),
+            self.uri,
+            self.app_id,
+            where=f"the output table {self.uri}",
+            warehouse=self.warehouse,
+        )
+
     def commit(
         self, files: list[OutputFile], *, checkpoint_id: int, fence: Fence | None = None
     ) -> bool:
@@ -257,6 +270,11 @@ class OutputTable:
         done = None if table is None else table.transaction_version(self.app_id)
         staged = [f.staged_file for f in files]
         made = done is None or done < checkpoint_id
+        if made and check_owner(
+            table, self.uri, self.app_id, where=where, warehouse=self.warehouse
+        ):
+            assert table is not None
+            claim(table, self.app_id, where=where, warehouse=self.warehouse)
         try:
             if made:
                 place_files(self.uri, staged, where=where)
@@ -304,6 +322,10 @@ class OutputTable:
                 table = self._opened = create_table(self.uri, self.schema, mode="ignore")
                 if fence is not None:
                     fence.verify(table, where)
+                # Delta refuses properties it does not know at creation, not after: the owner is
+                # recorded next (unless another writer created the table meanwhile)
+                if check_owner(table, self.uri, self.app_id, where=where):
+                    claim(table, self.app_id, where=where, warehouse=self.warehouse)
             table.create_write_transaction(
                 [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in files],
                 "append",

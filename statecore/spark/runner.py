@@ -44,6 +44,7 @@ from statecore.runtime.lateness import LateData
 from statecore.runtime.shares import TaskShares
 from statecore.runtime.task import StateSchema, StateSnapshotResult
 from statecore.snapshot import TIMERS, state_table_uri
+from statecore.snapshot.locations import canonical_location, output_app_id
 from statecore.snapshot.output import OutputFile, OutputTable, output_table_key
 from statecore.spark.executor import META, TaskSpec, task_function
 from statecore.spark.host_stop import stop_marker_uri
@@ -124,7 +125,10 @@ class KeyedRunner:
             None
             if job.output_table is None
             else OutputTable(
-                job.output_table, self.arrow_output, app_id=f"statecore:{job.job}/{job.operator}"
+                canonical_location(job.output_table),
+                self.arrow_output,
+                app_id=output_app_id(self.config.warehouse, job.job, job.operator),
+                warehouse=canonical_location(self.config.warehouse),
             )
         )
         self.late_data = LateData.of(
@@ -142,9 +146,10 @@ class KeyedRunner:
             None
             if job.late_output_table is None
             else OutputTable(
-                job.late_output_table,
+                canonical_location(job.late_output_table),
                 self.arrow_input,
-                app_id=f"statecore:{job.job}/{job.operator}/late",
+                app_id=output_app_id(self.config.warehouse, job.job, job.operator, "late-data"),
+                warehouse=canonical_location(self.config.warehouse),
             )
         )
 
