@@ -125,7 +125,7 @@ class KeyedRunner:
             None
             if job.output_table is None
             else OutputTable(
-                canonical_location(job.output_table),
+                job.output_table,  # as the user spells it: Spark reads its files back by it
                 self.arrow_output,
                 app_id=output_app_id(self.config.warehouse, job.job, job.operator),
                 warehouse=canonical_location(self.config.warehouse),
@@ -146,7 +146,7 @@ class KeyedRunner:
             None
             if job.late_output_table is None
             else OutputTable(
-                canonical_location(job.late_output_table),
+                job.late_output_table,
                 self.arrow_input,
                 app_id=output_app_id(self.config.warehouse, job.job, job.operator, "late-data"),
                 warehouse=canonical_location(self.config.warehouse),
