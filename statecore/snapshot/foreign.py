@@ -13,7 +13,8 @@ writers' commits leave the table exactly as the base version had it (the user RE
 the error tells), there is nothing of theirs to undo.
 
 A statecore commit is known by its ``commitInfo``: a ``statecore.*`` key (every checkpoint
-commit names its checkpoint, every restore statecore makes names itself :data:`RESTORE_METADATA`),
+commit names its checkpoint, every restore statecore makes names itself :data:`RESTORE_METADATA`,
+a maintenance rewrite :data:`MAINTENANCE_METADATA`),
 or the writer's fencing epoch among its application transactions.
 """
 
@@ -29,10 +30,20 @@ from statecore.errors import CheckpointCommitError, ForeignCommitError
 from statecore.snapshot.files import table_filesystem
 from statecore.snapshot.storage import open_table
 
-__all__ = ["RESTORE_METADATA", "LoggedCommit", "check_no_foreign", "commits_after"]
+__all__ = [
+    "MAINTENANCE_METADATA",
+    "RESTORE_METADATA",
+    "LoggedCommit",
+    "check_no_foreign",
+    "commits_after",
+]
 
 RESTORE_METADATA = "statecore.restore"
 """The key statecore's own RESTOREs carry in their ``commitInfo`` (the version restored to)."""
+
+MAINTENANCE_METADATA = "statecore.maintenance"
+"""The key a maintenance operation's rewrite commit carries (its checkpoint id), so one that
+names no state metadata is still known as statecore's."""
 
 _EPOCH_APP = "statecore-epoch:"
 

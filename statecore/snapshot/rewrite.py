@@ -30,6 +30,7 @@ from statecore.errors import CheckpointCommitError, CorruptSnapshotError
 from statecore.snapshot.commits import CommitMetadata
 from statecore.snapshot.copies import new_file_name
 from statecore.snapshot.files import SnapshotFile, table_filesystem, write_file
+from statecore.snapshot.foreign import MAINTENANCE_METADATA, RESTORE_METADATA, check_no_foreign
 from statecore.snapshot.log import checkpoint_log
 from statecore.snapshot.output import checkpoint_of_file, newest_checkpoint_commit
 from statecore.snapshot.storage import POST_COMMIT, create_table, open_table, throttling_hint
@@ -188,7 +189,8 @@ def commit_files(
 
     ``replaced`` names the partitions whose files of ``base_version`` are removed (every
     partition when ``None``: the table becomes exactly ``files``, in ``layout``). A table that
-    moved past ``base_version`` (a failed attempt) is restored to it first, as checkpoints do.
+    moved past ``base_version`` (a failed attempt) is restored to it first, as checkpoints do,
+    and never over another writer's commit (:class:`~statecore.errors.ForeignCommitError`).
     ``metadata`` is recorded in the commit. With ``fence`` (the lease of the maintenance
     operation that commits), the commit and the restore carry its epoch and are refused with
     :class:`~statecore.errors.ConcurrentRunError` once its lease is lost or a newer writer
@@ -201,7 +203,10 @@ def commit_files(
         transactions.append(fence.transaction())
     properties = CommitProperties(
         app_transactions=transactions,
-        custom_metadata=None if metadata is None else metadata.to_properties(),
+        custom_metadata={  # the mark that tells statecore's commits from other writers'
+            MAINTENANCE_METADATA: str(checkpoint_id),
+            **({} if metadata is None else metadata.to_properties()),
+        },
     )
     where = f"checkpoint {checkpoint_id}: {app_id} at {uri}"
     adds: list[AddAction | RemoveAction] = [
@@ -214,11 +219,22 @@ def commit_files(
         table = open_table(uri)
         if fence is not None:
             fence.verify(table, where)
-        if base_version is not None and table.version() != base_version:
+        if (
+            base_version is not None
+            and table.version() != base_version
+            and check_no_foreign(
+                uri,
+                base_version,
+                table.version(),
+                label=app_id,
+                checkpoint=f"checkpoint {checkpoint_id}",
+            )
+        ):  # only statecore's own attempt is undone, never another writer's commit
             table.restore(
                 base_version,
-                commit_properties=(
-                    None if fence is None else CommitProperties(app_transactions=transactions[1:])
+                commit_properties=CommitProperties(
+                    app_transactions=transactions[1:] or None,
+                    custom_metadata={RESTORE_METADATA: str(base_version)},
                 ),
                 post_commithook_properties=POST_COMMIT,
             )
@@ -294,7 +310,10 @@ def restore_version(
             version,
             commit_properties=CommitProperties(
                 app_transactions=transactions,
-                custom_metadata=None if metadata is None else metadata.to_properties(),
+                custom_metadata={
+                    MAINTENANCE_METADATA: str(checkpoint_id),
+                    **({} if metadata is None else metadata.to_properties()),
+                },
             ),
             post_commithook_properties=POST_COMMIT,
         )

@@ -22,6 +22,7 @@ from statecore.errors import ForeignCommitError
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
 from statecore.snapshot import SnapshotTable, state_table_uri, write_key_group_file
 from statecore.snapshot.foreign import RESTORE_METADATA
+from statecore.snapshot.rewrite import commit_files, table_layout, write_partition_file
 from tests.inprocess import run_checkpoint
 
 ROWS = pa.schema([("key", pa.string()), ("namespace", pa.string()), ("value", pa.int64())])
@@ -156,3 +157,34 @@ def test_other_tool_update_of_a_checkpoint_table_fails_the_next_checkpoint(
         statecore_home, Count(), records, job="c", checkpoint_id=2, parallelism=1
     )
     assert record.status is CheckpointStatus.COMPLETED
+
+
+def test_other_tool_commit_fails_a_maintenance_rewrite_too(tmp_path: Path) -> None:
+    """The maintenance operations' commit (TTL cleanup, materialize) keeps the same rule."""
+    uri = str(tmp_path / "total")
+    table = SnapshotTable(uri, ROWS, label="job/main/total")
+    base = _commit(table, 1, 0, 10, None)
+    layout = table_layout(uri, base)
+    rewritten = write_partition_file(uri, layout, 0, _rows("k0", 11), prefix="ttl")
+    theirs = _other_tool_appends(uri, "fixed", 99, 5)
+    with pytest.raises(ForeignCommitError, match=f"version {theirs} \\(WRITE"):
+        commit_files(
+            uri,
+            layout,
+            [rewritten],
+            replaced={0},
+            base_version=base,
+            app_id="job/main/total",
+            checkpoint_id=10**18,
+        )
+    assert _duck(uri) == {"k0": 10, "fixed": 99}
+    # statecore's own failed rewrite attempt is still restored away by its retry
+    DeltaTable(uri).restore(base)
+    attempt = commit_files(
+        uri, layout, [rewritten], replaced={0}, base_version=base + 2, app_id="a", checkpoint_id=7
+    )
+    retried = write_partition_file(uri, layout, 0, _rows("k0", 12), prefix="ttl")
+    commit_files(
+        uri, layout, [retried], replaced={0}, base_version=attempt - 1, app_id="a", checkpoint_id=7
+    )
+    assert _duck(uri) == {"k0": 12}
