@@ -12,17 +12,14 @@ from statecore.pyflink.common import WatermarkStrategy
 # from pyflink.common.typeinfo import Types
 from statecore.pyflink.common.typeinfo import Types
 
-# from pyflink.datastream import FlatMapFunction, RuntimeContext
 # from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
-from statecore.pyflink.datastream import (
-    FlatMapFunction,
-    RuntimeContext,
-    RuntimeExecutionMode,
-    StreamExecutionEnvironment,
-)
+from statecore.pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 
 # from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from statecore.pyflink.datastream.connectors.file_system import FileSource, StreamFormat
+
+# from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
+from statecore.pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
 # from pyflink.datastream.state import ValueStateDescriptor
 from statecore.pyflink.datastream.state import ValueStateDescriptor
