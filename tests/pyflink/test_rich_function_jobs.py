@@ -18,6 +18,7 @@ How the expectations follow from Flink's semantics (parallelism 1, as the jobs s
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from tests.pyflink.jobs import count_window_average, process_function, word_coun
 
 pytestmark = pytest.mark.spark
 
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "pyflink.md"
 BATCH = RuntimeExecutionMode.BATCH
 AVERAGES = ["(1, 4)", "(1, 5)"]
 LARGE_ORDERS = ["('o2', 250, 2000, True, 0)", "('o4', 120, 3500, True, 0)"]
@@ -114,3 +116,20 @@ def test_rich_function_uid_names_the_operator_whose_state_is_checkpointed(
     warehouse = Path(statecore_home.warehouse)
     assert (warehouse / "uid_job" / "average-by-key" / "keyed" / "average").is_dir()
     assert not (warehouse / "uid_job" / "main").exists()
+
+
+def test_rich_function_doc_example_runs_as_written(
+    spark: Any, statecore_home: StatecoreConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/pyflink.md's "Rich functions" example (PyFlink's CountWindowAverage, STREAMING over a
+    collection) prints what its comment says, and its state lives under the uid."""
+    text = PAGE.read_text()
+    start = text.index("### Rich functions")
+    match = re.search(r"```python\n(.*?)```", text[start:], re.S)
+    assert match is not None
+    code = match.group(1)
+    assert "import pyflink" not in code.replace("# from pyflink", "")
+    exec(compile(code, str(PAGE), "exec"), {"__name__": "pyflink_doc"})  # the page's own code
+    assert _lines(capsys) == AVERAGES
+    warehouse = Path(statecore_home.warehouse)
+    assert (warehouse / "count_window_average" / "count-window-average" / "keyed").is_dir()
