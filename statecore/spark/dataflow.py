@@ -47,7 +47,7 @@ from statecore.snapshot.storage import open_table, table_filesystem
 from statecore.spark.keyed import keyed_process
 from statecore.spark.stream import every_task_runs, keyed_stream
 
-__all__ = ["DEFAULT_OPERATOR", "Dataflow", "Source", "run_dataflow"]
+__all__ = ["DEFAULT_OPERATOR", "Dataflow", "Source", "check_operator", "run_dataflow"]
 
 DEFAULT_OPERATOR = "main"
 """The keyed operator's name when the job gives none (``keyed_process``'s default)."""
@@ -173,6 +173,22 @@ def _text_stream(spark: SparkSession, path: str) -> DataFrame:
     )
 
 
+def check_operator(catalog: Catalog, job: str, operator: str) -> None:
+    """A run of ``job`` whose keyed operator is ``operator``: a :class:`ConfigError` when the
+    job's checkpointed state belongs to other operators only, as Flink refuses a restore whose
+    state maps to no operator of the new program (state is matched by the operator's uid)."""
+    if not catalog.has_job(job):
+        return
+    owners = sorted({s.operator for s in catalog.list_states(job)})
+    if owners and operator not in owners:
+        raise ConfigError(
+            f"job {job!r}: its checkpointed state belongs to operator {', '.join(owners)!r}, "
+            f"this run's keyed operator is {operator!r}: no state would be restored. Give the "
+            "keyed operator the uid its state was checkpointed under (uid(...)), or run a new "
+            "job"
+        )
+
+
 def _spark_schema(schema: pa.Schema) -> T.StructType:
     return T.StructType([T.StructField(f.name, from_arrow_type(f.type)) for f in schema])
 
@@ -245,6 +261,7 @@ class _Run:
     def next_checkpoint_id(self) -> int:
         job = self.flow.job
         with Catalog.connect(self.config.catalog_url) as catalog:
+            check_operator(catalog, job, self.flow.operator)
             latest = catalog.highest_completed_id(job) if catalog.has_job(job) else None
         return 0 if latest is None else latest + 1
 
@@ -294,6 +311,8 @@ class _Run:
 
     def stream(self) -> list[int]:
         flow = self.flow
+        with Catalog.connect(self.config.catalog_url) as catalog:
+            check_operator(catalog, flow.job, flow.operator)
         table = flow.output_table or f"{self.config.warehouse.rstrip('/')}/{flow.job}/output"
         trigger: dict[str, Any] | None = None
         if flow.source.bounded:

@@ -347,3 +347,25 @@ def test_rich_function_process_needs_a_process_function() -> None:
     processed = source.process(Stamp())
     with pytest.raises(PyFlinkUnsupportedError, match="key_by after a keyed function"):
         processed.key_by(lambda e: e)
+
+
+def test_rich_function_uid_that_matches_no_checkpointed_state_is_a_clear_error(
+    tmp_path: Any,
+) -> None:
+    """A job's state checkpointed under uid ``average`` is not silently dropped by a run whose
+    keyed operator has another uid (Flink refuses such a restore); the same uid, or a new job,
+    runs."""
+    from statecore.catalog import Catalog, StateRecord
+    from statecore.spark.dataflow import check_operator
+
+    with Catalog.connect(f"sqlite:///{tmp_path / 'catalog.db'}") as catalog:
+        check_operator(catalog, "avg_job", "renamed")  # a new job: nothing to match
+        catalog.ensure_job("avg_job", parallelism=1, max_parallelism=128)
+        state = StateRecord(
+            job="avg_job", operator="average", name="average", kind="value",
+            descriptor={}, schema="{}",
+        )  # fmt: skip
+        catalog.register_states("avg_job", "average", [state])
+        check_operator(catalog, "avg_job", "average")
+        with pytest.raises(ConfigError, match="belongs to operator 'average'.*is 'renamed'"):
+            check_operator(catalog, "avg_job", "renamed")
