@@ -44,6 +44,14 @@ CASES: list[tuple[str, str, str, bool]] = [
     ("ttl_counter", "ttl_counter(mode=RuntimeExecutionMode.BATCH)", "BATCH", False),
     ("deduplicate_events", "deduplicate()", "STREAMING collection", True),
     ("deduplicate_events", "deduplicate(mode=RuntimeExecutionMode.BATCH)", "BATCH", False),
+    ("count_window_average", "count_window_average()", "STREAMING collection", True),
+    (
+        "count_window_average",
+        "count_window_average(mode=RuntimeExecutionMode.BATCH)",
+        "BATCH",
+        False,
+    ),
+    ("process_function", "process_function_demo()", "STREAMING collection", True),
 ]
 
 _IMPORTS = "from pyflink.datastream import RuntimeExecutionMode\n"

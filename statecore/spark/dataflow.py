@@ -30,6 +30,7 @@ from itertools import islice
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
@@ -46,7 +47,10 @@ from statecore.snapshot.storage import open_table, table_filesystem
 from statecore.spark.keyed import keyed_process
 from statecore.spark.stream import every_task_runs, keyed_stream
 
-__all__ = ["Dataflow", "Source", "run_dataflow"]
+__all__ = ["DEFAULT_OPERATOR", "Dataflow", "Source", "check_operator", "run_dataflow"]
+
+DEFAULT_OPERATOR = "main"
+"""The keyed operator's name when the job gives none (``keyed_process``'s default)."""
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +71,26 @@ class Source:
     bounded: bool = True
 
 
+PrepareFunction = Callable[
+    [Iterable[tuple[Any, int | None]], int, int | None], Iterator[tuple[Any, ...]]
+]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Dataflow:
     """A planned job: its source, the stateless stage, the keyed stage and the output."""
 
     job: str
+    operator: str = DEFAULT_OPERATOR
+    """The keyed operator's name (PyFlink's ``uid``): its state is checkpointed under it and a
+    restore matches it."""
     source: Source
-    prepare: Callable[[Iterable[tuple[Any, int | None]], int], Iterator[tuple[Any, ...]]]
-    """``(element, record timestamp)`` pairs and the task's partition to ``(key, pickled
-    value, event time, seq)`` rows."""
+    prepare: Callable[
+        [Iterable[tuple[Any, int | None]], int, int | None], Iterator[tuple[Any, ...]]
+    ]
+    """``(element, record timestamp)`` pairs, the task's partition and the number of partitions
+    (``None`` in a stream: Spark decides it per micro-batch) to ``(key, pickled value, event
+    time, seq)`` rows."""
     key_type: str
     """``string``, ``long`` or ``binary``."""
     function: KeyedProcessFunction
@@ -109,7 +124,9 @@ def _prepared_schema(key_type: str) -> T.StructType:
     )
 
 
-def _prepare_task(flow: Dataflow) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _prepare_task(
+    flow: Dataflow, partitions: int | None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     prepare = flow.prepare
     schema = pa.schema(
         [
@@ -127,12 +144,49 @@ def _prepare_task(flow: Dataflow) -> Callable[[Iterator[pa.RecordBatch]], Iterat
             for batch in batches
             for pair in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
         )
-        rows = prepare(records, partition)
+        rows = prepare(records, partition, partitions)
         while chunk := list(islice(rows, _ROWS_PER_BATCH)):
             columns = [pa.array(c, type=f.type) for c, f in zip(zip(*chunk), schema)]
             yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
     return run
+
+
+_GLOB_SPECIALS = "\\*?[]{},"
+
+
+def _text_stream(spark: SparkSession, path: str) -> DataFrame:
+    """The lines of the files in folder ``path`` as a stream, or of file ``path``: Spark's file
+    stream source takes a folder or a glob, so a file is read through a glob that matches only
+    it (its name with one letter as a character class, every glob character escaped)."""
+    fs, local = table_filesystem(path)
+    if fs.get_file_info(local).type != pafs.FileType.File:
+        return spark.readStream.text(path)
+    escaped = [f"\\{c}" if c in _GLOB_SPECIALS else c for c in path]
+    for i in range(len(path) - 1, path.rfind("/"), -1):
+        if path[i].isalnum():
+            escaped[i] = f"[{path[i]}]"
+            return spark.readStream.text("".join(escaped))
+    raise ConfigError(
+        f"text file {path!r}: a stream reads a file whose name has a letter or digit; put it "
+        "in a folder and read the folder"
+    )
+
+
+def check_operator(catalog: Catalog, job: str, operator: str) -> None:
+    """A run of ``job`` whose keyed operator is ``operator``: a :class:`ConfigError` when the
+    job's checkpointed state belongs to other operators only, as Flink refuses a restore whose
+    state maps to no operator of the new program (state is matched by the operator's uid)."""
+    if not catalog.has_job(job):
+        return
+    owners = sorted({s.operator for s in catalog.list_states(job)})
+    if owners and operator not in owners:
+        raise ConfigError(
+            f"job {job!r}: its checkpointed state belongs to operator {', '.join(owners)!r}, "
+            f"this run's keyed operator is {operator!r}: no state would be restored. Give the "
+            "keyed operator the uid its state was checkpointed under (uid(...)), or run a new "
+            "job"
+        )
 
 
 def _spark_schema(schema: pa.Schema) -> T.StructType:
@@ -162,10 +216,11 @@ class _Run:
             if stream:
                 if len(source.paths) != 1:
                     raise ConfigError(
-                        f"job {self.flow.job!r}: a stream reads one folder of files, not "
+                        f"job {self.flow.job!r}: a stream reads one file or one folder of "
+                        "files, not "
                         f"{list(source.paths)}"
                     )
-                df = spark.readStream.text(source.paths[0])
+                df = _text_stream(spark, source.paths[0])
             else:
                 df = spark.read.text(list(source.paths))
             return df.select(
@@ -183,7 +238,9 @@ class _Run:
         )
 
     def prepared(self, df: DataFrame) -> DataFrame:
-        return df.mapInArrow(_prepare_task(self.flow), _prepared_schema(self.flow.key_type))
+        partitions = None if df.isStreaming else df.rdd.getNumPartitions()
+        task = _prepare_task(self.flow, partitions)
+        return df.mapInArrow(task, _prepared_schema(self.flow.key_type))
 
     def options(self) -> dict[str, Any]:
         flow = self.flow
@@ -192,6 +249,7 @@ class _Run:
             "function": flow.function,
             "output_schema": _spark_schema(flow.output_schema),
             "job": flow.job,
+            "operator": flow.operator,
             "parallelism": flow.parallelism,
             "max_parallelism": flow.max_parallelism,
             "order_by": ["seq"],
@@ -203,6 +261,7 @@ class _Run:
     def next_checkpoint_id(self) -> int:
         job = self.flow.job
         with Catalog.connect(self.config.catalog_url) as catalog:
+            check_operator(catalog, job, self.flow.operator)
             latest = catalog.highest_completed_id(job) if catalog.has_job(job) else None
         return 0 if latest is None else latest + 1
 
@@ -252,6 +311,8 @@ class _Run:
 
     def stream(self) -> list[int]:
         flow = self.flow
+        with Catalog.connect(self.config.catalog_url) as catalog:
+            check_operator(catalog, flow.job, flow.operator)
         table = flow.output_table or f"{self.config.warehouse.rstrip('/')}/{flow.job}/output"
         trigger: dict[str, Any] | None = None
         if flow.source.bounded:

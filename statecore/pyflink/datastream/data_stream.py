@@ -14,15 +14,15 @@ after a keyed function, windows, joins, unions and side outputs raise
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
+from statecore.config import check_name
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
 from statecore.pyflink.common.watermark_strategy import WatermarkStrategy
-from statecore.pyflink.datastream.functions import KeyedProcessFunction
-from statecore.pyflink.datastream.operators import Reduce, Step
+from statecore.pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
+from statecore.pyflink.datastream.operators import Process, Reduce, Step
 
 __all__ = ["DataStream", "DataStreamSink", "KeyedStream", "Plan"]
 
@@ -55,7 +55,8 @@ class Plan:
     source_name: str | None = None
     before: tuple[Step, ...] = ()
     watermarks: WatermarkStrategy | None = None
-    key_selector: Callable[[Any], Any] | None = None
+    key_selector: Any = None
+    """The ``key_by`` argument: a function or a ``KeySelector``."""
     key_type: Any = None
     function: Any = None
     function_type: Any = None
@@ -66,6 +67,19 @@ class Plan:
     sink_identifier: str | None = None
     keyed: bool = False
     """Whether the keyed stage is set (``process``, ``reduce``, or a keyed ``map``...)."""
+    uid: str | None = None
+    """The keyed operator's ``uid``: the operator whose state a restore matches."""
+    parallelism: int | None = None
+    """The keyed operator's own ``set_parallelism`` (else the environment's)."""
+    max_parallelism: int | None = None
+    """The keyed operator's own ``set_max_parallelism``: its key groups."""
+    after_parallelism: tuple[int, ...] = ()
+    """``set_parallelism`` of steps after the keyed operator (they run in its tasks)."""
+
+    @property
+    def keyed_operator_is_last(self) -> bool:
+        """Whether the last operator is the keyed one (its settings are the keyed stage's)."""
+        return self.keyed and len(self.after) == (0 if self.function is not None else 1)
 
     def add_step(self, step: Step) -> Plan:
         if self.keyed:
@@ -79,6 +93,15 @@ class Plan:
 
 def _unsupported(what: str, instead: str) -> PyFlinkUnsupportedError:
     return PyFlinkUnsupportedError(f"{what}: {instead} ({COMING_FROM_PYFLINK})")
+
+
+MAX_MAX_PARALLELISM = 1 << 15
+"""Flink's upper bound of the max parallelism (32768 key groups)."""
+
+
+def _positive(method: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise _unsupported(f"{method}({value!r})", "give a positive int")
 
 
 class DataStream:
@@ -97,12 +120,18 @@ class DataStream:
     def get_execution_environment(self) -> Environment:
         return self._env
 
-    # operator settings Spark owns: accepted, nothing to do
+    # operator settings: the keyed operator's are honoured; Spark owns the others'
     def name(self, name: str) -> DataStream:
         return self
 
     def uid(self, uid: str) -> DataStream:
-        return self
+        """The operator's id: on the keyed operator (the only one with state), the name its
+        state is checkpointed under and matched by on restore; a stateless operator has no
+        state to match."""
+        check_name("operator", uid)
+        if not self._plan.keyed_operator_is_last:
+            return self
+        return self._with(dataclasses.replace(self._plan, uid=uid))
 
     def set_uid_hash(self, uid_hash: str) -> DataStream:
         return self
@@ -111,10 +140,34 @@ class DataStream:
         return self
 
     def set_parallelism(self, parallelism: int) -> DataStream:
-        return self
+        """The keyed operator's tasks; an operator after it runs in its tasks (the same
+        parallelism or a clear error at execute); one before ``key_by`` in the tasks that read
+        the source (Spark decides: a clear error)."""
+        _positive("set_parallelism", parallelism)
+        plan = self._plan
+        if plan.keyed_operator_is_last:
+            return self._with(dataclasses.replace(plan, parallelism=parallelism))
+        if plan.keyed:
+            pinned = plan.after_parallelism + (parallelism,)
+            return self._with(dataclasses.replace(plan, after_parallelism=pinned))
+        raise _unsupported(
+            f"set_parallelism({parallelism}) on an operator before key_by",
+            "Spark runs the functions before key_by in the tasks that read the source; set the "
+            "keyed operator's parallelism (or the environment's)",
+        )
 
     def set_max_parallelism(self, max_parallelism: int) -> DataStream:
-        return self
+        """The keyed operator's key groups (Flink's max parallelism); a stateless operator has
+        no key groups."""
+        _positive("set_max_parallelism", max_parallelism)
+        if max_parallelism > MAX_MAX_PARALLELISM:
+            raise _unsupported(
+                f"set_max_parallelism({max_parallelism})",
+                f"the max parallelism is at most {MAX_MAX_PARALLELISM}, as in Flink",
+            )
+        if not self._plan.keyed_operator_is_last:
+            return self
+        return self._with(dataclasses.replace(self._plan, max_parallelism=max_parallelism))
 
     def slot_sharing_group(self, slot_sharing_group: Any) -> DataStream:
         return self
@@ -154,15 +207,30 @@ class DataStream:
                 "statecore runs one keyed operator per job; write its output to a table "
                 "(sink_to(DeltaSink(path))) and key it in a second job",
             )
-        selector = getattr(key_selector, "get_key", key_selector)
-        plan = dataclasses.replace(self._plan, key_selector=selector, key_type=key_type)
+        plan = dataclasses.replace(self._plan, key_selector=key_selector, key_type=key_type)
         return KeyedStream(self._env, plan)
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
-        raise _unsupported(
-            "DataStream.process on a stream without key_by",
-            "key the stream first (key_by) and use a KeyedProcessFunction",
+        """A :class:`~statecore.pyflink.datastream.functions.ProcessFunction` on a stream
+        without a key: the job's operator when nothing is keyed (elements keyed by position,
+        each subtask keeps its elements' order), else a step after the keyed one."""
+        if not isinstance(func, ProcessFunction):
+            raise _unsupported(
+                f"DataStream.process({type(func).__name__})",
+                "a stream without key_by runs a ProcessFunction "
+                "(from statecore.pyflink.datastream import ProcessFunction); key the stream "
+                "(key_by) for a KeyedProcessFunction",
+            )
+        if self._plan.keyed:
+            return self._with(self._plan.add_step(Step("process", func, output_type)))
+        plan = dataclasses.replace(
+            self._plan,
+            function=Process(func),
+            function_type=output_type,
+            element_type=output_type,
+            keyed=True,
         )
+        return DataStream(self._env, plan)
 
     def union(self, *streams: DataStream) -> DataStream:
         raise _unsupported("union", "union the Spark DataFrames and run keyed_process on them")

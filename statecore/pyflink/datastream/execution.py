@@ -113,7 +113,7 @@ def _source(plan: Plan, stream: bool) -> Any:
     if isinstance(source, FileSource):
         if stream and source.bounded is False and len(source.paths) != 1:
             raise PyFlinkUnsupportedError(
-                f"a monitored FileSource reads one folder, not {list(source.paths)} "
+                f"a monitored FileSource reads one file or one folder, not {list(source.paths)} "
                 f"({COMING_FROM_PYFLINK})"
             )
         return Source(kind="text", paths=source.paths, bounded=source.bounded)
@@ -163,7 +163,7 @@ class _Sink:
 
 def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
     """The :class:`~statecore.spark.dataflow.Dataflow` of ``plan`` in ``env``, as job ``job``."""
-    from statecore.spark.dataflow import Dataflow
+    from statecore.spark.dataflow import DEFAULT_OPERATOR, Dataflow
 
     batch = env._batch
     stream = not batch and not isinstance(plan.source, CollectionSource)
@@ -185,8 +185,18 @@ def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
         function = Reduce(function.reduce_function, emit_each=not batch)
     sink = plan.sink
     delta = sink.path if isinstance(sink, DeltaSink) else None
+    parallelism = plan.parallelism or env._parallelism
+    for pinned in plan.after_parallelism:
+        if pinned != parallelism:
+            raise PyFlinkUnsupportedError(
+                f"set_parallelism({pinned}) on an operator after the keyed one: it runs in the "
+                f"keyed operator's tasks ({parallelism or 'as many as Spark makes'}); give both "
+                f"the same parallelism ({COMING_FROM_PYFLINK})"
+            )
+    max_parallelism = plan.max_parallelism or env._max_parallelism
     return Dataflow(
         job=job,
+        operator=plan.uid or DEFAULT_OPERATOR,
         source=_source(plan, stream),
         prepare=Prepare(
             steps=plan.before,
@@ -196,6 +206,8 @@ def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
             source_type=plan.source_type,
             timestamp_assigner=assigner,
             event_time=event_time,
+            operator=plan.source_name or "source",
+            max_parallelism=max_parallelism,
         ),
         key_type=key_type,
         function=PipelineFunction(
@@ -210,8 +222,8 @@ def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
         stream=stream,
         event_time=event_time,
         allowed_lateness=lateness,
-        parallelism=env._parallelism,
-        max_parallelism=env._max_parallelism,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
         backend=env._backend,
         trigger_interval=env._checkpoint_interval,
         output_table=delta,

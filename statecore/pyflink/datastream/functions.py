@@ -62,6 +62,7 @@ __all__ = [
     "AggregateFunction",
     "RuntimeContext",
     "KeyedProcessFunction",
+    "ProcessFunction",
     "TimeDomain",
     "TimerService",
 ]
@@ -309,3 +310,75 @@ class KeyedProcessFunction(sc.KeyedProcessFunction):
     def __getstate__(self) -> dict[str, Any]:
         """The function's attributes without the contexts bound to a task."""
         return {k: v for k, v in self.__dict__.items() if k not in _CONTEXTS}
+
+
+class NonKeyedTimerService:
+    """The timer service of a :class:`ProcessFunction`: the times; timers are keyed-only, as in
+    Flink (registering one raises :class:`~statecore.errors.PyFlinkUnsupportedError`)."""
+
+    __slots__ = ("_service",)
+
+    def __init__(self, service: TimerService) -> None:
+        self._service = service
+
+    def current_processing_time(self) -> int:
+        return self._service.current_processing_time()
+
+    def current_watermark(self) -> int:
+        return self._service.current_watermark()
+
+    def _keyed_only(self, method: str) -> PyFlinkUnsupportedError:
+        return PyFlinkUnsupportedError(
+            f"timer_service().{method}: timers are only supported on keyed streams, as in "
+            "Flink; key the stream (key_by) and use a KeyedProcessFunction "
+            f"({COMING_FROM_PYFLINK})"
+        )
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        raise self._keyed_only("register_event_time_timer")
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        raise self._keyed_only("register_processing_time_timer")
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        raise self._keyed_only("delete_event_time_timer")
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        raise self._keyed_only("delete_processing_time_timer")
+
+
+class ProcessContext(Context):
+    """PyFlink's ``ProcessFunction.Context``: the element's timestamp and the times (no key, no
+    timers)."""
+
+    __slots__ = ()
+
+    def __init__(self, ctx: sc.Context | None) -> None:
+        self._ctx = ctx
+        self._timer_service = None if ctx is None else NonKeyedTimerService(ctx.timer_service)  # type: ignore[assignment]
+
+    def get_current_key(self) -> Any:
+        raise PyFlinkUnsupportedError(
+            "ProcessFunction.Context has no key (a stream without key_by); a "
+            f"KeyedProcessFunction's context has get_current_key() ({COMING_FROM_PYFLINK})"
+        )
+
+    def timer_service(self) -> NonKeyedTimerService:  # type: ignore[override]
+        return self._timer_service  # type: ignore[return-value]
+
+
+class ProcessFunction(Function, ABC):
+    """PyFlink's ``ProcessFunction`` (``DataStream.process`` on a stream without a key):
+    ``process_element(value, ctx)`` with ``ctx.timestamp()`` and
+    ``ctx.timer_service().current_processing_time()`` / ``current_watermark()``; yield the
+    outputs. Timers and keyed state are for keyed streams (a clear error here)."""
+
+    Context = ProcessContext
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
+        """Handle one element; yield output elements."""
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
+        """Never called: a non-keyed stream has no timers."""
+        return None

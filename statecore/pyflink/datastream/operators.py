@@ -21,12 +21,22 @@ from statecore.backends.timers import MAX_WATERMARK
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
 from statecore.pyflink.common.types import to_python, to_storage
 from statecore.pyflink.datastream.formatting import flink_string
-from statecore.pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
+from statecore.pyflink.datastream.functions import (
+    KeyedProcessFunction,
+    ProcessContext,
+    RuntimeContext,
+)
+from statecore.pyflink.datastream.rich import (
+    NonKeyedRuntimeContext,
+    TaskInfo,
+    close_functions,
+    open_functions,
+)
 from statecore.pyflink.datastream.state import ValueStateDescriptor
 from statecore.runtime import functions as sc
 from statecore.types import PICKLED
 
-__all__ = ["Step", "Prepare", "PipelineFunction", "Reduce", "KEYED_BY_SEQUENCE"]
+__all__ = ["Step", "Prepare", "PipelineFunction", "Process", "Reduce", "KEYED_BY_SEQUENCE"]
 
 KEYED_BY_SEQUENCE = "sequence"
 """The key encoding of a job without ``key_by``: each element its own key (its position)."""
@@ -49,20 +59,26 @@ class Step:
         return getattr(self.function, self.kind, self.function)  # type: ignore[no-any-return]
 
 
-def run_steps(steps: tuple[Step, ...], value: Any) -> Iterator[Any]:
-    """``value`` through ``steps``: what comes out at the end (none, one or many)."""
+def run_steps(steps: tuple[Step, ...], value: Any, ctx: Any = None) -> Iterator[Any]:
+    """``value`` through ``steps``: what comes out at the end (none, one or many). ``ctx`` is
+    the keyed stage's per-record context (a ``process`` step's context is made from it)."""
     if not steps:
         yield value
         return
     step, rest = steps[0], steps[1:]
+    if step.kind == "process":
+        outputs: Iterable[Any] = step.function.process_element(value, ProcessContext(ctx)) or ()
+        for out in outputs:
+            yield from run_steps(rest, to_python(out, step.output_type), ctx)
+        return
     function = step.call()
     if step.kind == "filter":
         if function(value):
-            yield from run_steps(rest, value)
+            yield from run_steps(rest, value, ctx)
         return
-    outputs: Iterable[Any] = function(value) if step.kind == "flat_map" else (function(value),)
+    outputs = function(value) if step.kind == "flat_map" else (function(value),)
     for out in outputs or ():
-        yield from run_steps(rest, to_python(out, step.output_type))
+        yield from run_steps(rest, to_python(out, step.output_type), ctx)
 
 
 def encode_key(key: Any, encoding: str) -> Any:
@@ -91,18 +107,50 @@ class Prepare:
     timestamp_assigner: Any = None
     event_time: bool = False
 
+    operator: str = "source"
+    """The task's name in the functions' runtime context."""
+    max_parallelism: int | None = None
+
     def __call__(
-        self, records: Iterable[tuple[Any, int | None]], partition: int
+        self,
+        records: Iterable[tuple[Any, int | None]],
+        partition: int,
+        partitions: int | None = None,
     ) -> Iterator[tuple[Any, ...]]:
-        return self.rows(records, partition=partition)
+        return self.rows(records, partition=partition, partitions=partitions)
+
+    def functions(self) -> list[Any]:
+        """The user functions this stage runs: its steps' and the key selector."""
+        return [s.function for s in self.steps] + [self.key_selector]
 
     def rows(
-        self, records: Iterable[tuple[Any, int | None]], *, partition: int
+        self,
+        records: Iterable[tuple[Any, int | None]],
+        *,
+        partition: int,
+        partitions: int | None = None,
     ) -> Iterator[tuple[Any, bytes, int | None, int]]:
         """``(key, pickled element, event time, sequence)`` for each element that comes out of
-        ``(element, record timestamp)`` records."""
+        ``(element, record timestamp)`` records, in task ``partition`` of ``partitions`` (its
+        functions opened first and closed at the end, non-keyed)."""
+        info = TaskInfo(
+            operator=self.operator,
+            subtask_index=partition,
+            parallelism=partitions,
+            max_parallelism=self.max_parallelism or TaskInfo.max_parallelism,
+        )
+        open_functions(self.functions(), NonKeyedRuntimeContext(info))
+        try:
+            yield from self._rows(records, partition)
+        finally:
+            close_functions(self.functions())
+
+    def _rows(
+        self, records: Iterable[tuple[Any, int | None]], partition: int
+    ) -> Iterator[tuple[Any, bytes, int | None, int]]:
         seq = partition << _SEQ_BITS
         assigner = self.timestamp_assigner
+        selector = getattr(self.key_selector, "get_key", self.key_selector)
         for raw, record_time in records:
             element = pickle.loads(raw) if self.decode == "pickle" else raw
             element = to_python(element, self.source_type)
@@ -117,10 +165,10 @@ class Prepare:
                         f"element {value!r} has no timestamp: give the watermark strategy a "
                         f"timestamp assigner ({COMING_FROM_PYFLINK})"
                     )
-                if self.key_selector is None:
+                if selector is None:
                     key = seq
                 else:
-                    key = encode_key(self.key_selector(value), self.key_encoding)
+                    key = encode_key(selector(value), self.key_encoding)
                 yield key, pickle.dumps(value, protocol=5), ts, seq
                 seq += 1
 
@@ -172,6 +220,10 @@ class Reduce(KeyedProcessFunction):
         context: RuntimeContext = runtime_context
         self.state = context.get_state(ValueStateDescriptor("reduce", PICKLED))
         self.reduce = getattr(self.reduce_function, "reduce", self.reduce_function)
+        open_functions([self.reduce_function], runtime_context)
+
+    def close(self) -> None:
+        close_functions([self.reduce_function])
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
         current = self.state.value()
@@ -184,6 +236,35 @@ class Reduce(KeyedProcessFunction):
 
     def on_timer(self, timestamp: int, ctx: Any) -> Iterator[Any]:
         yield self.state.value()
+
+
+class Process(sc.KeyedProcessFunction):
+    """``DataStream.process(ProcessFunction)`` on a stream without a key: the user's function in
+    the keyed stage of a job keyed by position (:data:`KEYED_BY_SEQUENCE`), with a non-keyed
+    runtime context and PyFlink's ``ProcessFunction.Context`` (the element's timestamp, the
+    stage's watermark and processing time; no key state, no timers)."""
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+        self._context = ProcessContext(None)
+
+    def open(self, runtime_context: sc.RuntimeContext) -> None:
+        open_functions([self.function], NonKeyedRuntimeContext(runtime_context))
+
+    def close(self) -> None:
+        close_functions([self.function])
+
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        context = self._context
+        if context._ctx is not ctx:
+            context = self._context = ProcessContext(ctx)
+        return self.function.process_element(value, context)  # type: ignore[no-any-return]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"function": self.function}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["function"])  # type: ignore[misc]
 
 
 class PipelineFunction(sc.KeyedProcessFunction):
@@ -211,14 +292,25 @@ class PipelineFunction(sc.KeyedProcessFunction):
         self._subtask = 0
 
     def open(self, runtime_context: sc.RuntimeContext) -> None:
+        """Open the keyed function, then the steps after it: the first step is the keyed
+        function when there is no other (``key_by(...).flat_map(f)``: keyed state in ``open``),
+        the rest run on the stream it outputs (non-keyed, as in Flink)."""
         self._subtask = runtime_context.subtask_index
         self._contexts = {}
+        steps = [s.function for s in self.steps]
         if self.function is not None:
             self.function.open(runtime_context)
+        elif steps:
+            open_functions(steps[:1], RuntimeContext(runtime_context))
+            steps = steps[1:]
+        open_functions(steps, NonKeyedRuntimeContext(runtime_context))
 
     def close(self) -> None:
-        if self.function is not None:
-            self.function.close()
+        try:
+            if self.function is not None:
+                self.function.close()
+        finally:
+            close_functions(s.function for s in self.steps)
 
     def _context(self, ctx: Any) -> Any:
         if not self.pickled_key:
@@ -228,9 +320,9 @@ class PipelineFunction(sc.KeyedProcessFunction):
             wrapped = self._contexts[id(ctx)] = _PickledKeyContext(ctx)
         return wrapped
 
-    def _emit(self, outputs: Iterable[Any] | None) -> Iterator[tuple[Any, ...]]:
+    def _emit(self, outputs: Iterable[Any] | None, ctx: Any) -> Iterator[tuple[Any, ...]]:
         for out in outputs or ():
-            for value in run_steps(self.steps, to_python(out, self.function_type)):
+            for value in run_steps(self.steps, to_python(out, self.function_type), ctx):
                 yield self._row(value)
 
     def _row(self, value: Any) -> tuple[Any, ...]:
@@ -246,13 +338,13 @@ class PipelineFunction(sc.KeyedProcessFunction):
     def process_element(self, value: Any, ctx: Any) -> Iterator[tuple[Any, ...]]:
         element = pickle.loads(value.value)
         if self.function is None:
-            return self._emit((element,))
-        return self._emit(self.function.process_element(element, self._context(ctx)))
+            return self._emit((element,), ctx)
+        return self._emit(self.function.process_element(element, self._context(ctx)), ctx)
 
     def on_timer(self, timestamp: int, ctx: Any) -> Iterator[tuple[Any, ...]]:
         if self.function is None:
             return iter(())
-        return self._emit(self.function.on_timer(timestamp, self._context(ctx)))
+        return self._emit(self.function.on_timer(timestamp, self._context(ctx)), ctx)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_contexts"}
