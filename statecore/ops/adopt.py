@@ -28,10 +28,10 @@ If anything is wrong, :class:`~statecore.errors.StateAdoptionError` lists the fi
 all of them, and nothing is registered. Otherwise the tables are **copied**, at the versions
 that were validated, into a new savepoint folder (``<warehouse>/_savepoints/<job>/<name>``, as
 an export: :func:`~statecore.ops.savepoint.write_savepoint`) and recorded in the catalog; files
-another writer stored with other physical types (delta-rs stores strings as string views) are
-rewritten with the types statecore writes, which a restore checks. A copy, not a pin on the
-edited tables' versions: the edited folder is the user's, and their later edits, VACUUM or
-deletion must not change what the savepoint restores. The adopted
+another writer stored with another physical schema (delta-rs stores strings as string views,
+Spark every column as nullable) are rewritten as statecore writes them, which a restore checks.
+A copy, not a pin on the edited tables' versions: the edited folder is the user's, and their
+later edits, VACUUM or deletion must not change what the savepoint restores. The adopted
 savepoint keeps its source's checkpoint, watermark and source input, so restoring it
 (``--savepoint NAME``, ``statecore savepoints restore NAME``) behaves as restoring the source.
 """
@@ -525,17 +525,17 @@ def adopt_savepoint(
 
 
 def _as_statecore_writes(layouts: dict[tuple[str, str, str], TableLayout]) -> TableRewriter:
-    """Copy each table, rewriting the partitions with a file whose stored types are not the ones
-    statecore writes (delta-rs stores strings as string views): a restore checks them."""
+    """Copy each table, rewriting the partitions with a file whose stored schema is not the one
+    statecore writes (delta-rs stores strings as string views, Spark every column as nullable
+    and in ``key_group=N/`` folders): a restore checks the schema."""
 
     def rewrite(table: TableVersion, layout: TableLayout) -> Rewrite | None:
         expected = layouts[(table.operator, table.table_kind, table.state)]
-        want = [f.type for f in expected.rows_schema]
         files = table_files(table.path, table.version)
         stray = frozenset(
             file.key_group
             for file, rows in read_files(table.path, files)
-            if [rows.schema.field(n).type for n in expected.rows_schema.names] != want
+            if not rows.schema.equals(expected.rows_schema)
         )
         if not stray and layout == expected:
             return None
