@@ -414,3 +414,58 @@ def test_adopt_restore_sees_the_edit(
         "bob": (0, {}, []),
         "cat": (100, {"a": 1}, ["a"]),
     }
+
+
+def test_adopt_checks_timers(clicks: tuple[StatecoreConfig, str]) -> None:
+    config, folder = clicks
+    timers = f"{folder}/main/timers"
+    row = table_rows(timers).to_pylist()[0]
+    right = assign_to_key_group(row["key"], 128)
+    write_deltalake(
+        timers,
+        pa.Table.from_pylist(
+            [
+                dict(row, timestamp=1, key_group=(right + 1) % 128),
+                dict(row, timestamp=2, time_domain="wall_clock"),
+            ],
+            schema=table_rows(timers).schema,
+        ),
+        mode="append",
+    )
+    error = refused(config)
+    assert sorted((p.key_group, p.expected_key_group) for p in error.problems) == [
+        (right, None),
+        ((right + 1) % 128, right),
+    ]
+    assert "time_domain 'wall_clock' is not one of" in str(error)
+
+
+def test_adopt_broadcast_state_is_the_same_on_every_subtask(home: StatecoreConfig) -> None:
+    rows = pa.table(
+        {
+            "subtask": pa.array([0, 0, 1, 1], pa.int32()),
+            "mode": ["broadcast"] * 4,
+            "user_key": ["click", "view", "click", "view"],
+            "value": [10.0, 20.0, 10.0, 20.0],
+        }
+    )
+    write_checkpoint(home, JOB, 1, {"rules": Table(rows, kind="broadcast", table_kind="operator")})
+    folder = export(home)
+    rules = f"{folder}/main/operator/rules"
+    DeltaTable(rules).update(
+        updates={"value": "99.0"}, predicate="subtask = 1 AND user_key = 'view'"
+    )
+    error = refused(home)
+    assert [(p.key, p.key_group) for p in error.problems] == [("view", 1)]
+    assert "broadcast value differs from subtask 0's" in error.problems[0].reason
+    DeltaTable(rules).update(updates={"value": "99.0"}, predicate="user_key = 'view'")
+    adopted = adopt(home, name="fixed")
+    table = adopted.tables[0]
+    assert {
+        (r["subtask"], r["user_key"], r["value"]) for r in rows_of(table.path, table.version)
+    } == {
+        (0, "click", 10.0),
+        (0, "view", 99.0),
+        (1, "click", 10.0),
+        (1, "view", 99.0),
+    }
