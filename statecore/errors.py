@@ -32,6 +32,7 @@ names what it is about: the job, operator, state, key group or checkpoint.
     ├── RestoreWouldDiscardError       a restore that would discard later checkpoints
     ├── CatalogBehindWarehouseError    a catalog that is empty or older than the job's tables
     ├── StateRepairError               a repair statement that would break the state's layout
+    ├── StateAdoptionError             edited state tables refused as a savepoint (rows named)
     ├── StateMismatchError             state that differs from the state it must equal
     └── PyFlinkSpellingError           a PyFlink spelling on the Pythonic API (also an
                                        AttributeError and a TypeError): names statecore's
@@ -71,6 +72,7 @@ __all__ = [
     "RestoreWouldDiscardError",
     "CatalogBehindWarehouseError",
     "StateRepairError",
+    "StateAdoptionError",
     "StateMismatchError",
     "PyFlinkSpellingError",
     "PyFlinkSpelling",
@@ -213,6 +215,17 @@ class CatalogBehindWarehouseError(StateError):
 
 class StateRepairError(StateError):
     """A repair statement that is not allowed, e.g. one that changes the key column."""
+
+
+class StateAdoptionError(StateError):
+    """Edited state tables that cannot become a savepoint: ``problems`` holds the first bad rows
+    (each names its state, key, key group, expected key group and reason), ``total`` counts
+    them all. Nothing was registered."""
+
+    def __init__(self, message: str, problems: tuple[Any, ...] = (), total: int = 0) -> None:
+        super().__init__(message)
+        self.problems = problems
+        self.total = total
 
 
 class StateMismatchError(StateError):

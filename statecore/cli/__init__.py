@@ -4,6 +4,7 @@
     statecore checkpoints list [--job J] | show JOB CHECKPOINT_ID [--key-groups]
     statecore checkpoints skip JOB CHECKPOINT_ID --reason TEXT | skipped [--job J]
     statecore savepoint JOB [--name N] [--checkpoint ID] [--export [--target DIR]]
+    statecore savepoint adopt FOLDER|NAME --name N [--job J] [--from SAVEPOINT] [--max-problems N]
     statecore savepoints list [--job J] | show REF [--job J] [--key-groups]
                        | restore NAME|FOLDER [--job J] [--parallelism P] [--force]
                        | delete NAME --job J
@@ -182,8 +183,23 @@ def _operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     savepoint = _formatted(
         sub.add_parser("savepoint", help="pin a checkpoint of a job as a savepoint, or export it")
     )
-    savepoint.add_argument("job")
+    savepoint.add_argument("job", help="the job; or `adopt` to adopt edited state (LOCATION)")
+    savepoint.add_argument(
+        "location",
+        nargs="?",
+        help="adopt: the edited tables' folder (an export's, or a copy), or an export's name "
+        "with --job",
+    )
     _new_savepoint_options(savepoint)
+    savepoint.add_argument("--job", dest="adopt_job", help="adopt: the job of a savepoint name")
+    savepoint.add_argument(
+        "--from",
+        dest="source",
+        help="adopt: the savepoint the folder was copied from, when it has no _savepoint.json",
+    )
+    savepoint.add_argument(
+        "--max-problems", type=int, default=20, help="adopt: bad rows listed (all are counted)"
+    )
     savepoint.add_argument("--checkpoint", type=int, help="default: the latest checkpoint")
     savepoint.add_argument(
         "--export",

@@ -159,6 +159,13 @@ def savepoints(args: argparse.Namespace, config: StatecoreConfig) -> str:
 def savepoint(args: argparse.Namespace, config: StatecoreConfig) -> str:
     from statecore.ops.savepoint import pin_savepoint, take_savepoint
 
+    if args.job == "adopt" and args.location is not None:
+        return adopt(args, config)
+    if args.location is not None:
+        raise ConfigError(
+            f"savepoint of job {args.job!r}: {args.location!r} is not an argument of a "
+            "savepoint; `statecore savepoint adopt LOCATION --name N` adopts edited state"
+        )
     if args.target is not None and not args.export:
         raise ConfigError(
             f"savepoint of job {args.job!r}: --target {args.target} is an export's folder; a "
@@ -182,6 +189,31 @@ def savepoint(args: argparse.Namespace, config: StatecoreConfig) -> str:
             name=args.name,
             target=args.target,
             checkpoint_id=args.checkpoint,
+            progress=to_stderr,
+        )
+        return format_rows(point_rows(point), args.format)
+
+
+def adopt(args: argparse.Namespace, config: StatecoreConfig) -> str:
+    """``statecore savepoint adopt LOCATION --name N``: validated edited state as a savepoint."""
+    from statecore.ops.adopt import adopt_savepoint
+
+    if args.name is None:
+        raise ConfigError("savepoint adopt: give the new savepoint's name (--name)")
+    if args.checkpoint is not None or args.export or args.target is not None:
+        raise ConfigError(
+            "savepoint adopt: --checkpoint, --export and --target are for taking a savepoint; "
+            "an adopted one is always copied to <warehouse>/_savepoints/<job>/<name>"
+        )
+    with Catalog.connect(config.catalog_url) as catalog:
+        point = adopt_savepoint(
+            config,
+            catalog,
+            args.location,
+            name=args.name,
+            job=args.adopt_job,
+            source=args.source,
+            max_problems=args.max_problems,
             progress=to_stderr,
         )
         return format_rows(point_rows(point), args.format)

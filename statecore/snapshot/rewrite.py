@@ -46,6 +46,7 @@ __all__ = [
     "restore_version",
     "table_files",
     "table_layout",
+    "table_reader_features",
     "table_version",
     "vacuum",
     "versions_since",
@@ -129,6 +130,16 @@ def table_layout(uri: str, version: int) -> TableLayout:
             f"snapshot table {uri} is partitioned by {partitions}, not by one column"
         )
     return TableLayout(pa.schema(table.schema().to_arrow()), partitions[0])
+
+
+def table_reader_features(uri: str, version: int) -> list[str]:
+    """The Delta reader features the table at ``version`` needs (deletion vectors, column
+    mapping, ...): statecore reads a table's files as they are, so it reads none of them."""
+    protocol = _open(uri, version).protocol()
+    features = list(protocol.reader_features or [])
+    if protocol.min_reader_version == 2:  # column mapping, before reader features were named
+        features.append("columnMapping")
+    return features
 
 
 def table_files(uri: str, version: int) -> list[TableFile]:
