@@ -66,6 +66,7 @@ from statecore.keygroups import (
     compute_operator_index_for_key_group,
     spark_hash,
 )
+from statecore.runtime.co_process import KeyedCoProcessFunction, TaggedElement
 from statecore.runtime.functions import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -133,6 +134,8 @@ __all__ = [
     "KeyGroupRange",
     "KeyTypeError",
     "KeyedProcessFunction",
+    "KeyedCoProcessFunction",
+    "TaggedElement",
     "KeyedStateBackend",
     "ListState",
     "ListStateDescriptor",
