@@ -67,6 +67,9 @@ class Source:
     bounded: bool = True
 
 
+Prepared = Callable[[Iterable[tuple[Any, int | None]], int], Iterator[tuple[Any, ...]]]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Dataflow:
     """A planned job: its source, the stateless stage, the keyed stage and the output."""
@@ -96,6 +99,18 @@ class Dataflow:
     """Gets each completed checkpoint's output rows (without ``output_table``)."""
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set to stop a stream (``cancel()`` of PyFlink's ``JobClient``)."""
+    more_inputs: tuple[tuple[Source, Prepared], ...] = ()
+    """Further sources, each with its own stateless stage, unioned with the first before the
+    keyed stage (PyFlink's ``union`` and ``connect``: their ``prepare`` numbers the rows of
+    each input apart)."""
+
+    @property
+    def inputs(self) -> tuple[tuple[Source, Prepared], ...]:
+        return ((self.source, self.prepare), *self.more_inputs)
+
+    @property
+    def bounded(self) -> bool:
+        return all(source.bounded for source, _ in self.inputs)
 
 
 def _prepared_schema(key_type: str) -> T.StructType:
@@ -109,8 +124,9 @@ def _prepared_schema(key_type: str) -> T.StructType:
     )
 
 
-def _prepare_task(flow: Dataflow) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    prepare = flow.prepare
+def _prepare_task(
+    flow: Dataflow, prepare: Prepared
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     schema = pa.schema(
         [
             pa.field("key", _ARROW_KEYS[flow.key_type]),
@@ -152,8 +168,8 @@ class _Run:
         self.spark: SparkSession = session
         self.config = StatecoreConfig.resolve()
 
-    def source(self, stream: bool) -> DataFrame:
-        source = self.flow.source
+    def source(self, stream: bool, source: Source | None = None) -> DataFrame:
+        source = self.flow.source if source is None else source
         spark = self.spark
         if source.kind == "rows":
             rows = [(r, None) for r in source.rows]
@@ -182,8 +198,17 @@ class _Run:
             F.unix_millis(F.col("timestamp")).alias("record_ts"),
         )
 
-    def prepared(self, df: DataFrame) -> DataFrame:
-        return df.mapInArrow(_prepare_task(self.flow), _prepared_schema(self.flow.key_type))
+    def prepared(self, df: DataFrame, prepare: Prepared | None = None) -> DataFrame:
+        task = _prepare_task(self.flow, self.flow.prepare if prepare is None else prepare)
+        return df.mapInArrow(task, _prepared_schema(self.flow.key_type))
+
+    def prepared_inputs(self, stream: bool) -> DataFrame:
+        """Every input's prepared rows, unioned: one keyed input."""
+        frames = [self.prepared(self.source(stream, s), p) for s, p in self.flow.inputs]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union
 
     def options(self) -> dict[str, Any]:
         flow = self.flow
@@ -241,12 +266,12 @@ class _Run:
         return checkpoint
 
     def batch(self) -> list[int]:
-        if not self.flow.source.bounded:
+        if not self.flow.bounded:
             raise ConfigError(
                 f"job {self.flow.job!r}: a batch needs a bounded source (files read once, a "
                 "Kafka source with an end)"
             )
-        prepared = self.prepared(self.source(stream=False))
+        prepared = self.prepared_inputs(stream=False)
         self.run_once(prepared, output_table=self.flow.output_table, changelog=False)
         return self.completed()
 
@@ -254,13 +279,13 @@ class _Run:
         flow = self.flow
         table = flow.output_table or f"{self.config.warehouse.rstrip('/')}/{flow.job}/output"
         trigger: dict[str, Any] | None = None
-        if flow.source.bounded:
+        if flow.bounded:
             trigger = {"availableNow": True}
         elif flow.trigger_interval is not None:
             ms = int(flow.trigger_interval / timedelta(milliseconds=1))
             trigger = {"processingTime": f"{ms} milliseconds"}
         query = keyed_stream(
-            self.prepared(self.source(stream=True)),
+            self.prepared_inputs(stream=True),
             checkpoint_location=f"{self.config.home.rstrip('/')}/dataflow/{flow.job}/query",
             trigger=trigger,
             output_table=table,
@@ -276,7 +301,7 @@ class _Run:
         error = query.exception()
         if error is not None:
             raise ConfigError(f"job {flow.job!r}: its query failed: {error}")
-        if flow.source.bounded and not flow.cancel.is_set():
+        if flow.bounded and not flow.cancel.is_set():
             self.end_input(table)
         if outputs is not None:
             outputs.deliver()

@@ -24,6 +24,7 @@ from statecore.pyflink.datastream.formatting import flink_string
 from statecore.pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 from statecore.pyflink.datastream.state import ValueStateDescriptor
 from statecore.runtime import functions as sc
+from statecore.runtime.co_process import TaggedElement
 from statecore.types import PICKLED
 
 __all__ = ["Step", "Prepare", "PipelineFunction", "Reduce", "KEYED_BY_SEQUENCE"]
@@ -32,6 +33,7 @@ KEYED_BY_SEQUENCE = "sequence"
 """The key encoding of a job without ``key_by``: each element its own key (its position)."""
 
 _SEQ_BITS = 40
+_INPUT_BITS = 56
 """A task's outputs are numbered ``partition << 40 | n``: the source's order, kept by the
 keyed stage's ``order_by``."""
 
@@ -90,6 +92,12 @@ class Prepare:
     source_type: Any = None
     timestamp_assigner: Any = None
     event_time: bool = False
+    input: int = 0
+    """The input's number in a job of several (``union``, ``connect``): its rows are numbered
+    apart from the others', after them."""
+    tagged: bool = False
+    """Each element as a :class:`~statecore.runtime.co_process.TaggedElement` of ``input``
+    (``connect``: a two-input function dispatches on it)."""
 
     def __call__(
         self, records: Iterable[tuple[Any, int | None]], partition: int
@@ -101,7 +109,7 @@ class Prepare:
     ) -> Iterator[tuple[Any, bytes, int | None, int]]:
         """``(key, pickled element, event time, sequence)`` for each element that comes out of
         ``(element, record timestamp)`` records."""
-        seq = partition << _SEQ_BITS
+        seq = self.input << _INPUT_BITS | partition << _SEQ_BITS
         assigner = self.timestamp_assigner
         for raw, record_time in records:
             element = pickle.loads(raw) if self.decode == "pickle" else raw
@@ -121,7 +129,8 @@ class Prepare:
                     key = seq
                 else:
                     key = encode_key(self.key_selector(value), self.key_encoding)
-                yield key, pickle.dumps(value, protocol=5), ts, seq
+                out = TaggedElement(self.input, value) if self.tagged else value
+                yield key, pickle.dumps(out, protocol=5), ts, seq
                 seq += 1
 
 
