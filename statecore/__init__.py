@@ -66,6 +66,7 @@ from statecore.keygroups import (
     compute_operator_index_for_key_group,
     spark_hash,
 )
+from statecore.runtime.broadcast import KeyedBroadcastProcessFunction
 from statecore.runtime.co_process import KeyedCoProcessFunction, TaggedElement
 from statecore.runtime.functions import (
     MAX_WATERMARK,
@@ -135,6 +136,7 @@ __all__ = [
     "KeyTypeError",
     "KeyedProcessFunction",
     "KeyedCoProcessFunction",
+    "KeyedBroadcastProcessFunction",
     "TaggedElement",
     "KeyedStateBackend",
     "ListState",

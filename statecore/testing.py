@@ -60,9 +60,10 @@ from statecore.backends import BackendParameters, OperatorStateStore, create_bac
 from statecore.backends.base import KeyedStateBackend, RestoreSource, snapshot_schema
 from statecore.backends.timers import MAX_WATERMARK, MIN_WATERMARK, TimeDomain, Timer
 from statecore.compatibility import migrate_rows
-from statecore.descriptors import StateDescriptor, StateKind
+from statecore.descriptors import MapStateDescriptor, StateDescriptor, StateKind
 from statecore.errors import ConfigError, MaxParallelismMismatchError
 from statecore.keygroups import Key, KeyGroupRange
+from statecore.runtime.broadcast import KeyedBroadcastFunction, KeyedBroadcastProcessFunction
 from statecore.runtime.co_process import (
     KeyedCoProcessFunction,
     TaggedElement,
@@ -76,7 +77,12 @@ from statecore.state import VOID_NAMESPACE
 from statecore.ttl.time import ManualTimeProvider
 from statecore.types import TypeInfo, TypeSpec
 
-__all__ = ["KeyedProcessFunctionHarness", "KeyedTwoInputHarness", "OperatorSubtaskState"]
+__all__ = [
+    "KeyedBroadcastHarness",
+    "KeyedProcessFunctionHarness",
+    "KeyedTwoInputHarness",
+    "OperatorSubtaskState",
+]
 
 
 @dataclass(frozen=True)
@@ -377,4 +383,45 @@ class KeyedTwoInputHarness(KeyedProcessFunctionHarness):
         return self.process_elements((TaggedElement(2, e) for e in elements), timestamps)
 
     def __enter__(self) -> KeyedTwoInputHarness:
+        return self
+
+
+class KeyedBroadcastHarness(KeyedProcessFunctionHarness):
+    """Runs a :class:`~statecore.runtime.broadcast.KeyedBroadcastProcessFunction` (the broadcast
+    state pattern) in one subtask: :meth:`process_element` feeds the keyed input,
+    :meth:`process_broadcast_element` the broadcast input. ``states`` are the broadcast state
+    descriptors (Flink's ``broadcast(descriptor)``); a snapshot holds them as the subtask's
+    operator state. The other arguments are :class:`KeyedProcessFunctionHarness`'s."""
+
+    def __init__(
+        self,
+        function: KeyedBroadcastProcessFunction,
+        *,
+        key: KeySpec,
+        states: Iterable[MapStateDescriptor] = (),
+        **options: Any,
+    ) -> None:
+        selector = _selector(key)
+        self.adapter = KeyedBroadcastFunction(function, tuple(states))
+        super().__init__(self.adapter, key=lambda r: selector(as_tagged(r).value), **options)
+
+    def process_elements(
+        self, elements: Iterable[Any], timestamps: Iterable[int | None] | None = None
+    ) -> list[Any]:
+        """Keyed ``elements`` through ``process_element``, in order."""
+        return super().process_elements((TaggedElement(1, e) for e in elements), timestamps)
+
+    def process_broadcast_element(self, element: Any, timestamp: int | None = None) -> list[Any]:
+        """Run ``process_broadcast_element`` for ``element``; what it emitted."""
+        if self.watermark == MAX_WATERMARK:
+            raise ConfigError("the input ended (end_input()): no element can follow")
+        out = list(self.adapter.broadcast(element, timestamp) or ())
+        self.output += out
+        return out
+
+    def broadcast_state(self, descriptor: MapStateDescriptor) -> dict[Any, Any]:
+        """The broadcast state ``descriptor`` names, as a ``dict``."""
+        return dict(self.task.operator_state.get_broadcast_state(descriptor).items())
+
+    def __enter__(self) -> KeyedBroadcastHarness:
         return self

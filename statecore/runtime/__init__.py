@@ -5,6 +5,8 @@
   ``Timer``, ``MIN_WATERMARK``), re-exported here: ``from statecore.runtime import ...``.
 - :mod:`~statecore.runtime.co_process`: two inputs over one keyed state
   (``KeyedCoProcessFunction``), run as one keyed input with a tag.
+- :mod:`~statecore.runtime.broadcast`: the broadcast state pattern
+  (``KeyedBroadcastProcessFunction``).
 - :mod:`~statecore.runtime.spellings`: PyFlink's call spellings of statecore attributes
   (``ctx.timestamp()``) turned into errors that name statecore's.
 - :mod:`~statecore.runtime.vectorized`: the Arrow-batch API (also ``statecore.vectorized``).
@@ -14,6 +16,7 @@
 - :mod:`~statecore.runtime.shares`: the restore plan cut into each task's part on the driver.
 """
 
+from statecore.runtime.broadcast import KeyedBroadcastProcessFunction
 from statecore.runtime.co_process import KeyedCoProcessFunction, TaggedElement
 from statecore.runtime.functions import (
     MAX_WATERMARK,
@@ -36,6 +39,7 @@ __all__ = [
     "OnTimerContext",
     "KeyedProcessFunction",
     "KeyedCoProcessFunction",
+    "KeyedBroadcastProcessFunction",
     "TaggedElement",
     "CheckpointedFunction",
     "FunctionInitializationContext",
