@@ -25,8 +25,9 @@ own state and timers.
 []
 [('ann', 250)]
 
-Only the two-input harness runs this pattern yet: ``keyed_co_process`` and PyFlink's
-``broadcast`` do not (a broadcast input must reach every Spark task, see docs/two-inputs.md).
+On Spark, ``keyed_broadcast_process`` gives every task of the keyed stage a copy of each
+broadcast element (a record of input 2 under a key of the task's key-group range); PyFlink's
+``broadcast`` is not mapped yet.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from statecore.backends.operator import BroadcastState, OperatorStateStore
 from statecore.backends.timers import TimerService
 from statecore.descriptors import MapStateDescriptor, StateDescriptor
 from statecore.errors import ConfigError, StateAccessError
-from statecore.runtime.co_process import as_tagged
+from statecore.runtime.co_process import Unpack, as_tagged
 from statecore.runtime.functions import (
     CheckpointedFunction,
     Context,
@@ -197,18 +198,24 @@ class KeyedBroadcastProcessFunction(ABC):
 
 
 class KeyedBroadcastFunction(KeyedProcessFunction, CheckpointedFunction):
-    """The adapter: keyed records (:class:`~statecore.runtime.co_process.TaggedElement` of
-    input 1) through ``process_element``; broadcast elements through :meth:`broadcast`, once per
-    instance. ``states`` declares the broadcast states (Flink's ``broadcast(descriptors...)``):
-    they are registered when the instance starts, so restored ones exist before any element."""
+    """The adapter: keyed records (:class:`~statecore.runtime.co_process.TaggedElement` of input 1)
+    through ``process_element``; broadcast elements through :meth:`broadcast`, once per
+    instance (on Spark each instance gets its copy as a record of input 2). ``states``
+    declares the broadcast states (Flink's ``broadcast(descriptors...)``): they are
+    registered when the instance starts, so restored ones exist before any element.
+    ``unpack`` is :class:`~statecore.runtime.co_process.TwoInputFunction`'s."""
 
     def __init__(
-        self, function: KeyedBroadcastProcessFunction, states: Sequence[MapStateDescriptor] = ()
+        self,
+        function: KeyedBroadcastProcessFunction,
+        states: Sequence[MapStateDescriptor] = (),
+        unpack: Unpack | None = None,
     ) -> None:
         if not isinstance(function, KeyedBroadcastProcessFunction):
             raise ConfigError(f"{type(function).__name__} is not a KeyedBroadcastProcessFunction")
         self.function = function
         self.states = tuple(states)
+        self.unpack: Unpack = as_tagged if unpack is None else unpack
 
     def initialize_state(self, context: FunctionInitializationContext) -> None:
         self._broadcast = _Broadcast(context.operator_state_store, self.states)
@@ -223,12 +230,11 @@ class KeyedBroadcastFunction(KeyedProcessFunction, CheckpointedFunction):
         self.function.open(runtime_context)
 
     def process_element(self, value: Any, ctx: Context) -> Iterable[Any] | None:
-        tagged = as_tagged(value)
+        tagged = self.unpack(value)
+        if tagged.input == 2:  # a broadcast element's copy for this instance (on Spark)
+            return self.broadcast(tagged.value, ctx.timestamp)
         if tagged.input != 1:
-            raise ConfigError(
-                "a broadcast element reaches every instance through broadcast(), not as a "
-                "keyed record"
-            )
+            raise ConfigError(f"a broadcast function's record names input {tagged.input!r}")
         return self.function.process_element(tagged.value, ReadOnlyContext(ctx, self._broadcast))
 
     def broadcast(self, value: Any, timestamp: int | None = None) -> Iterable[Any] | None:

@@ -26,12 +26,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from statecore.descriptors import MapStateDescriptor
 from statecore.errors import ConfigError
+from statecore.keygroups import assign_to_key_group, compute_operator_index_for_key_group
+from statecore.runtime.broadcast import KeyedBroadcastFunction, KeyedBroadcastProcessFunction
 from statecore.runtime.co_process import KeyedCoProcessFunction, TaggedElement, two_input_function
 from statecore.spark.job import KeyedRun
 from statecore.spark.keyed import keyed_process
 
-__all__ = ["keyed_co_process", "tagged_inputs"]
+__all__ = ["keyed_broadcast_process", "keyed_co_process", "tagged_inputs"]
 
 Pair = str | tuple[str, str]
 
@@ -77,8 +80,10 @@ def tagged_inputs(
     key: Pair,
     event_time: Pair | None = None,
     order_by: Sequence[str] = (),
+    second_columns: Sequence[str] | None = None,
 ) -> DataFrame:
-    """The one keyed input of two (see the module docstring)."""
+    """The one keyed input of two (see the module docstring); ``second_columns`` are the
+    second input's record columns (default: all)."""
     keys = _pair(key, "key")
     times = None if event_time is None else _pair(event_time, "event_time")
     frames = (first, second)
@@ -99,14 +104,16 @@ def tagged_inputs(
             f"({keys[0]} {key_types[0].simpleString()}, {keys[1]} "
             f"{key_types[1].simpleString()}); cast one to the other's"
         )
-    structs = [T.StructType(list(df.schema.fields)) for df in frames]
+    names = [first.columns, list(second.columns if second_columns is None else second_columns)]
+    structs = [T.StructType([df.schema[n] for n in cols]) for df, cols in zip(frames, names)]
     tagged = []
     for side, df in enumerate(frames, start=1):
+        record = F.struct(*names[side - 1])
         columns = [
             F.col(keys[side - 1]).alias("key"),
             F.lit(side).alias("input"),
-            (F.struct(*df.columns) if side == 1 else F.lit(None).cast(structs[0])).alias("first"),
-            (F.struct(*df.columns) if side == 2 else F.lit(None).cast(structs[1])).alias("second"),
+            (record if side == 1 else F.lit(None).cast(structs[0])).alias("first"),
+            (record if side == 2 else F.lit(None).cast(structs[1])).alias("second"),
         ]
         if times is not None:
             columns.append(F.col(times[side - 1]).alias("ts"))
@@ -152,6 +159,88 @@ def keyed_co_process(
         output_schema=output_schema,
         job=job,
         checkpoint_id=checkpoint_id,
+        event_time=None if event_time is None else "ts",
+        order_by=[*(f"order_{i}" for i in range(len(order_by))), "input"],
+        **options,
+    )
+
+
+_BROADCAST_KEY = "__statecore_broadcast_key"
+
+
+def instance_keys(key_type: T.DataType, parallelism: int, max_parallelism: int) -> list[Any]:
+    """One key per operator index ``0..parallelism-1`` that lands in its key-group range: the
+    keys under which each task gets its copy of a broadcast element."""
+    found: dict[int, Any] = {}
+    make = (lambda n: n) if isinstance(key_type, T.IntegralType) else (lambda n: f"broadcast-{n}")
+    if not isinstance(key_type, T.IntegralType | T.StringType):
+        raise ConfigError(
+            f"keyed_broadcast_process: keys of type {key_type.simpleString()} (use a string or "
+            "an integer key)"
+        )
+    n = 0
+    while len(found) < parallelism:
+        key = make(n)
+        group = assign_to_key_group(key, max_parallelism)
+        found.setdefault(
+            compute_operator_index_for_key_group(max_parallelism, parallelism, group), key
+        )
+        n += 1
+    return [found[i] for i in range(parallelism)]
+
+
+def keyed_broadcast_process(
+    keyed: DataFrame,
+    broadcast: DataFrame,
+    *,
+    key: str,
+    function: KeyedBroadcastProcessFunction,
+    states: Sequence[MapStateDescriptor],
+    output_schema: T.StructType,
+    job: str,
+    checkpoint_id: int,
+    parallelism: int,
+    max_parallelism: int,
+    event_time: Pair | None = None,
+    order_by: Sequence[str] = (),
+    **options: Any,
+) -> KeyedRun:
+    """The broadcast state pattern on Spark: ``keyed`` (keyed by ``key``) and ``broadcast``
+    (every task gets every element) through ``function`` with the broadcast ``states``, as
+    checkpoint ``checkpoint_id``. ``parallelism`` and ``max_parallelism`` are the job's (each
+    task's copy of a broadcast element is keyed into that task's key-group range). Within a
+    task the broadcast elements come in the order of :func:`keyed_co_process`'s second input;
+    the other options are :func:`~statecore.spark.keyed.keyed_process`'s.
+    """
+    if key not in keyed.columns:
+        raise ConfigError(f"keyed_broadcast_process: the keyed input has no column {key!r}")
+    key_type = keyed.schema[key].dataType
+    keys = instance_keys(key_type, parallelism, max_parallelism)
+    spark = keyed.sparkSession
+    copies = spark.createDataFrame(
+        [(k,) for k in keys], T.StructType([T.StructField(_BROADCAST_KEY, key_type)])
+    )
+    replicated = broadcast.crossJoin(copies)
+    times = None if event_time is None else _pair(event_time, "event_time")
+    tagged = tagged_inputs(
+        keyed,
+        replicated,
+        key=(key, _BROADCAST_KEY),
+        event_time=times,
+        order_by=order_by,
+        second_columns=broadcast.columns,
+    )
+    return keyed_process(
+        tagged,
+        key="key",
+        function=KeyedBroadcastFunction(
+            function, states, SparkRecords(keyed.columns, broadcast.columns)
+        ),
+        output_schema=output_schema,
+        job=job,
+        checkpoint_id=checkpoint_id,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
         event_time=None if event_time is None else "ts",
         order_by=[*(f"order_{i}" for i in range(len(order_by))), "input"],
         **options,

@@ -124,9 +124,12 @@ def test_broadcast_pattern_rescale_gives_each_instance_a_whole_copy() -> None:
     assert limits == [{"EUR": 100}, {"EUR": 200}, {"EUR": 100}]
 
 
-def test_broadcast_pattern_rejects_other_functions_and_untagged_broadcasts() -> None:
+def test_broadcast_pattern_rejects_other_functions_and_runs_input_two_as_broadcast() -> None:
     with pytest.raises(ConfigError, match="not a KeyedBroadcastProcessFunction"):
         KeyedBroadcastFunction(object())  # type: ignore[arg-type]
     with KeyedBroadcastHarness(Alerts(), key=lambda p: "x", states=[LIMITS]) as harness:
-        with pytest.raises(ConfigError, match="through broadcast"):
-            harness.task.process([("x", None, TaggedElement(2, ("EUR", 1)))])
+        with pytest.raises(ConfigError, match="names input 3"):
+            harness.task.process([("x", None, TaggedElement(3, ("EUR", 1)))])
+        # an instance's copy of a broadcast element, as a Spark task gets it: input 2
+        assert harness.task.process([("x", None, TaggedElement(2, ("EUR", 1)))]) == [("reset", [])]
+        assert harness.broadcast_state(LIMITS) == {"EUR": 1}
