@@ -24,7 +24,7 @@ def page_blocks() -> list[str]:
 def test_two_input_docs_example_enriches_clicks_on_spark(
     spark: Any, statecore_home: StatecoreConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    harness_block, spark_block = page_blocks()
+    harness_block, spark_block = page_blocks()[:2]
     scope: dict[str, Any] = {"spark": spark, "__name__": "two_inputs_doc"}
     exec(harness_block, scope)  # defines EnrichClicks (and checks it in the harness)
     exec(spark_block, scope)
