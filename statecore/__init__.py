@@ -68,6 +68,8 @@ from statecore.keygroups import (
     compute_operator_index_for_key_group,
     spark_hash,
 )
+from statecore.runtime.broadcast import KeyedBroadcastProcessFunction
+from statecore.runtime.co_process import KeyedCoProcessFunction, TaggedElement
 from statecore.runtime.functions import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -135,6 +137,9 @@ __all__ = [
     "KeyGroupRange",
     "KeyTypeError",
     "KeyedProcessFunction",
+    "KeyedCoProcessFunction",
+    "KeyedBroadcastProcessFunction",
+    "TaggedElement",
     "KeyedStateBackend",
     "ListState",
     "ListStateDescriptor",

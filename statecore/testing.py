@@ -60,9 +60,16 @@ from statecore.backends import BackendParameters, OperatorStateStore, create_bac
 from statecore.backends.base import KeyedStateBackend, RestoreSource, snapshot_schema
 from statecore.backends.timers import MAX_WATERMARK, MIN_WATERMARK, TimeDomain, Timer
 from statecore.compatibility import migrate_rows
-from statecore.descriptors import StateDescriptor, StateKind
+from statecore.descriptors import MapStateDescriptor, StateDescriptor, StateKind
 from statecore.errors import ConfigError, MaxParallelismMismatchError
 from statecore.keygroups import Key, KeyGroupRange
+from statecore.runtime.broadcast import KeyedBroadcastFunction, KeyedBroadcastProcessFunction
+from statecore.runtime.co_process import (
+    KeyedCoProcessFunction,
+    TaggedElement,
+    as_tagged,
+    two_input_function,
+)
 from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.restore import RestorePlan
 from statecore.runtime.task import KeyedOperatorTask
@@ -70,7 +77,12 @@ from statecore.state import VOID_NAMESPACE
 from statecore.ttl.time import ManualTimeProvider
 from statecore.types import TypeInfo, TypeSpec
 
-__all__ = ["KeyedProcessFunctionHarness", "OperatorSubtaskState"]
+__all__ = [
+    "KeyedBroadcastHarness",
+    "KeyedProcessFunctionHarness",
+    "KeyedTwoInputHarness",
+    "OperatorSubtaskState",
+]
 
 
 @dataclass(frozen=True)
@@ -309,3 +321,107 @@ class KeyedProcessFunctionHarness:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+KeySpec = str | Callable[[Any], Key]
+
+
+def _selector(key: KeySpec) -> Callable[[Any], Key]:
+    return attrgetter(key) if isinstance(key, str) else key
+
+
+class KeyedTwoInputHarness(KeyedProcessFunctionHarness):
+    """Runs a :class:`~statecore.runtime.co_process.KeyedCoProcessFunction` as a job runs it
+    (one keyed input with a tag, Flink's ``KeyedTwoInputStreamOperatorTestHarness``):
+    :meth:`process_element1` and :meth:`process_element2` feed either input; the watermark,
+    processing time, state, timers and snapshots are those of
+    :class:`KeyedProcessFunctionHarness`, shared by both inputs.
+
+    ``key`` selects the key of both inputs' elements (a field name or a function), or is a
+    pair: the first input's selector and the second's (Flink's ``connect(...).key_by(k1, k2)``).
+    The other arguments are :class:`KeyedProcessFunctionHarness`'s.
+    """
+
+    def __init__(
+        self,
+        function: KeyedCoProcessFunction,
+        *,
+        key: KeySpec | tuple[KeySpec, KeySpec],
+        **options: Any,
+    ) -> None:
+        first, second = key if isinstance(key, tuple) else (key, key)
+        selectors = (_selector(first), _selector(second))
+
+        def select(record: Any) -> Key:
+            tagged = as_tagged(record)
+            if tagged.input not in (1, 2):
+                raise ConfigError(f"a two-input harness's record names input {tagged.input!r}")
+            return selectors[tagged.input - 1](tagged.value)
+
+        super().__init__(two_input_function(function), key=select, **options)
+        self.co_function = function
+        """The user's two-input function."""
+
+    def process_element1(self, element: Any, timestamp: int | None = None) -> list[Any]:
+        """Run ``process_element1`` for ``element`` of the first input; what it emitted."""
+        return self.process_element(TaggedElement(1, element), timestamp)
+
+    def process_element2(self, element: Any, timestamp: int | None = None) -> list[Any]:
+        """Run ``process_element2`` for ``element`` of the second input; what it emitted."""
+        return self.process_element(TaggedElement(2, element), timestamp)
+
+    def process_elements1(
+        self, elements: Iterable[Any], timestamps: Iterable[int | None] | None = None
+    ) -> list[Any]:
+        """``elements`` of the first input, in order."""
+        return self.process_elements((TaggedElement(1, e) for e in elements), timestamps)
+
+    def process_elements2(
+        self, elements: Iterable[Any], timestamps: Iterable[int | None] | None = None
+    ) -> list[Any]:
+        """``elements`` of the second input, in order."""
+        return self.process_elements((TaggedElement(2, e) for e in elements), timestamps)
+
+    def __enter__(self) -> KeyedTwoInputHarness:
+        return self
+
+
+class KeyedBroadcastHarness(KeyedProcessFunctionHarness):
+    """Runs a :class:`~statecore.runtime.broadcast.KeyedBroadcastProcessFunction` (the broadcast
+    state pattern) in one subtask: :meth:`process_element` feeds the keyed input,
+    :meth:`process_broadcast_element` the broadcast input. ``states`` are the broadcast state
+    descriptors (Flink's ``broadcast(descriptor)``); a snapshot holds them as the subtask's
+    operator state. The other arguments are :class:`KeyedProcessFunctionHarness`'s."""
+
+    def __init__(
+        self,
+        function: KeyedBroadcastProcessFunction,
+        *,
+        key: KeySpec,
+        states: Iterable[MapStateDescriptor] = (),
+        **options: Any,
+    ) -> None:
+        selector = _selector(key)
+        self.adapter = KeyedBroadcastFunction(function, tuple(states))
+        super().__init__(self.adapter, key=lambda r: selector(as_tagged(r).value), **options)
+
+    def process_elements(
+        self, elements: Iterable[Any], timestamps: Iterable[int | None] | None = None
+    ) -> list[Any]:
+        """Keyed ``elements`` through ``process_element``, in order."""
+        return super().process_elements((TaggedElement(1, e) for e in elements), timestamps)
+
+    def process_broadcast_element(self, element: Any, timestamp: int | None = None) -> list[Any]:
+        """Run ``process_broadcast_element`` for ``element``; what it emitted."""
+        if self.watermark == MAX_WATERMARK:
+            raise ConfigError("the input ended (end_input()): no element can follow")
+        out = list(self.adapter.broadcast(element, timestamp) or ())
+        self.output += out
+        return out
+
+    def broadcast_state(self, descriptor: MapStateDescriptor) -> dict[Any, Any]:
+        """The broadcast state ``descriptor`` names, as a ``dict``."""
+        return dict(self.task.operator_state.get_broadcast_state(descriptor).items())
+
+    def __enter__(self) -> KeyedBroadcastHarness:
+        return self

@@ -3,6 +3,10 @@
 - :mod:`~statecore.runtime.functions`: ``KeyedProcessFunction``, its contexts,
   ``CheckpointedFunction`` and the timer names a function uses (``TimerService``, ``TimeDomain``,
   ``Timer``, ``MIN_WATERMARK``), re-exported here: ``from statecore.runtime import ...``.
+- :mod:`~statecore.runtime.co_process`: two inputs over one keyed state
+  (``KeyedCoProcessFunction``), run as one keyed input with a tag.
+- :mod:`~statecore.runtime.broadcast`: the broadcast state pattern
+  (``KeyedBroadcastProcessFunction``).
 - :mod:`~statecore.runtime.spellings`: PyFlink's call spellings of statecore attributes
   (``ctx.timestamp()``) turned into errors that name statecore's.
 - :mod:`~statecore.runtime.vectorized`: the Arrow-batch API (also ``statecore.vectorized``).
@@ -12,6 +16,8 @@
 - :mod:`~statecore.runtime.shares`: the restore plan cut into each task's part on the driver.
 """
 
+from statecore.runtime.broadcast import KeyedBroadcastProcessFunction
+from statecore.runtime.co_process import KeyedCoProcessFunction, TaggedElement
 from statecore.runtime.functions import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -32,6 +38,9 @@ __all__ = [
     "Context",
     "OnTimerContext",
     "KeyedProcessFunction",
+    "KeyedCoProcessFunction",
+    "KeyedBroadcastProcessFunction",
+    "TaggedElement",
     "CheckpointedFunction",
     "FunctionInitializationContext",
     "FunctionSnapshotContext",

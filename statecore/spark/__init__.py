@@ -1,15 +1,16 @@
 """The PySpark runtime (``pyspark`` is used only here and in ``jobs/``).
 
-The driver API (``keyed_process``, ``keyed_process_batches``, ``keyed_stream``,
-``keyed_stream_batches``, ``savepoint_offsets``; ``build_session``, statecore's one Spark
-session builder; ``state_views``, Spark SQL over a checkpoint's state) loads on first use, so a
-Spark task's Python worker, which imports only :mod:`statecore.spark.executor`, never loads the
-driver's catalog and planning code.
+The driver API (``keyed_process``, ``keyed_process_batches``, ``keyed_co_process``,
+``keyed_stream``, ``keyed_stream_batches``, ``savepoint_offsets``; ``build_session``, statecore's
+one Spark session builder; ``state_views``, Spark SQL over a checkpoint's state) loads on first
+use, so a Spark task's Python worker, which imports only :mod:`statecore.spark.executor`, never
+loads the driver's catalog and planning code.
 """
 
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from statecore.spark.co_process import keyed_co_process
     from statecore.spark.keyed import KeyedRun, keyed_process, keyed_process_batches
     from statecore.spark.session import build_session
     from statecore.spark.sql import state_views
@@ -19,6 +20,7 @@ __all__ = [
     "KeyedRun",
     "keyed_process",
     "keyed_process_batches",
+    "keyed_co_process",
     "keyed_stream",
     "keyed_stream_batches",
     "savepoint_offsets",
@@ -36,6 +38,10 @@ def __getattr__(name: str) -> Any:
         from statecore.spark import sql
 
         return sql.state_views
+    if name == "keyed_co_process":
+        from statecore.spark import co_process
+
+        return co_process.keyed_co_process
     if name in ("keyed_stream", "keyed_stream_batches", "savepoint_offsets"):
         from statecore.spark import stream
 

@@ -85,9 +85,7 @@ class Dataflow:
     """The keyed operator's name (PyFlink's ``uid``): its state is checkpointed under it and a
     restore matches it."""
     source: Source
-    prepare: Callable[
-        [Iterable[tuple[Any, int | None]], int, int | None], Iterator[tuple[Any, ...]]
-    ]
+    prepare: PrepareFunction
     """``(element, record timestamp)`` pairs, the task's partition and the number of partitions
     (``None`` in a stream: Spark decides it per micro-batch) to ``(key, pickled value, event
     time, seq)`` rows."""
@@ -111,6 +109,18 @@ class Dataflow:
     """Gets each completed checkpoint's output rows (without ``output_table``)."""
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set to stop a stream (``cancel()`` of PyFlink's ``JobClient``)."""
+    more_inputs: tuple[tuple[Source, PrepareFunction], ...] = ()
+    """Further sources, each with its own stateless stage, unioned with the first before the
+    keyed stage (PyFlink's ``union`` and ``connect``: their ``prepare`` numbers the rows of
+    each input apart)."""
+
+    @property
+    def inputs(self) -> tuple[tuple[Source, PrepareFunction], ...]:
+        return ((self.source, self.prepare), *self.more_inputs)
+
+    @property
+    def bounded(self) -> bool:
+        return all(source.bounded for source, _ in self.inputs)
 
 
 def _prepared_schema(key_type: str) -> T.StructType:
@@ -125,9 +135,8 @@ def _prepared_schema(key_type: str) -> T.StructType:
 
 
 def _prepare_task(
-    flow: Dataflow, partitions: int | None
+    flow: Dataflow, prepare: PrepareFunction, partitions: int | None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    prepare = flow.prepare
     schema = pa.schema(
         [
             pa.field("key", _ARROW_KEYS[flow.key_type]),
@@ -206,8 +215,8 @@ class _Run:
         self.spark: SparkSession = session
         self.config = StatecoreConfig.resolve()
 
-    def source(self, stream: bool) -> DataFrame:
-        source = self.flow.source
+    def source(self, stream: bool, source: Source | None = None) -> DataFrame:
+        source = self.flow.source if source is None else source
         spark = self.spark
         if source.kind == "rows":
             rows = [(r, None) for r in source.rows]
@@ -237,10 +246,20 @@ class _Run:
             F.unix_millis(F.col("timestamp")).alias("record_ts"),
         )
 
-    def prepared(self, df: DataFrame) -> DataFrame:
+    def prepared(self, df: DataFrame, prepare: PrepareFunction | None = None) -> DataFrame:
         partitions = None if df.isStreaming else df.rdd.getNumPartitions()
-        task = _prepare_task(self.flow, partitions)
+        task = _prepare_task(
+            self.flow, self.flow.prepare if prepare is None else prepare, partitions
+        )
         return df.mapInArrow(task, _prepared_schema(self.flow.key_type))
+
+    def prepared_inputs(self, stream: bool) -> DataFrame:
+        """Every input's prepared rows, unioned: one keyed input."""
+        frames = [self.prepared(self.source(stream, s), p) for s, p in self.flow.inputs]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union
 
     def options(self) -> dict[str, Any]:
         flow = self.flow
@@ -300,12 +319,12 @@ class _Run:
         return checkpoint
 
     def batch(self) -> list[int]:
-        if not self.flow.source.bounded:
+        if not self.flow.bounded:
             raise ConfigError(
                 f"job {self.flow.job!r}: a batch needs a bounded source (files read once, a "
                 "Kafka source with an end)"
             )
-        prepared = self.prepared(self.source(stream=False))
+        prepared = self.prepared_inputs(stream=False)
         self.run_once(prepared, output_table=self.flow.output_table, changelog=False)
         return self.completed()
 
@@ -315,13 +334,13 @@ class _Run:
             check_operator(catalog, flow.job, flow.operator)
         table = flow.output_table or f"{self.config.warehouse.rstrip('/')}/{flow.job}/output"
         trigger: dict[str, Any] | None = None
-        if flow.source.bounded:
+        if flow.bounded:
             trigger = {"availableNow": True}
         elif flow.trigger_interval is not None:
             ms = int(flow.trigger_interval / timedelta(milliseconds=1))
             trigger = {"processingTime": f"{ms} milliseconds"}
         query = keyed_stream(
-            self.prepared(self.source(stream=True)),
+            self.prepared_inputs(stream=True),
             checkpoint_location=f"{self.config.home.rstrip('/')}/dataflow/{flow.job}/query",
             trigger=trigger,
             output_table=table,
@@ -337,7 +356,7 @@ class _Run:
         error = query.exception()
         if error is not None:
             raise ConfigError(f"job {flow.job!r}: its query failed: {error}")
-        if flow.source.bounded and not flow.cancel.is_set():
+        if flow.bounded and not flow.cancel.is_set():
             self.end_input(table)
         if outputs is not None:
             outputs.deliver()

@@ -89,7 +89,7 @@ def test_datastream_what_has_no_counterpart_names_what_to_use() -> None:
     cases = [
         (lambda: ds.key_by(lambda e: e[0]).window(None), "event-time timers"),
         (lambda: env.add_source(None), "from_source"),
-        (lambda: ds.union(ds), "union the Spark DataFrames"),
+        (lambda: ds.key_by(lambda e: e[0]).union(ds), "then key_by the union"),
         (lambda: ds.process(None), "key_by"),
         (
             lambda: WatermarkStrategy.no_watermarks().with_timestamp_assigner(lambda e, t: 0),

@@ -5,13 +5,18 @@ the functions (``KeyedProcessFunction``, ``RuntimeContext``, ``MapFunction``...;
 (also in ``statecore.pyflink.datastream.state``), the state backends, and ``TimeDomain``,
 ``TimerService``. Connectors are in ``statecore.pyflink.datastream.connectors``."""
 
+from statecore.pyflink.datastream.connected_streams import ConnectedStreams
 from statecore.pyflink.datastream.data_stream import DataStream, DataStreamSink, KeyedStream
 from statecore.pyflink.datastream.execution_mode import RuntimeExecutionMode
 from statecore.pyflink.datastream.functions import (
     AggregateFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
     Function,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
@@ -41,6 +46,11 @@ from statecore.pyflink.datastream.stream_execution_environment import (
 
 __all__ = [
     "AggregateFunction",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "CoProcessFunction",
+    "ConnectedStreams",
+    "KeyedCoProcessFunction",
     "DataStream",
     "DataStreamSink",
     "EmbeddedRocksDBStateBackend",

@@ -6,8 +6,9 @@ environment, whose ``execute`` runs it on Spark
 A plan is one statecore keyed operator: the steps before ``key_by`` (``map``, ``filter``,
 ``flat_map``, ``assign_timestamps_and_watermarks``) run where the source is read, the keyed
 function (``process``, ``reduce``, or a ``map``/``filter``/``flat_map`` of the keyed stream)
-in statecore's keyed runtime, and the steps after it in the same task. A second ``key_by``
-after a keyed function, windows, joins, unions and side outputs raise
+in statecore's keyed runtime, and the steps after it in the same task. ``union`` and
+``connect`` give a plan several inputs (:attr:`Plan.inputs`), unioned before the keyed stage.
+A second ``key_by`` after a keyed function, windows, joins and side outputs raise
 :class:`~statecore.errors.PyFlinkUnsupportedError`, naming what to use.
 """
 
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 from statecore.config import check_name
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
 from statecore.pyflink.common.watermark_strategy import WatermarkStrategy
+from statecore.pyflink.datastream.connected_streams import ConnectedStreams
 from statecore.pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
 from statecore.pyflink.datastream.operators import Process, Reduce, Step
 
@@ -75,6 +77,11 @@ class Plan:
     """The keyed operator's own ``set_max_parallelism``: its key groups."""
     after_parallelism: tuple[int, ...] = ()
     """``set_parallelism`` of steps after the keyed operator (they run in its tasks)."""
+    inputs: tuple[Plan, ...] = ()
+    """A job of several inputs (``union``, ``connect``): each input's plan (its source, steps,
+    timestamps and key selector); this plan's own ``source`` is then ``None``."""
+    tagged: bool = False
+    """Whether each element carries its input's number (``connect``)."""
 
     @property
     def keyed_operator_is_last(self) -> bool:
@@ -233,12 +240,30 @@ class DataStream:
         return DataStream(self._env, plan)
 
     def union(self, *streams: DataStream) -> DataStream:
-        raise _unsupported("union", "union the Spark DataFrames and run keyed_process on them")
+        """One stream of the elements of this one and ``streams`` (of one type), before
+        ``key_by``: their sources are read apart and unioned before the keyed stage."""
+        inputs: list[Plan] = []
+        for stream in (self, *streams):
+            plan = stream._plan
+            if plan.keyed or plan.key_selector is not None:
+                raise _unsupported(
+                    "union of keyed streams", "union the streams first, then key_by the union"
+                )
+            simple = (
+                bool(plan.inputs) and not plan.tagged and not plan.before and not plan.watermarks
+            )
+            inputs += plan.inputs if simple else (plan,)
+        union = Plan(source=None, inputs=tuple(inputs), element_type=self._plan.element_type)
+        return self._with(union)
 
     def connect(self, ds: Any) -> Any:
-        raise _unsupported(
-            "connect", "join the inputs in Spark first, or keep the other side in keyed state"
-        )
+        """Two streams into one two-input function (:mod:`.connected_streams`)."""
+        if not isinstance(ds, DataStream):
+            raise _unsupported(
+                f"connect({type(ds).__name__})",
+                "statecore connects two DataStreams (the broadcast pattern is not supported)",
+            )
+        return ConnectedStreams(self, ds)
 
     def window_all(self, window_assigner: Any) -> Any:
         raise _unsupported(

@@ -161,24 +161,75 @@ class _Sink:
         print_lines(pairs, self.plan.sink_identifier, self.parallelism)
 
 
+def _event_time(plan: Plan, watermarks: Any) -> bool:
+    return bool(
+        watermarks is not None
+        and watermarks.out_of_orderness is not None
+        and (watermarks.timestamp_assigner is not None or isinstance(plan.source, KafkaSource))
+    )
+
+
+def _inputs(plan: Plan, batch: bool) -> tuple[bool, bool, timedelta, list[tuple[Plan, Any]]]:
+    """Whether the job is a stream, has event time, its allowed lateness, and each input's plan
+    with its watermark strategy: ``plan`` itself, or the inputs of a ``union``/``connect``
+    (a union's own watermark strategy and steps apply to each of its inputs)."""
+    inputs = [(i, i.watermarks or plan.watermarks) for i in plan.inputs] or [
+        (plan, plan.watermarks)
+    ]
+    collections = [isinstance(i.source, CollectionSource) for i, _ in inputs]
+    if not batch and any(collections) and not all(collections):
+        raise PyFlinkUnsupportedError(
+            "a STREAMING job of a collection and a file or Kafka source: give every input the "
+            f"same kind of source, or run it in BATCH mode ({COMING_FROM_PYFLINK})"
+        )
+    event_times = {_event_time(i, w) for i, w in inputs}
+    if len(event_times) > 1:
+        raise PyFlinkUnsupportedError(
+            "inputs with and without event time: give every input of a union or connect a "
+            f"watermark strategy with a timestamp assigner ({COMING_FROM_PYFLINK})"
+        )
+    event_time = event_times.pop()
+    lateness = timedelta(0)
+    if batch:
+        lateness = BATCH_LATENESS
+    elif event_time:
+        delays = [w.out_of_orderness for _, w in inputs if w is not None]
+        lateness = max((d for d in delays if d is not None), default=timedelta(0))
+    return not batch and not collections[0], event_time, lateness, inputs
+
+
+def _prepare(
+    plan: Plan,
+    single: Plan,
+    number: int,
+    watermarks: Any,
+    event_time: bool,
+    max_parallelism: int | None,
+) -> Prepare:
+    """The stateless stage of input ``single`` of ``plan`` (number 0: the only one)."""
+    several = single is not plan
+    return Prepare(
+        steps=single.before + (plan.before if several else ()),
+        key_selector=single.key_selector if single.key_selector is not None else plan.key_selector,
+        key_encoding=_key_type(plan)[1],
+        decode="pickle" if isinstance(single.source, CollectionSource) else "text",
+        source_type=single.source_type,
+        timestamp_assigner=None if watermarks is None else watermarks.timestamp_assigner,
+        event_time=event_time,
+        input=number,
+        tagged=plan.tagged,
+        operator=single.source_name or "source",
+        max_parallelism=max_parallelism,
+    )
+
+
 def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
     """The :class:`~statecore.spark.dataflow.Dataflow` of ``plan`` in ``env``, as job ``job``."""
     from statecore.spark.dataflow import DEFAULT_OPERATOR, Dataflow
 
     batch = env._batch
-    stream = not batch and not isinstance(plan.source, CollectionSource)
-    watermarks = plan.watermarks
-    assigner = None if watermarks is None else watermarks.timestamp_assigner
-    event_time = bool(
-        watermarks is not None
-        and watermarks.out_of_orderness is not None
-        and (assigner is not None or isinstance(plan.source, KafkaSource))
-    )
-    lateness = timedelta(0)
-    if batch:
-        lateness = BATCH_LATENESS
-    elif event_time and watermarks is not None and watermarks.out_of_orderness is not None:
-        lateness = watermarks.out_of_orderness
+    stream, event_time, lateness, inputs = _inputs(plan, batch)
+    numbered = [(n if plan.inputs else 0, i, w) for n, (i, w) in enumerate(inputs, start=1)]
     key_type, encoding = _key_type(plan)
     function = plan.function
     if isinstance(function, Reduce):
@@ -194,21 +245,16 @@ def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
                 f"the same parallelism ({COMING_FROM_PYFLINK})"
             )
     max_parallelism = plan.max_parallelism or env._max_parallelism
+    prepares = [
+        (_source(i, stream), _prepare(plan, i, n, w, event_time, max_parallelism))
+        for n, i, w in numbered
+    ]
     return Dataflow(
         job=job,
         operator=plan.uid or DEFAULT_OPERATOR,
-        source=_source(plan, stream),
-        prepare=Prepare(
-            steps=plan.before,
-            key_selector=plan.key_selector,
-            key_encoding=encoding,
-            decode="pickle" if isinstance(plan.source, CollectionSource) else "text",
-            source_type=plan.source_type,
-            timestamp_assigner=assigner,
-            event_time=event_time,
-            operator=plan.source_name or "source",
-            max_parallelism=max_parallelism,
-        ),
+        source=prepares[0][0],
+        prepare=prepares[0][1],
+        more_inputs=tuple(prepares[1:]),
         key_type=key_type,
         function=PipelineFunction(
             function,

@@ -49,6 +49,7 @@ from statecore.pyflink.datastream.state import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from statecore.runtime import co_process as sc_co
 from statecore.runtime import functions as sc
 from statecore.state import AggregatingState, ListState, MapState, ReducingState, ValueState
 
@@ -63,6 +64,10 @@ __all__ = [
     "RuntimeContext",
     "KeyedProcessFunction",
     "ProcessFunction",
+    "CoMapFunction",
+    "CoFlatMapFunction",
+    "CoProcessFunction",
+    "KeyedCoProcessFunction",
     "TimeDomain",
     "TimerService",
 ]
@@ -382,3 +387,86 @@ class ProcessFunction(Function, ABC):
     def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
         """Never called: a non-keyed stream has no timers."""
         return None
+
+
+class CoMapFunction(Function, ABC):
+    """PyFlink's ``CoMapFunction`` (``ConnectedStreams.map``): one element of either input in,
+    one out."""
+
+    @abstractmethod
+    def map1(self, value: Any) -> Any: ...
+
+    @abstractmethod
+    def map2(self, value: Any) -> Any: ...
+
+
+class CoFlatMapFunction(Function, ABC):
+    """PyFlink's ``CoFlatMapFunction`` (``ConnectedStreams.flat_map``): yield any number of
+    elements per element of either input."""
+
+    @abstractmethod
+    def flat_map1(self, value: Any) -> Iterable[Any]: ...
+
+    @abstractmethod
+    def flat_map2(self, value: Any) -> Iterable[Any]: ...
+
+
+class CoProcessFunction(Function, ABC):
+    """PyFlink's ``CoProcessFunction``, over connected streams that are not keyed: the context
+    gives ``timestamp()``; keyed state and timers need keyed inputs (a
+    :class:`KeyedCoProcessFunction` after ``key_by``) and raise
+    :class:`~statecore.errors.PyFlinkUnsupportedError` here."""
+
+    @abstractmethod
+    def process_element1(self, value: Any, ctx: Any) -> Iterable[Any] | None: ...
+
+    @abstractmethod
+    def process_element2(self, value: Any, ctx: Any) -> Iterable[Any] | None: ...
+
+
+_CO_ADAPTERS = {
+    "open": _adapt_open,
+    "process_element1": _adapt_process_element,
+    "process_element2": _adapt_process_element,
+    "on_timer": _adapt_on_timer,
+}
+
+
+class KeyedCoProcessFunction(sc_co.KeyedCoProcessFunction):
+    """PyFlink's ``KeyedCoProcessFunction``: ``process_element1``/``process_element2(value,
+    ctx)`` and ``on_timer(timestamp, ctx)`` with PyFlink's contexts, over statecore's two-input
+    runtime (:mod:`statecore.runtime.co_process`): both inputs share the key's state and
+    timers."""
+
+    Context = Context
+    OnTimerContext = OnTimerContext
+
+    _pyflink_context: Any = _UNBOUND
+    _pyflink_timer_context: Any = _UNBOUND_TIMER
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, adapt in _CO_ADAPTERS.items():
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "_pyflink_adapted", False):
+                adapted = adapt(method)
+                adapted._pyflink_adapted = True  # type: ignore[attr-defined]
+                setattr(cls, name, adapted)
+
+    def open(self, runtime_context: Any) -> None:
+        """Declare state here (``runtime_context.get_state(...)``); both inputs share it."""
+
+    @abstractmethod
+    def process_element1(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        """Handle one element of the first input; yield output rows."""
+
+    @abstractmethod
+    def process_element2(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        """Handle one element of the second input; yield output rows."""
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
+        """A timer of the current key fired; yield output rows."""
+        return None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in _CONTEXTS}

@@ -34,6 +34,7 @@ from statecore.pyflink.datastream.rich import (
 )
 from statecore.pyflink.datastream.state import ValueStateDescriptor
 from statecore.runtime import functions as sc
+from statecore.runtime.co_process import TaggedElement
 from statecore.types import PICKLED
 
 __all__ = ["Step", "Prepare", "PipelineFunction", "Process", "Reduce", "KEYED_BY_SEQUENCE"]
@@ -42,6 +43,7 @@ KEYED_BY_SEQUENCE = "sequence"
 """The key encoding of a job without ``key_by``: each element its own key (its position)."""
 
 _SEQ_BITS = 40
+_INPUT_BITS = 56
 """A task's outputs are numbered ``partition << 40 | n``: the source's order, kept by the
 keyed stage's ``order_by``."""
 
@@ -106,6 +108,12 @@ class Prepare:
     source_type: Any = None
     timestamp_assigner: Any = None
     event_time: bool = False
+    input: int = 0
+    """The input's number in a job of several (``union``, ``connect``): its rows are numbered
+    apart from the others', after them."""
+    tagged: bool = False
+    """Each element as a :class:`~statecore.runtime.co_process.TaggedElement` of ``input``
+    (``connect``: a two-input function dispatches on it)."""
 
     operator: str = "source"
     """The task's name in the functions' runtime context."""
@@ -148,7 +156,7 @@ class Prepare:
     def _rows(
         self, records: Iterable[tuple[Any, int | None]], partition: int
     ) -> Iterator[tuple[Any, bytes, int | None, int]]:
-        seq = partition << _SEQ_BITS
+        seq = self.input << _INPUT_BITS | partition << _SEQ_BITS
         assigner = self.timestamp_assigner
         selector = getattr(self.key_selector, "get_key", self.key_selector)
         for raw, record_time in records:
@@ -169,7 +177,8 @@ class Prepare:
                     key = seq
                 else:
                     key = encode_key(selector(value), self.key_encoding)
-                yield key, pickle.dumps(value, protocol=5), ts, seq
+                out = TaggedElement(self.input, value) if self.tagged else value
+                yield key, pickle.dumps(out, protocol=5), ts, seq
                 seq += 1
 
 
