@@ -7,7 +7,7 @@ from it in place what leaves the window for good.
 
 >>> from datetime import timedelta
 >>> elements = [TimestampedValue(v, t) for v, t in [("a", 1000), ("b", 2000), ("c", 5000)]]
->>> TimeEvictor(keep=timedelta(seconds=3)).evict_before(elements, None, None)
+>>> TimeEvictor(keep=timedelta(seconds=4)).evict_before(elements, None, None)
 >>> [e.value for e in elements]
 ['b', 'c']
 >>> CountEvictor(1).evict_before(elements, None, None); [e.value for e in elements]
