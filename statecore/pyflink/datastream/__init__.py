@@ -3,7 +3,9 @@
 the functions (``KeyedProcessFunction``, ``RuntimeContext``, ``MapFunction``...; also in
 ``statecore.pyflink.datastream.functions``), the state descriptors and ``StateTtlConfig``
 (also in ``statecore.pyflink.datastream.state``), the state backends, and ``TimeDomain``,
-``TimerService``. Connectors are in ``statecore.pyflink.datastream.connectors``."""
+``TimerService``, ``WindowedStream``, ``ProcessWindowFunction`` and ``WindowFunction`` (window
+assigners, triggers and evictors are in ``statecore.pyflink.datastream.window``). Connectors
+are in ``statecore.pyflink.datastream.connectors``."""
 
 from statecore.pyflink.datastream.data_stream import DataStream, DataStreamSink, KeyedStream
 from statecore.pyflink.datastream.execution_mode import RuntimeExecutionMode
@@ -15,10 +17,12 @@ from statecore.pyflink.datastream.functions import (
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
+    ProcessWindowFunction,
     ReduceFunction,
     RuntimeContext,
     TimeDomain,
     TimerService,
+    WindowFunction,
 )
 from statecore.pyflink.datastream.state import (
     AggregatingStateDescriptor,
@@ -37,6 +41,7 @@ from statecore.pyflink.datastream.stream_execution_environment import (
     JobExecutionResult,
     StreamExecutionEnvironment,
 )
+from statecore.pyflink.datastream.windowed_stream import WindowedStream
 
 __all__ = [
     "AggregateFunction",
@@ -52,6 +57,9 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
+    "ProcessWindowFunction",
+    "WindowFunction",
+    "WindowedStream",
     "ReduceFunction",
     "RuntimeContext",
     "RuntimeExecutionMode",
