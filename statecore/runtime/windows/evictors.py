@@ -8,10 +8,10 @@ from it in place what leaves the window for good.
 >>> from datetime import timedelta
 >>> elements = [TimestampedValue(v, t) for v, t in [("a", 1000), ("b", 2000), ("c", 5000)]]
 >>> TimeEvictor(keep=timedelta(seconds=4)).evict_before(elements, None, None)
->>> [e.value for e in elements]
-['b', 'c']
->>> CountEvictor(1).evict_before(elements, None, None); [e.value for e in elements]
-['c']
+>>> ", ".join(e.value for e in elements)
+'b, c'
+>>> CountEvictor(1).evict_before(elements, None, None); ", ".join(e.value for e in elements)
+'c'
 """
 
 from __future__ import annotations
