@@ -29,6 +29,7 @@ PYFLINK_MODULES = {
     "pyflink.datastream",
     "pyflink.datastream.functions",
     "pyflink.datastream.state",
+    "pyflink.datastream.window",
     "pyflink.common.watermark_strategy",
     "pyflink.datastream.connectors",
     "pyflink.datastream.connectors.file_system",

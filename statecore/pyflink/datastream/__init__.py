@@ -3,7 +3,9 @@
 the functions (``KeyedProcessFunction``, ``RuntimeContext``, ``MapFunction``...; also in
 ``statecore.pyflink.datastream.functions``), the state descriptors and ``StateTtlConfig``
 (also in ``statecore.pyflink.datastream.state``), the state backends, and ``TimeDomain``,
-``TimerService``. Connectors are in ``statecore.pyflink.datastream.connectors``."""
+``TimerService``, ``WindowedStream``, ``ProcessWindowFunction`` and ``WindowFunction`` (window
+assigners, triggers and evictors are in ``statecore.pyflink.datastream.window``). Connectors
+are in ``statecore.pyflink.datastream.connectors``."""
 
 from statecore.pyflink.datastream.connected_streams import ConnectedStreams
 from statecore.pyflink.datastream.data_stream import DataStream, DataStreamSink, KeyedStream
@@ -21,10 +23,12 @@ from statecore.pyflink.datastream.functions import (
     KeySelector,
     MapFunction,
     ProcessFunction,
+    ProcessWindowFunction,
     ReduceFunction,
     RuntimeContext,
     TimeDomain,
     TimerService,
+    WindowFunction,
 )
 from statecore.pyflink.datastream.state import (
     AggregatingStateDescriptor,
@@ -43,6 +47,7 @@ from statecore.pyflink.datastream.stream_execution_environment import (
     JobExecutionResult,
     StreamExecutionEnvironment,
 )
+from statecore.pyflink.datastream.windowed_stream import WindowedStream
 
 __all__ = [
     "AggregateFunction",
@@ -64,6 +69,9 @@ __all__ = [
     "KeyedStream",
     "MapFunction",
     "ProcessFunction",
+    "ProcessWindowFunction",
+    "WindowFunction",
+    "WindowedStream",
     "ReduceFunction",
     "RuntimeContext",
     "RuntimeExecutionMode",

@@ -8,7 +8,9 @@ A plan is one statecore keyed operator: the steps before ``key_by`` (``map``, ``
 function (``process``, ``reduce``, or a ``map``/``filter``/``flat_map`` of the keyed stream)
 in statecore's keyed runtime, and the steps after it in the same task. ``union`` and
 ``connect`` give a plan several inputs (:attr:`Plan.inputs`), unioned before the keyed stage.
-A second ``key_by`` after a keyed function, windows, joins and side outputs raise
+Windows (``window``, ``count_window``) make the keyed function a window operator
+(:mod:`statecore.pyflink.datastream.windowed_stream`). A second ``key_by`` after a keyed
+function, ``window_all``, joins and side outputs raise
 :class:`~statecore.errors.PyFlinkUnsupportedError`, naming what to use.
 """
 
@@ -25,6 +27,8 @@ from statecore.pyflink.common.watermark_strategy import WatermarkStrategy
 from statecore.pyflink.datastream.connected_streams import ConnectedStreams
 from statecore.pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
 from statecore.pyflink.datastream.operators import Process, Reduce, Step
+from statecore.pyflink.datastream.windowed_stream import WindowedStream
+from statecore.runtime import windows as sc_windows
 
 __all__ = ["DataStream", "DataStreamSink", "KeyedStream", "Plan"]
 
@@ -363,13 +367,19 @@ class KeyedStream(DataStream):
     def sum(self, position_to_sum: Any = 0) -> DataStream:
         raise _unsupported("KeyedStream.sum", "reduce(lambda a, b: ...) with the sum")
 
-    def window(self, window_assigner: Any) -> Any:
-        raise _unsupported(
-            "KeyedStream.window", "a KeyedProcessFunction with event-time timers (docs/pyflink.md)"
-        )
+    def window(self, window_assigner: Any) -> WindowedStream:
+        """Windows of each key (docs/pyflink.md, "Windows")."""
+        return WindowedStream.of(self._keyed, self._plan.element_type, window_assigner, self._env)
 
-    def count_window(self, *args: Any) -> Any:
-        raise _unsupported("KeyedStream.count_window", "a KeyedProcessFunction with a count state")
+    def count_window(self, size: int, slide: int | None = None) -> WindowedStream:
+        """Windows of ``size`` elements of each key, every ``slide`` elements (tumbling without
+        it): a global window with a count trigger (and a count evictor), as Flink builds it."""
+        windowed = self.window(sc_windows.GlobalWindows())
+        if slide is None:
+            return windowed.trigger(sc_windows.PurgingTrigger(sc_windows.CountTrigger(size)))
+        return windowed.evictor(sc_windows.CountEvictor(size)).trigger(
+            sc_windows.CountTrigger(slide)
+        )
 
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
         return self._keyed(None, self._plan.element_type).print(sink_identifier)

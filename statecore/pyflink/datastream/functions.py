@@ -68,6 +68,8 @@ __all__ = [
     "CoFlatMapFunction",
     "CoProcessFunction",
     "KeyedCoProcessFunction",
+    "ProcessWindowFunction",
+    "WindowFunction",
     "TimeDomain",
     "TimerService",
 ]
@@ -470,3 +472,68 @@ class KeyedCoProcessFunction(sc_co.KeyedCoProcessFunction):
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in _CONTEXTS}
+
+
+class _WindowContext:
+    """PyFlink's ``ProcessWindowFunction.Context`` around statecore's
+    :class:`~statecore.runtime.windows.functions.WindowProcessContext`, with the window as
+    PyFlink spells it (``window.max_timestamp()``)."""
+
+    __slots__ = ("_ctx", "_window")
+
+    def __class_getitem__(cls, item: Any) -> type[_WindowContext]:
+        """``ProcessWindowFunction.Context[TimeWindow]`` in annotations, as PyFlink writes it."""
+        return cls
+
+    def __init__(self, ctx: Any, window: Any) -> None:
+        self._ctx = ctx
+        self._window = window
+
+    def window(self) -> Any:
+        return self._window
+
+    def current_processing_time(self) -> int:
+        return self._ctx.current_processing_time  # type: ignore[no-any-return]
+
+    def current_watermark(self) -> int:
+        return self._ctx.current_watermark  # type: ignore[no-any-return]
+
+    def window_state(self) -> RuntimeContext:
+        """State of this key and window (cleared in ``clear``), from PyFlink descriptors."""
+        return RuntimeContext(self._ctx.window_state)
+
+    def global_state(self) -> RuntimeContext:
+        """State of this key across its windows, from PyFlink descriptors."""
+        return RuntimeContext(self._ctx.global_state)
+
+    def output(self, output_tag: Any, value: Any) -> None:
+        self._ctx.output(output_tag, value)
+
+
+class ProcessWindowFunction(Function, ABC):
+    """PyFlink's ``ProcessWindowFunction``: ``process(key, context, elements)`` over a window's
+    elements (or its reduced or aggregated value), with ``context.window()``; ``clear(context)``
+    when the window is cleaned up."""
+
+    Context = _WindowContext
+
+    def __class_getitem__(cls, item: Any) -> type[ProcessWindowFunction]:
+        """``ProcessWindowFunction[IN, OUT, KEY, W]``, as PyFlink's generic class is written."""
+        return cls
+
+    @abstractmethod
+    def process(self, key: Any, context: Any, elements: Iterable[Any]) -> Iterable[Any]: ...
+
+    def clear(self, context: Any) -> None:
+        pass
+
+
+class WindowFunction(Function, ABC):
+    """PyFlink's ``WindowFunction``: ``apply(key, window, inputs)``."""
+
+    def __class_getitem__(cls, item: Any) -> type[WindowFunction]:
+        """``WindowFunction[IN, OUT, KEY, W]``, as PyFlink's generic class is written."""
+        return cls
+
+    @abstractmethod
+    def apply(self, key: Any, window: Any, inputs: Iterable[Any]) -> Iterable[Any]: ...

@@ -215,6 +215,13 @@ class _PickledKeyContext:
     def time_domain(self) -> Any:
         return self._ctx.time_domain
 
+    @property
+    def namespace(self) -> str:
+        return self._ctx.namespace  # type: ignore[no-any-return]
+
+    def output(self, tag: Any, value: Any) -> None:
+        self._ctx.output(tag, value)
+
 
 class Reduce(KeyedProcessFunction):
     """``KeyedStream.reduce``: the running reduction per key. In ``STREAMING`` each element
