@@ -14,14 +14,72 @@ from pyspark.sql import types as T
 from statecore.backends.registry import BackendParameters
 from statecore.catalog import CheckpointRecord
 from statecore.config import StatecoreConfig
+from statecore.errors import ConfigError
 from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.lateness import LateData
+from statecore.runtime.side_outputs import OutputTag
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.spark.executor import Process, TaskSpec
 from statecore.ttl.time import TtlTimeProvider
 
-__all__ = ["KeyedJob", "KeyedRun"]
+__all__ = ["KeyedJob", "KeyedRun", "SideOutput", "SideOutputs"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SideOutput:
+    """Where a side output's values go: the Delta table ``table`` (a path or URI), each value
+    a row of ``schema`` (a tuple in its fields' order), committed exactly once with the
+    checkpoint, as the main output is."""
+
+    table: str
+    schema: T.StructType
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table, str) or not self.table:
+            raise ConfigError(f"SideOutput: table must be a Delta table path, not {self.table!r}")
+        if not isinstance(self.schema, T.StructType):
+            raise ConfigError(
+                f"SideOutput for {self.table!r}: schema must be a pyspark StructType, not "
+                f"{type(self.schema).__name__}"
+            )
+
+
+SideOutputs = Mapping[OutputTag | str, SideOutput | None]
+"""``side_outputs=`` of a run: per tag (or its name), its table, or ``None`` to drop its values."""
+
+
+def side_output_tables(
+    side_outputs: SideOutputs | None, *, job: str
+) -> tuple[dict[str, SideOutput], frozenset[str]]:
+    """The side outputs by name with a table, and the names whose values are dropped;
+    :class:`~statecore.errors.ConfigError` for a bad tag, a reserved name or a table given
+    twice."""
+    tables: dict[str, SideOutput] = {}
+    dropped: set[str] = set()
+    for tag, output in (side_outputs or {}).items():
+        if not isinstance(tag, OutputTag | str):
+            raise ConfigError(
+                f"job {job!r}: side_outputs keys are OutputTags or their names, not {tag!r}"
+            )
+        name = OutputTag.of(tag).name
+        if name in tables or name in dropped:
+            raise ConfigError(f"job {job!r}: side output {name!r} is given twice")
+        if name == "late-data":
+            raise ConfigError(
+                f"job {job!r}: side output name 'late-data' is the late-data table's; late "
+                "records go there with late_output_table="
+            )
+        if output is None:
+            dropped.add(name)
+        elif isinstance(output, SideOutput):
+            tables[name] = output
+        else:
+            raise ConfigError(
+                f"job {job!r}: side output {name!r}: give a SideOutput(table=..., schema=...) "
+                f"or None (drop its values), not {output!r}"
+            )
+    return tables, frozenset(dropped)
 
 
 @dataclass(frozen=True)
@@ -92,6 +150,9 @@ class KeyedJob:
     input_fingerprint: str | Mapping[str, Any] | None = None
     changelog: ChangelogConfig | None = None
     late_output_table: str | None = None
+    side_outputs: SideOutputs | None = None
+    """Per side output (:class:`~statecore.runtime.side_outputs.OutputTag` or name): its
+    :class:`SideOutput` table, or ``None`` to drop its values."""
     late_data: LateData | str | None = None
     """``process``, ``drop`` or ``table`` (:class:`~statecore.runtime.lateness.LateData`);
     ``None``: ``table`` with a ``late_output_table``, else ``process``."""
