@@ -20,7 +20,7 @@ from statecore.config import StatecoreConfig
 from statecore.descriptors import ValueStateDescriptor
 from statecore.errors import ConfigError
 from statecore.runtime import Context, KeyedProcessFunction, OnTimerContext, RuntimeContext
-from statecore.spark import SideOutput, keyed_process
+from statecore.spark import SideOutput, keyed_process, keyed_stream
 
 pytestmark = pytest.mark.spark
 
@@ -173,3 +173,37 @@ def test_side_output_docs_example_runs_on_spark(
         exec(compile(block, str(page), "exec"), namespace)
     assert _table(tmp_path / "out" / "totals") == [("s1", 10), ("s1", 80), ("s2", 5)]
     assert _table(tmp_path / "out" / "alerts") == [("s1", 70)]
+
+
+def test_side_output_stream_commits_with_each_micro_batch(
+    spark: Any, statecore_home: StatecoreConfig, tmp_path: Path
+) -> None:
+    """A stream's micro-batches each commit their side outputs' rows with their checkpoint;
+    a timer's side output fires in the micro-batch whose records pass it (Spark's watermark
+    rule: a micro-batch runs at the watermark its predecessor completed with)."""
+    from .test_stream import write_file
+
+    inp = tmp_path / "in"
+    write_file(inp, "f0", [("u1", 1_000, 60), ("u2", 1_500, 5)])
+    query = keyed_stream(
+        spark.readStream.schema(INPUT).json(str(inp)), key="user", function=Totals(),
+        output_schema=OUTPUT, job="side_stream", checkpoint_location=str(tmp_path / "offsets"),
+        output_table=str(tmp_path / "out"), event_time="ts", parallelism=1,
+        side_outputs={
+            BIG: SideOutput(table=str(tmp_path / "big"), schema=BIG_SCHEMA),
+            IDLE: SideOutput(table=str(tmp_path / "idle"), schema=IDLE_SCHEMA),
+        },
+    )  # fmt: skip
+    try:
+        query.processAllAvailable()  # batch 0: no timer due (the watermark starts at MIN)
+        assert _table(tmp_path / "big") == [("u1", 60)]
+        assert _table(tmp_path / "idle") == []  # the table is made when the run is planned
+        write_file(inp, "f1", [("u1", 9_000, 80)])
+        # batch 1: u1@9000 moves the one task's watermark past u1's 2000 and u2's 2500
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert _table(tmp_path / "big") == [("u1", 60), ("u1", 80)]
+    assert _table(tmp_path / "idle") == [("u1", 2_000, 140), ("u2", 2_500, 5)]
+    with Catalog.connect(statecore_home.catalog_url) as catalog:
+        assert catalog.pending_outputs("side_stream") == []
