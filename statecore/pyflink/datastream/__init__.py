@@ -20,6 +20,7 @@ from statecore.pyflink.datastream.functions import (
     TimeDomain,
     TimerService,
 )
+from statecore.pyflink.datastream.output_tag import OutputTag
 from statecore.pyflink.datastream.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -52,6 +53,7 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
+    "OutputTag",
     "ReduceFunction",
     "RuntimeContext",
     "RuntimeExecutionMode",

@@ -158,6 +158,9 @@ class _PickledKeyContext:
     def time_domain(self) -> Any:
         return self._ctx.time_domain
 
+    def output(self, tag: Any, value: Any) -> None:
+        self._ctx.output(tag, value)
+
 
 class Reduce(KeyedProcessFunction):
     """``KeyedStream.reduce``: the running reduction per key. In ``STREAMING`` each element
