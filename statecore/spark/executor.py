@@ -36,6 +36,7 @@ from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.output import OutputWriter
 from statecore.spark.host import hosted, hosting
+from statecore.spark.named_outputs import LATE_DATA, SIDE_OUTPUT, NamedOutput
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
@@ -56,40 +57,6 @@ __all__ = [
 
 META = "__statecore_snapshot"
 """The extra output column through which each task reports its snapshot to the driver."""
-
-
-LATE_DATA = "late-data"
-"""The kind (and name) of the late-data table among a run's named outputs."""
-SIDE_OUTPUT = "side-output"
-"""The kind of a side output's table (its name is its tag's)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class NamedOutput:
-    """An output table besides the main one: where a task writes its rows (``staging``, until
-    the checkpoint's commit puts them into ``table``), their columns, and the kind the catalog
-    binds the table with (:data:`LATE_DATA`, :data:`SIDE_OUTPUT`)."""
-
-    name: str
-    kind: str
-    table: str
-    schema: pa.Schema
-    staging: str | None = None
-
-    @property
-    def report_key(self) -> str:
-        """The key of the task's report that holds the file it wrote (the late-data table's is
-        ``late_output``, as before side outputs; a side output's ``side_output:<name>``)."""
-        return "late_output" if self.kind == LATE_DATA else f"side_output:{self.name}"
-
-    def writer(self, checkpoint_id: int, subtask: int) -> OutputWriter:
-        return OutputWriter(
-            self.table,
-            self.schema,
-            checkpoint_id=checkpoint_id,
-            subtask=subtask,
-            staging=self.staging,
-        )
 
 
 @dataclass(frozen=True, kw_only=True)

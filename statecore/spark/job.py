@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from statecore.backends.registry import BackendParameters
 from statecore.catalog import CheckpointRecord
@@ -20,10 +22,12 @@ from statecore.runtime.lateness import LateData
 from statecore.runtime.side_outputs import OutputTag
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot.changelog import ChangelogConfig
+from statecore.snapshot.output import OutputTable, output_table_key
 from statecore.spark.executor import Process, TaskSpec
+from statecore.spark.named_outputs import LATE_DATA, SIDE_OUTPUT, NamedOutput
 from statecore.ttl.time import TtlTimeProvider
 
-__all__ = ["KeyedJob", "KeyedRun", "SideOutput", "SideOutputs"]
+__all__ = ["KeyedJob", "KeyedRun", "SideOutput", "SideOutputs", "named_outputs"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,3 +167,35 @@ class KeyedJob:
     """Tasks serve live lookups of their state (:mod:`statecore.runtime.live`)."""
     warm_hosts: bool = False
     """A stream's tasks run in their subtasks' warm state hosts (:mod:`statecore.spark.host`)."""
+
+
+def named_outputs(
+    job: KeyedJob, *, late_sink: OutputTable | None, late_schema: pa.Schema
+) -> tuple[list[tuple[NamedOutput, OutputTable]], frozenset[str]]:
+    """The run's output tables besides the main one (the late-data table, then the side
+    outputs'), and the side outputs whose values are dropped; :class:`ConfigError` when two of
+    the run's outputs, the main one included, name one table."""
+    side_tables, dropped = side_output_tables(job.side_outputs, job=job.job)
+    named: list[tuple[NamedOutput, OutputTable]] = []
+    if late_sink is not None:
+        late = NamedOutput(name=LATE_DATA, kind=LATE_DATA, table=late_sink.uri, schema=late_schema)
+        named.append((late, late_sink))
+    for name, side in side_tables.items():
+        arrow = to_arrow_schema(side.schema, timezone="UTC")
+        app_id = f"statecore:{job.job}/{job.operator}/side/{name}"
+        named.append(
+            (
+                NamedOutput(name=name, kind=SIDE_OUTPUT, table=side.table, schema=arrow),
+                OutputTable(side.table, arrow, app_id=app_id),
+            )
+        )
+    seen = set() if job.output_table is None else {output_table_key(job.output_table)}
+    for output, _ in named:
+        key = output_table_key(output.table)
+        if key in seen:
+            raise ConfigError(
+                f"job {job.job!r}: the table {output.table} is given for two outputs of the run "
+                "(its output, late-data table and side outputs each need their own table)"
+            )
+        seen.add(key)
+    return named, frozenset(dropped)

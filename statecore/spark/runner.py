@@ -50,13 +50,12 @@ from statecore.spark.executor import (
     LATE_DATA,
     META,
     SIDE_OUTPUT,
-    NamedOutput,
     TaskSpec,
     task_function,
 )
 from statecore.spark.host_stop import stop_marker_uri
 from statecore.spark.identity import input_identity
-from statecore.spark.job import KeyedJob, KeyedRun, side_output_tables
+from statecore.spark.job import KeyedJob, KeyedRun, named_outputs
 from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
 from statecore.spark.task_errors import task_error
 from statecore.spark.watermark import (
@@ -155,33 +154,11 @@ class KeyedRunner:
                 app_id=f"statecore:{job.job}/{job.operator}/late",
             )
         )
-        side_tables, self.dropped_side_outputs = side_output_tables(job.side_outputs, job=job.job)
-        self.named: list[tuple[NamedOutput, OutputTable]] = []
+        self.named, self.dropped_side_outputs = named_outputs(
+            job, late_sink=self.late_sink, late_schema=self.arrow_input
+        )
         """The output tables besides the main one: the late-data table, then the side
         outputs' (their staging folders are the checkpoint's, set in :meth:`plan`)."""
-        if self.late_sink is not None:
-            self.named.append(
-                (
-                    NamedOutput(
-                        name=LATE_DATA,
-                        kind=LATE_DATA,
-                        table=self.late_sink.uri,
-                        schema=self.arrow_input,
-                    ),
-                    self.late_sink,
-                )
-            )
-        for name, side in side_tables.items():
-            arrow = to_arrow_schema(side.schema, timezone="UTC")
-            self.named.append(
-                (
-                    NamedOutput(name=name, kind=SIDE_OUTPUT, table=side.table, schema=arrow),
-                    OutputTable(
-                        side.table, arrow, app_id=f"statecore:{job.job}/{job.operator}/side/{name}"
-                    ),
-                )
-            )
-        _check_distinct([t for t in (self.sink, *(t for _, t in self.named)) if t is not None])
 
     def sinks(self, metas: Sequence[Mapping[str, Any]] = ()) -> list[OutputSink]:
         """The output and late-data tables, each with the files the tasks reported in
@@ -517,19 +494,6 @@ def _committed_output(
     if not uris:
         return spark.createDataFrame([], output_schema)
     return spark.read.schema(output_schema).parquet(*uris)
-
-
-def _check_distinct(tables: Sequence[OutputTable]) -> None:
-    """:class:`~statecore.errors.ConfigError` when two of a run's outputs name one table."""
-    seen: dict[str, str] = {}
-    for table in tables:
-        key = output_table_key(table.uri)
-        if key in seen:
-            raise ConfigError(
-                f"the table {table.uri} is given for two outputs of the run (its output, "
-                "late-data table and side outputs each need their own table)"
-            )
-        seen[key] = table.uri
 
 
 def _retain(catalog: Catalog, job: str, retain: int, outputs: Sequence[str]) -> None:
