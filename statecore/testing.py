@@ -70,7 +70,7 @@ from statecore.runtime.co_process import (
     as_tagged,
     two_input_function,
 )
-from statecore.runtime.functions import KeyedProcessFunction
+from statecore.runtime.functions import KeyedProcessFunction, OutputTag
 from statecore.runtime.restore import RestorePlan
 from statecore.runtime.task import KeyedOperatorTask
 from statecore.state import VOID_NAMESPACE
@@ -159,6 +159,7 @@ class KeyedProcessFunctionHarness:
         )
         self.output: list[Any] = []
         """Everything the function emitted so far, in order (elements and timers alike)."""
+        self._side_outputs: dict[str, list[Any]] = {}
         self.checkpoint_id = 0 if restore is None else restore.checkpoint_id
         """The last snapshot's id (the restored one's until this harness takes one)."""
         try:
@@ -206,15 +207,12 @@ class KeyedProcessFunctionHarness:
             raise ConfigError("the input ended (end_input()): no element can follow")
         select = self.key_selector
         out = self.task.process(((select(e), None, e) for e in elements), timestamps)
-        self.output += out
-        return out
+        return self._emitted(out)
 
     def advance_watermark(self, watermark: int) -> list[Any]:
         """Advance the event-time watermark (it never moves back), firing every event-time timer
         at or below it in timestamp order; what ``on_timer`` emitted."""
-        out = self.task.advance_watermark(watermark)
-        self.output += out
-        return out
+        return self._emitted(self.task.advance_watermark(watermark))
 
     def end_input(self) -> list[Any]:
         """Flink's end of a bounded input: the watermark jumps to ``MAX_WATERMARK``, so every
@@ -230,11 +228,22 @@ class KeyedProcessFunctionHarness:
                 f"processing time moves forward only: {now} is before {self.clock.now_ms}"
             )
         self.clock.now_ms = now
-        out = self.task.advance_processing_time(now)
+        return self._emitted(self.task.advance_processing_time(now))
+
+    def _emitted(self, out: list[Any]) -> list[Any]:
+        """``out`` kept in :attr:`output`, and what went to side outputs meanwhile in theirs."""
         self.output += out
+        for name, values in self.task.side_outputs.drain().items():
+            self._side_outputs.setdefault(name, []).extend(values)
         return out
 
     # -- reading it ------------------------------------------------------------------------
+    def side_output(self, tag: OutputTag | str) -> list[Any]:
+        """Everything the function emitted so far to the side output ``tag`` (an
+        :class:`~statecore.runtime.side_outputs.OutputTag` or its name) with
+        ``ctx.output(tag, value)``, in order (Flink's harness ``getSideOutput``)."""
+        return list(self._side_outputs.get(OutputTag.of(tag).name, ()))
+
     @property
     def watermark(self) -> int:
         """The current watermark (``MIN_WATERMARK`` before any)."""

@@ -51,11 +51,14 @@ from statecore.descriptors import (
 )
 from statecore.errors import PyFlinkSpelling, StateAccessError
 from statecore.runtime.latency import LatencyTracker
+from statecore.runtime.side_outputs import OutputTag, SideOutputs
 from statecore.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
 
 __all__ = [
     "RuntimeContext",
+    "OutputContext",
     "Context",
+    "OutputTag",
     "OnTimerContext",
     "KeyedProcessFunction",
     "CheckpointedFunction",
@@ -130,15 +133,33 @@ class RuntimeContext:
         return self._state(descriptor, AggregatingStateDescriptor)  # type: ignore[return-value]
 
 
-class Context:
+class OutputContext:
+    """What every function's context has, keyed or not: ``output(tag, value)`` emits ``value``
+    to the side output ``tag`` (:class:`OutputTag`), beside the rows the function yields."""
+
+    __slots__ = ("side_outputs",)
+
+    def __init__(self, side_outputs: SideOutputs | None = None) -> None:
+        self.side_outputs = SideOutputs() if side_outputs is None else side_outputs
+        """Where ``output`` puts the values (the task's, shared by its contexts)."""
+
+    def output(self, tag: OutputTag, value: Any) -> None:
+        """Emit ``value`` to the side output ``tag`` (a row of its table on Spark: a tuple in
+        the side output's schema)."""
+        self.side_outputs.emit(tag, value)
+
+
+class Context(OutputContext):
     """The per-record context: the current key (set by the runtime, never by user code), the
-    record's event time (epoch ms, ``None`` without an event-time column) and the timers."""
+    record's event time (epoch ms, ``None`` without an event-time column), the timers and
+    the side outputs (``output``)."""
 
     __slots__ = ("_backend", "timestamp", "current_key")
 
     get_current_key = PyFlinkSpelling("ctx.current_key (an attribute set per record)")
 
-    def __init__(self, backend: KeyedStateBackend) -> None:
+    def __init__(self, backend: KeyedStateBackend, side_outputs: SideOutputs | None = None) -> None:
+        super().__init__(side_outputs)
         self._backend = backend
         self.timestamp: int | None = None
         self.current_key: Any = None
@@ -156,8 +177,8 @@ class OnTimerContext(Context):
 
     __slots__ = ("time_domain", "namespace")
 
-    def __init__(self, backend: KeyedStateBackend) -> None:
-        super().__init__(backend)
+    def __init__(self, backend: KeyedStateBackend, side_outputs: SideOutputs | None = None) -> None:
+        super().__init__(backend, side_outputs)
         self.time_domain = TimeDomain.EVENT_TIME
         self.namespace = ""
 

@@ -40,6 +40,7 @@ from statecore.runtime.functions import (
 )
 from statecore.runtime.latency import LatencyTracker, LatencyTracking
 from statecore.runtime.restore import RestoredState, RestorePlan
+from statecore.runtime.side_outputs import SideOutputs
 from statecore.runtime.snapshots import (
     SnapshotWriter,
     StateSchema,
@@ -128,8 +129,11 @@ class KeyedOperatorTask:
             restored=self.restore.operator_state(subtask_index, parallelism)
         )
         self.restore_timers = restore_timers
-        self.context = Context(backend)
-        self.timer_context = OnTimerContext(backend)
+        self.side_outputs = SideOutputs(where=f"job {job!r}, operator {operator!r}")
+        """What the function emitted with ``ctx.output`` (both contexts share it): the caller
+        drains it after each output it takes."""
+        self.context = Context(backend, self.side_outputs)
+        self.timer_context = OnTimerContext(backend, self.side_outputs)
         self.records = 0
         self.batch_guard: AbstractContextManager[Any] = contextlib.nullcontext()
         """Held while a batch is processed or timers fire (a live-lookup server's lock, see

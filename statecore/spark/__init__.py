@@ -1,23 +1,25 @@
 """The PySpark runtime (``pyspark`` is used only here and in ``jobs/``).
 
-The driver API (``keyed_process``, ``keyed_process_batches``, ``keyed_co_process``,
-``keyed_stream``, ``keyed_stream_batches``, ``savepoint_offsets``; ``build_session``, statecore's
-one Spark session builder; ``state_views``, Spark SQL over a checkpoint's state) loads on first
-use, so a Spark task's Python worker, which imports only :mod:`statecore.spark.executor`, never
-loads the driver's catalog and planning code.
+The driver API (``keyed_process`` and its side outputs' ``SideOutput``,
+``keyed_process_batches``, ``keyed_co_process``, ``keyed_stream``, ``keyed_stream_batches``,
+``savepoint_offsets``; ``build_session``, statecore's one Spark session builder;
+``state_views``, Spark SQL over a checkpoint's state) loads on first use, so a Spark task's
+Python worker, which imports only :mod:`statecore.spark.executor`, never loads the driver's
+catalog and planning code.
 """
 
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from statecore.spark.co_process import keyed_co_process
-    from statecore.spark.keyed import KeyedRun, keyed_process, keyed_process_batches
+    from statecore.spark.keyed import KeyedRun, SideOutput, keyed_process, keyed_process_batches
     from statecore.spark.session import build_session
     from statecore.spark.sql import state_views
     from statecore.spark.stream import keyed_stream, keyed_stream_batches, savepoint_offsets
 
 __all__ = [
     "KeyedRun",
+    "SideOutput",
     "keyed_process",
     "keyed_process_batches",
     "keyed_co_process",

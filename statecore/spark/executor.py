@@ -36,11 +36,15 @@ from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.faults import fault_point
 from statecore.snapshot.output import OutputWriter
 from statecore.spark.host import hosted, hosting
+from statecore.spark.named_outputs import LATE_DATA, SIDE_OUTPUT, NamedOutput
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
 __all__ = [
+    "LATE_DATA",
     "META",
+    "NamedOutput",
+    "SIDE_OUTPUT",
     "TaskSpec",
     "task_function",
     "run_task",
@@ -92,15 +96,21 @@ class TaskSpec:
     largest event time seen minus it minus 1 ms (``None``: only at the end of the run)."""
     late_data: LateData = LateData.PROCESS
     """What the task does with late records (:class:`~statecore.runtime.lateness.LateData`)."""
-    late_output_table: str | None = None
-    """With ``late_data`` ``table``: where late records are written (committed by the driver)."""
-    late_schema: pa.Schema | None = None
-    """The columns of a late record (the input's)."""
     output_staging: str | None = None
     """Where tasks write their output files until the checkpoint's commit puts them into
     ``output_table`` (:mod:`statecore.snapshot.output_staging`)."""
-    late_output_staging: str | None = None
-    """As ``output_staging``, for ``late_output_table``."""
+    named_outputs: tuple[NamedOutput, ...] = ()
+    """The further output tables: the side outputs' and, with ``late_data`` ``table``, the
+    late-data table (:data:`LATE_DATA`), each written and committed as the output table is."""
+    dropped_side_outputs: frozenset[str] = frozenset()
+    """Side outputs whose values the user asked to drop."""
+
+    @property
+    def accepted_side_outputs(self) -> frozenset[str]:
+        """The side output names a function may emit to in this run."""
+        return self.dropped_side_outputs | {
+            o.name for o in self.named_outputs if o.kind == SIDE_OUTPUT
+        }
 
     @property
     def result_schema(self) -> pa.Schema:
@@ -292,17 +302,10 @@ def run_task(
             staging=spec.output_staging,
         )
     )
-    late_writer = (
-        None
-        if spec.late_output_table is None or spec.late_schema is None
-        else OutputWriter(
-            spec.late_output_table,
-            spec.late_schema,
-            checkpoint_id=spec.checkpoint_id,
-            subtask=index,
-            staging=spec.late_output_staging,
-        )
-    )
+    named = {o.name: (o, o.writer(spec.checkpoint_id, index)) for o in spec.named_outputs}
+    late_writer = named[LATE_DATA][1] if LATE_DATA in named else None
+    side_outputs = task.side_outputs
+    side_outputs.accepted = spec.accepted_side_outputs
     gate = EventTimeGate(
         spec.event_time,
         watermark=spec.start_watermark,
@@ -323,16 +326,17 @@ def run_task(
                         [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
                         schema=result_schema,
                     )
+            _write_side_outputs(side_outputs.drain(), named)
         with task.batch_guard:
             snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
         written = None if writer is None else writer.close()
-        late = None if late_writer is None else late_writer.close()
+        closed = {o.report_key: w.close() for o, w in named.values()}
         restored = {**backend.restore_metrics(), **state.metrics()}
         next_timer = backend.timer_service.next_timestamp(TimeDomain.PROCESSING_TIME)
     except BaseException:
         LIVE.release(backend)
         backend.close()  # a failed attempt must not keep its local state open
-        for w in (writer, late_writer):
+        for w in (writer, *(w for _, w in named.values())):
             if w is not None:
                 w.abort()
         raise
@@ -355,7 +359,7 @@ def run_task(
             "output": None if written is None else written.to_json_dict(),
             "max_event_time": gate.max_event_time,
             "late_rows": gate.late_rows,
-            "late_output": None if late is None else late.to_json_dict(),
+            **{k: None if f is None else f.to_json_dict() for k, f in closed.items()},
             "next_processing_timer": next_timer,
             "live": live_address,
         }
@@ -481,6 +485,23 @@ class _TaskState:
                 clock=self.clock,
             )
         )
+
+
+def _write_side_outputs(
+    values: dict[str, list[Any]], named: dict[str, tuple[NamedOutput, OutputWriter]]
+) -> None:
+    """The values the function emitted to side outputs, each tag's as rows of its table (a
+    tag the user asked to drop has no table: its values go)."""
+    for name, rows in values.items():
+        target = named.get(name)
+        if target is None or target[0].kind != SIDE_OUTPUT:
+            continue
+        output, writer = target
+        try:
+            batch = to_batch(rows, output.schema)
+        except ConfigError as exc:
+            raise ConfigError(f"side output {name!r}: {exc}") from exc
+        writer.write(batch)
 
 
 def _write_late(writer: OutputWriter, batch: pa.RecordBatch) -> None:

@@ -296,7 +296,8 @@ def check_report(
             for f in state["files"]:
                 _check_file(who, f["path"], f["key_group"], allowed)
         prefix = f"part-cp{checkpoint_id:012d}-{subtask:05d}-"
-        for output in ("output", "late_output"):
+        outputs = ("output", "late_output", *(k for k in meta if k.startswith("side_output:")))
+        for output in outputs:
             written = meta.get(output)
             path = None if written is None else str(written["path"])
             if path is not None and not (_OUTPUT_FILE.match(path) and path.startswith(prefix)):

@@ -8,20 +8,82 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from statecore.backends.registry import BackendParameters
 from statecore.catalog import CheckpointRecord
 from statecore.config import StatecoreConfig
+from statecore.errors import ConfigError
 from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.lateness import LateData
+from statecore.runtime.side_outputs import OutputTag
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot.changelog import ChangelogConfig
+from statecore.snapshot.output import OutputTable, output_table_key
 from statecore.spark.executor import Process, TaskSpec
+from statecore.spark.named_outputs import LATE_DATA, SIDE_OUTPUT, NamedOutput
 from statecore.ttl.time import TtlTimeProvider
 
-__all__ = ["KeyedJob", "KeyedRun"]
+__all__ = ["KeyedJob", "KeyedRun", "SideOutput", "SideOutputs", "named_outputs"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SideOutput:
+    """Where a side output's values go: the Delta table ``table`` (a path or URI), each value
+    a row of ``schema`` (a tuple in its fields' order), committed exactly once with the
+    checkpoint, as the main output is."""
+
+    table: str
+    schema: T.StructType
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table, str) or not self.table:
+            raise ConfigError(f"SideOutput: table must be a Delta table path, not {self.table!r}")
+        if not isinstance(self.schema, T.StructType):
+            raise ConfigError(
+                f"SideOutput for {self.table!r}: schema must be a pyspark StructType, not "
+                f"{type(self.schema).__name__}"
+            )
+
+
+SideOutputs = Mapping[OutputTag | str, SideOutput | None]
+"""``side_outputs=`` of a run: per tag (or its name), its table, or ``None`` to drop its values."""
+
+
+def side_output_tables(
+    side_outputs: SideOutputs | None, *, job: str
+) -> tuple[dict[str, SideOutput], frozenset[str]]:
+    """The side outputs by name with a table, and the names whose values are dropped;
+    :class:`~statecore.errors.ConfigError` for a bad tag, a reserved name or a table given
+    twice."""
+    tables: dict[str, SideOutput] = {}
+    dropped: set[str] = set()
+    for tag, output in (side_outputs or {}).items():
+        if not isinstance(tag, OutputTag | str):
+            raise ConfigError(
+                f"job {job!r}: side_outputs keys are OutputTags or their names, not {tag!r}"
+            )
+        name = OutputTag.of(tag).name
+        if name in tables or name in dropped:
+            raise ConfigError(f"job {job!r}: side output {name!r} is given twice")
+        if name == "late-data":
+            raise ConfigError(
+                f"job {job!r}: side output name 'late-data' is the late-data table's; late "
+                "records go there with late_output_table="
+            )
+        if output is None:
+            dropped.add(name)
+        elif isinstance(output, SideOutput):
+            tables[name] = output
+        else:
+            raise ConfigError(
+                f"job {job!r}: side output {name!r}: give a SideOutput(table=..., schema=...) "
+                f"or None (drop its values), not {output!r}"
+            )
+    return tables, frozenset(dropped)
 
 
 @dataclass(frozen=True)
@@ -92,6 +154,9 @@ class KeyedJob:
     input_fingerprint: str | Mapping[str, Any] | None = None
     changelog: ChangelogConfig | None = None
     late_output_table: str | None = None
+    side_outputs: SideOutputs | None = None
+    """Per side output (:class:`~statecore.runtime.side_outputs.OutputTag` or name): its
+    :class:`SideOutput` table, or ``None`` to drop its values."""
     late_data: LateData | str | None = None
     """``process``, ``drop`` or ``table`` (:class:`~statecore.runtime.lateness.LateData`);
     ``None``: ``table`` with a ``late_output_table``, else ``process``."""
@@ -102,3 +167,35 @@ class KeyedJob:
     """Tasks serve live lookups of their state (:mod:`statecore.runtime.live`)."""
     warm_hosts: bool = False
     """A stream's tasks run in their subtasks' warm state hosts (:mod:`statecore.spark.host`)."""
+
+
+def named_outputs(
+    job: KeyedJob, *, late_sink: OutputTable | None, late_schema: pa.Schema
+) -> tuple[list[tuple[NamedOutput, OutputTable]], frozenset[str]]:
+    """The run's output tables besides the main one (the late-data table, then the side
+    outputs'), and the side outputs whose values are dropped; :class:`ConfigError` when two of
+    the run's outputs, the main one included, name one table."""
+    side_tables, dropped = side_output_tables(job.side_outputs, job=job.job)
+    named: list[tuple[NamedOutput, OutputTable]] = []
+    if late_sink is not None:
+        late = NamedOutput(name=LATE_DATA, kind=LATE_DATA, table=late_sink.uri, schema=late_schema)
+        named.append((late, late_sink))
+    for name, side in side_tables.items():
+        arrow = to_arrow_schema(side.schema, timezone="UTC")
+        app_id = f"statecore:{job.job}/{job.operator}/side/{name}"
+        named.append(
+            (
+                NamedOutput(name=name, kind=SIDE_OUTPUT, table=side.table, schema=arrow),
+                OutputTable(side.table, arrow, app_id=app_id),
+            )
+        )
+    seen = set() if job.output_table is None else {output_table_key(job.output_table)}
+    for output, _ in named:
+        key = output_table_key(output.table)
+        if key in seen:
+            raise ConfigError(
+                f"job {job.job!r}: the table {output.table} is given for two outputs of the run "
+                "(its output, late-data table and side outputs each need their own table)"
+            )
+        seen.add(key)
+    return named, frozenset(dropped)

@@ -44,12 +44,19 @@ from statecore.runtime.functions import KeyedProcessFunction
 from statecore.runtime.vectorized import KeyedBatchFunction
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.spark.executor import per_batch, per_record
-from statecore.spark.job import KeyedJob, KeyedRun
+from statecore.spark.job import KeyedJob, KeyedRun, SideOutput, SideOutputs
 from statecore.spark.runner import KeyedRunner
 from statecore.spark.watermark import next_watermark
 from statecore.ttl.time import TtlTimeProvider
 
-__all__ = ["KeyedJob", "KeyedRun", "keyed_process", "keyed_process_batches", "next_watermark"]
+__all__ = [
+    "KeyedJob",
+    "KeyedRun",
+    "SideOutput",
+    "keyed_process",
+    "keyed_process_batches",
+    "next_watermark",
+]
 
 _KeyedRunner = KeyedRunner
 """The runner under its former name (:mod:`statecore.spark.stream` imports it)."""
@@ -80,6 +87,7 @@ def keyed_process(
     input_fingerprint: str | Mapping[str, Any] | None = None,
     changelog: bool | ChangelogConfig = False,
     late_output_table: str | None = None,
+    side_outputs: SideOutputs | None = None,
     retain_checkpoints: int | None = None,
     late_data: str | None = None,
 ) -> KeyedRun:
@@ -108,6 +116,13 @@ def keyed_process(
     keep them away from state: ``late_data="drop"`` drops them, ``late_output_table`` (a Delta
     path; ``late_data="table"``) appends them there, in the input's columns, exactly once with
     the checkpoint. Every mode counts them (``KeyedRun.late_rows``).
+
+    ``side_outputs`` gives each side output the function emits to (``ctx.output(tag, value)``,
+    ``tag`` a :class:`~statecore.runtime.side_outputs.OutputTag`) its own Delta table: per tag
+    or tag name, a :class:`SideOutput` (``table``, and the ``schema`` of its rows, each value a
+    tuple in its fields' order) committed exactly once with the checkpoint as ``output_table``
+    is, or ``None`` to drop the tag's values. A value for a tag not given fails the run
+    (:class:`~statecore.errors.ConfigError`) before anything of it is committed.
 
     A run holds the job's lease (a second writer fails with :class:`ConcurrentRunError`), its
     ``checkpoint_id`` must not be below the latest completed one (:class:`CheckpointOrderError`),
@@ -154,6 +169,7 @@ def keyed_process(
             input_fingerprint=input_fingerprint,
             changelog=ChangelogConfig.of(changelog),
             late_output_table=late_output_table,
+            side_outputs=side_outputs,
             late_data=late_data,
             retain_checkpoints=retain_checkpoints,
         ),

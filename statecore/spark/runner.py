@@ -9,6 +9,7 @@ policy.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -46,10 +47,16 @@ from statecore.runtime.task import StateSchema, StateSnapshotResult
 from statecore.snapshot import TIMERS, state_table_uri
 from statecore.snapshot.locations import canonical_location, output_app_id
 from statecore.snapshot.output import OutputFile, OutputTable, output_table_key
-from statecore.spark.executor import META, TaskSpec, task_function
+from statecore.spark.executor import (
+    LATE_DATA,
+    META,
+    SIDE_OUTPUT,
+    TaskSpec,
+    task_function,
+)
 from statecore.spark.host_stop import stop_marker_uri
 from statecore.spark.identity import input_identity
-from statecore.spark.job import KeyedJob, KeyedRun
+from statecore.spark.job import KeyedJob, KeyedRun, named_outputs
 from statecore.spark.partitioning import KEY_GROUP_COLUMN, align_to_key_groups, key_column
 from statecore.spark.task_errors import task_error
 from statecore.spark.watermark import (
@@ -152,15 +159,20 @@ class KeyedRunner:
                 warehouse=canonical_location(self.config.warehouse),
             )
         )
+        self.named, self.dropped_side_outputs = named_outputs(
+            job, late_sink=self.late_sink, late_schema=self.arrow_input
+        )
+        """The output tables besides the main one: the late-data table, then the side
+        outputs' (their staging folders are the checkpoint's, set in :meth:`plan`)."""
 
     def sinks(self, metas: Sequence[Mapping[str, Any]] = ()) -> list[OutputSink]:
         """The output and late-data tables, each with the files the tasks reported in
         ``metas``: committed once the checkpoint completed."""
         out = []
-        for sink, field_name, kind in (
-            (self.sink, "output", "output"),
-            (self.late_sink, "late_output", "late-data"),
-        ):
+        targets = [(self.sink, "output", "output")] + [
+            (table, named.report_key, named.kind) for named, table in self.named
+        ]
+        for sink, field_name, kind in targets:
             if sink is not None:
                 files = [OutputFile(**m[field_name]) for m in metas if m.get(field_name)]
                 out.append(OutputSink(sink, files, kind=kind))
@@ -301,14 +313,22 @@ class KeyedRunner:
             start_watermark=start,
             lateness_ms=None if job.event_time is None else lateness_ms(job.allowed_lateness),
             late_data=self.late_data,
-            late_output_table=job.late_output_table,
-            late_schema=self.arrow_input,
             output_staging=staged_output_folder(
                 self.config.warehouse, job.job, planned.checkpoint_id, "output"
             ),
-            late_output_staging=staged_output_folder(
-                self.config.warehouse, job.job, planned.checkpoint_id, "late-data"
+            named_outputs=tuple(
+                dataclasses.replace(
+                    named,
+                    staging=staged_output_folder(
+                        self.config.warehouse,
+                        job.job,
+                        planned.checkpoint_id,
+                        named.kind if named.kind == LATE_DATA else f"{SIDE_OUTPUT}/{named.name}",
+                    ),
+                )
+                for named, _ in self.named
             ),
+            dropped_side_outputs=self.dropped_side_outputs,
             live_token=(
                 coordinator.catalog.live_token(job.job, create=True) if job.live_lookups else None
             ),
@@ -409,7 +429,7 @@ class KeyedRunner:
             outputs=outputs,
         )
         if job.retain_checkpoints is not None:
-            uris = [t.uri for t in (self.sink, self.late_sink) if t is not None]
+            uris = [t.uri for t in (self.sink, *(t for _, t in self.named)) if t is not None]
             _retain(coordinator.catalog, job.job, job.retain_checkpoints, uris)
         records = sum(m["records"] for m in metas)
         late_rows = sum(m.get("late_rows", 0) for m in metas)

@@ -67,6 +67,7 @@ from statecore.snapshot.files import table_filesystem
 from statecore.spark.executor import per_batch, per_record
 from statecore.spark.host_lifetime import stop_hosts_with
 from statecore.spark.host_stop import stop_marker_uri
+from statecore.spark.job import SideOutputs
 from statecore.spark.keyed import KeyedJob, KeyedRun, _KeyedRunner
 from statecore.spark.offsets import batch_offsets, data_moved, savepoint_offsets
 from statecore.ttl.time import TtlTimeProvider
@@ -110,6 +111,7 @@ def keyed_stream(
     trigger: dict[str, Any] | None = None,
     output_table: str | None = None,
     late_output_table: str | None = None,
+    side_outputs: SideOutputs | None = None,
     operator: str = "main",
     parallelism: int | None = None,
     max_parallelism: int | None = None,
@@ -178,6 +180,7 @@ def keyed_stream(
         processing_time=processing_time,
         output_table=output_table,
         late_output_table=late_output_table,
+        side_outputs=side_outputs,
         late_data=late_data,
         stream=True,
         changelog=ChangelogConfig.of(changelog),

@@ -17,7 +17,7 @@ import sys
 from statecore.config import StatecoreConfig
 from statecore.snapshot.faults import FAULT_PID_ENV
 
-from .scenario import APIS, ARROW_BATCH_ROWS, BACKENDS, run_checkpoint
+from .scenario import APIS, ARROW_BATCH_ROWS, BACKENDS, SIDE_API, run_checkpoint
 
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
 """A short-lived JVM starts about 40 % faster with the client compiler only."""
@@ -42,7 +42,7 @@ def spark_session(task_retries: int = 0) -> object:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tests.faults.job")
-    parser.add_argument("--api", choices=APIS, required=True)
+    parser.add_argument("--api", choices=(*APIS, SIDE_API), required=True)
     parser.add_argument("--backend", choices=BACKENDS, required=True)
     parser.add_argument("--checkpoints", required=True, help="comma-separated checkpoint ids")
     parser.add_argument("--kill", choices=("driver", "worker"), default="worker")

@@ -28,7 +28,7 @@ from statecore.config import StatecoreConfig
 from statecore.descriptors import ListStateDescriptor, ValueStateDescriptor
 from statecore.query import open_views
 from statecore.query.sql import connect
-from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
+from statecore.runtime import Context, KeyedProcessFunction, OutputTag, RuntimeContext
 from statecore.runtime.functions import (
     CheckpointedFunction,
     FunctionInitializationContext,
@@ -36,7 +36,7 @@ from statecore.runtime.functions import (
 )
 from statecore.snapshot.changelog import ChangelogConfig
 from statecore.snapshot.commits import head_version
-from statecore.spark import keyed_process, keyed_process_batches
+from statecore.spark import SideOutput, keyed_process, keyed_process_batches
 from statecore.vectorized import KeyedBatch, KeyedBatchFunction
 
 JOB = "faults"
@@ -58,6 +58,13 @@ OUTPUT = T.StructType(
     ]
 )
 APIS = ("record", "vector")
+SIDE_API = "side"
+"""The per-record function that also emits its big amounts to a side output (:data:`BIG`)."""
+BIG = OutputTag("big")
+BIG_AMOUNT = 40
+BIG_SCHEMA = T.StructType(
+    [T.StructField("user", T.StringType()), T.StructField("seq", T.LongType())]
+)
 BACKENDS = ("heap", "rocksdb", "heap+changelog", "rocksdb+changelog")
 """``+changelog``: changelog checkpoints (checkpoint 2 writes change files, 3 materializes)."""
 CHANGELOG = ChangelogConfig(materialize_every=2, max_change_ratio=100.0)
@@ -109,6 +116,15 @@ class PerRecord(KeyedProcessFunction, _Processed):
         yield ctx.current_key, value.seq, value.amount, total
 
 
+class PerRecordSide(PerRecord):
+    """:class:`PerRecord`, and each event of an amount above :data:`BIG_AMOUNT` to ``big``."""
+
+    def process_element(self, value: Any, ctx: Context) -> Any:
+        if value.amount > BIG_AMOUNT:
+            ctx.output(BIG, (ctx.current_key, value.seq))
+        return super().process_element(value, ctx)
+
+
 class Vectorized(KeyedBatchFunction, _Processed):
     def open(self, ctx: RuntimeContext) -> None:
         self.total = ctx.get_state(TOTAL)
@@ -158,6 +174,11 @@ def run_checkpoint(
     run: Callable[[], Any]
     if api == "record":
         run = lambda: keyed_process(df, function=PerRecord(), **common)  # noqa: E731
+    elif api == SIDE_API:
+        side = {BIG: SideOutput(table=side_table(config), schema=BIG_SCHEMA)}
+        run = lambda: keyed_process(  # noqa: E731
+            df, function=PerRecordSide(), side_outputs=side, **common
+        )
     else:
         run = lambda: keyed_process_batches(  # noqa: E731
             df, function=Vectorized(), batch_rows=ARROW_BATCH_ROWS, **common
@@ -177,6 +198,30 @@ def output_table(config: StatecoreConfig) -> str:
     if "://" in config.warehouse:
         return f"{config.warehouse.rstrip('/')}-output"
     return f"{config.home}/output"
+
+
+def side_table(config: StatecoreConfig) -> str:
+    """The side output table of the :data:`SIDE_API` job, beside its output table."""
+    return f"{output_table(config)}-big"
+
+
+def read_side(config: StatecoreConfig) -> list[tuple[str, int]]:
+    """The side output table's rows, read with DuckDB (none before its first commit)."""
+    if head_version(side_table(config)) is None:
+        return []
+    con = connect()
+    try:
+        rows = con.execute(f"SELECT user, seq FROM delta_scan('{side_table(config)}')").fetchall()
+    finally:
+        con.close()
+    return sorted(rows)
+
+
+def expected_side(checkpoints: tuple[int, ...]) -> list[tuple[str, int]]:
+    """The big events of ``checkpoints``, computed with pandas from the input alone."""
+    frame = pd.concat([events(c) for c in checkpoints], ignore_index=True)
+    big = frame[frame["amount"] > BIG_AMOUNT]
+    return sorted((u, int(s)) for u, s in zip(big["user"], big["seq"]))
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from statecore.pyflink.datastream.functions import (
     TimerService,
     WindowFunction,
 )
+from statecore.pyflink.datastream.output_tag import OutputTag
 from statecore.pyflink.datastream.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -72,6 +73,7 @@ __all__ = [
     "ProcessWindowFunction",
     "WindowFunction",
     "WindowedStream",
+    "OutputTag",
     "ReduceFunction",
     "RuntimeContext",
     "RuntimeExecutionMode",

@@ -296,7 +296,10 @@ class DataStream:
 
     def get_side_output(self, output_tag: Any) -> Any:
         raise _unsupported(
-            "side outputs", "late records go to a table with late_output_table (docs/streaming.md)"
+            "get_side_output",
+            "ctx.output(tag, value) works in the function; run it with statecore's "
+            "keyed_process(side_outputs={tag: SideOutput(table, schema)}), which commits each "
+            "side output to its own Delta table (docs/side-outputs.md)",
         )
 
     def execute_and_collect(self, *args: Any, **kwargs: Any) -> Any:

@@ -218,6 +218,11 @@ class Context:
     def timer_service(self) -> TimerService:
         return self._timer_service  # type: ignore[return-value]
 
+    def output(self, output_tag: Any, value: Any) -> None:
+        """Emit ``value`` to the side output ``output_tag`` (PyFlink's or statecore's
+        ``OutputTag``)."""
+        self._ctx.output(output_tag, value)
+
 
 class OnTimerContext(Context):
     """PyFlink's ``KeyedProcessFunction.OnTimerContext``: also the firing timer's domain."""

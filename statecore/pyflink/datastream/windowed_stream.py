@@ -21,7 +21,6 @@ from statecore.pyflink.datastream.window import (
     statecore_window_function,
 )
 from statecore.runtime import windows as sc
-from statecore.runtime.functions import Context
 from statecore.types import PICKLED
 
 __all__ = ["WindowedStream"]
@@ -89,11 +88,6 @@ class WindowedStream:
         return self._with(allowed_lateness=timedelta(milliseconds=time_ms))
 
     def side_output_late_data(self, output_tag: Any) -> WindowedStream:
-        if not hasattr(Context, "output"):
-            raise PyFlinkUnsupportedError(
-                "side_output_late_data: this build of statecore has no side outputs yet; late "
-                f"elements are dropped without it ({COMING_FROM_PYFLINK})"
-            )
         to_statecore = getattr(output_tag, "to_statecore", None)
         return self._with(late_data=output_tag if to_statecore is None else to_statecore())
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from statecore.descriptors import AggregateFunction
 from statecore.errors import ConfigError
-from statecore.runtime.functions import Context
 from statecore.runtime.windows.assigners import WindowAssigner, millis
 from statecore.runtime.windows.evictors import Evictor
 from statecore.runtime.windows.functions import (
@@ -59,11 +58,6 @@ class Windowing:
             raise ConfigError(f"evictor must be an Evictor, got {self.evictor!r}")
         if millis(self.allowed_lateness, "allowed_lateness") < 0:
             raise ConfigError(f"allowed_lateness must not be negative: {self.allowed_lateness}")
-        if self.late_data is not None and not hasattr(Context, "output"):
-            raise ConfigError(
-                "late_data needs side outputs (ctx.output), which this build of statecore does "
-                "not have yet"
-            )
 
     def _operator(self, contents: Any, function: Any) -> WindowOperator:
         return WindowOperator(

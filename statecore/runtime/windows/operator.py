@@ -170,7 +170,7 @@ class WindowOperator(KeyedProcessFunction):
             merging.persist()
         if skipped and self._is_element_late(timestamp):
             if self.late_data is not None:
-                ctx.output(self.late_data, value)  # type: ignore[attr-defined]
+                ctx.output(self.late_data, value)
             else:
                 self.late_records_dropped += 1
         return out

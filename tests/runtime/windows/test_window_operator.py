@@ -15,7 +15,7 @@ import pytest
 
 from statecore.descriptors import AggregateFunction, ValueStateDescriptor
 from statecore.errors import ConfigError
-from statecore.runtime.functions import Context
+from statecore.runtime.functions import OutputTag
 from statecore.testing import KeyedProcessFunctionHarness
 from statecore.types import PICKLED
 from statecore.windows import (
@@ -250,19 +250,18 @@ def test_window_operator_drops_late_elements_without_allowed_lateness() -> None:
         assert h.end_input() == [("a", 5)]
 
 
-def test_window_operator_late_data_goes_to_a_side_output_when_there_are_side_outputs() -> None:
-    tag = object()
-    if not hasattr(Context, "output"):
-        with pytest.raises(ConfigError, match="side outputs"):
-            window(TumblingWindows(size=SECOND), element_type=PICKLED, late_data=tag)
-        return
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_window_operator_late_data_goes_to_its_side_output(backend: str) -> None:
+    tag = OutputTag("late")
     op = window(TumblingWindows(size=SECOND), element_type=PICKLED, late_data=tag).reduce(
         add_values
     )
-    with harness(op) as h:
+    with harness(op, backend) as h:
         h.advance_watermark(5000)
-        feed(h, ("a", 1, 4000))
+        assert feed(h, ("a", 1, 4000), ("b", 2, 5500), ("a", 3, 3999)) == []
         assert op.late_records_dropped == 0
+        assert h.end_input() == [("b", 2)]
+        assert [v[:2] for v in h.side_output(tag)] == [("a", 1), ("a", 3)]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
