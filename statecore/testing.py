@@ -424,9 +424,8 @@ class KeyedBroadcastHarness(KeyedProcessFunctionHarness):
         """Run ``process_broadcast_element`` for ``element``; what it emitted."""
         if self.watermark == MAX_WATERMARK:
             raise ConfigError("the input ended (end_input()): no element can follow")
-        out = list(self.adapter.broadcast(element, timestamp) or ())
-        self.output += out
-        return out
+        side_outputs = self.task.side_outputs
+        return self._emitted(list(self.adapter.broadcast(element, timestamp, side_outputs) or ()))
 
     def broadcast_state(self, descriptor: MapStateDescriptor) -> dict[Any, Any]:
         """The broadcast state ``descriptor`` names, as a ``dict``."""

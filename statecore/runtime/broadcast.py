@@ -49,8 +49,10 @@ from statecore.runtime.functions import (
     FunctionSnapshotContext,
     KeyedProcessFunction,
     OnTimerContext,
+    OutputContext,
     RuntimeContext,
 )
+from statecore.runtime.side_outputs import OutputTag, SideOutputs
 from statecore.state import VOID_NAMESPACE, State
 
 __all__ = [
@@ -136,19 +138,29 @@ class ReadOnlyContext:
     def timer_service(self) -> TimerService:
         return self._ctx.timer_service
 
+    def output(self, tag: OutputTag, value: Any) -> None:
+        """Emit ``value`` to the side output ``tag``."""
+        self._ctx.output(tag, value)
+
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> ReadOnlyBroadcastState:
         return ReadOnlyBroadcastState(self._broadcast.state(descriptor))
 
 
-class BroadcastContext:
+class BroadcastContext(OutputContext):
     """``process_broadcast_element``'s context: the element's timestamp, the broadcast state
-    (writable) and :meth:`apply_to_keyed_state`. No current key and no timers, as in Flink."""
+    (writable), :meth:`apply_to_keyed_state` and side outputs (``output``). No current key and
+    no timers, as in Flink."""
 
     __slots__ = ("timestamp", "_broadcast", "_backend")
 
     def __init__(
-        self, timestamp: int | None, broadcast: _Broadcast, backend: KeyedStateBackend
+        self,
+        timestamp: int | None,
+        broadcast: _Broadcast,
+        backend: KeyedStateBackend,
+        side_outputs: SideOutputs | None = None,
     ) -> None:
+        super().__init__(side_outputs)
         self.timestamp = timestamp
         self._broadcast = broadcast
         self._backend = backend
@@ -232,14 +244,17 @@ class KeyedBroadcastFunction(KeyedProcessFunction, CheckpointedFunction):
     def process_element(self, value: Any, ctx: Context) -> Iterable[Any] | None:
         tagged = self.unpack(value)
         if tagged.input == 2:  # a broadcast element's copy for this instance (on Spark)
-            return self.broadcast(tagged.value, ctx.timestamp)
+            return self.broadcast(tagged.value, ctx.timestamp, ctx.side_outputs)
         if tagged.input != 1:
             raise ConfigError(f"a broadcast function's record names input {tagged.input!r}")
         return self.function.process_element(tagged.value, ReadOnlyContext(ctx, self._broadcast))
 
-    def broadcast(self, value: Any, timestamp: int | None = None) -> Iterable[Any] | None:
-        """Run ``process_broadcast_element`` for a broadcast element on this instance."""
-        context = BroadcastContext(timestamp, self._broadcast, self._backend)
+    def broadcast(
+        self, value: Any, timestamp: int | None = None, side_outputs: SideOutputs | None = None
+    ) -> Iterable[Any] | None:
+        """Run ``process_broadcast_element`` for a broadcast element on this instance (its side
+        outputs into ``side_outputs``, the task's)."""
+        context = BroadcastContext(timestamp, self._broadcast, self._backend, side_outputs)
         return self.function.process_broadcast_element(value, context)
 
     def on_timer(self, timestamp: int, ctx: OnTimerContext) -> Iterable[Any] | None:

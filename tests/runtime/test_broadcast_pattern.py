@@ -5,6 +5,7 @@ redistributed on rescale as Flink does (instance i from old instance i % old par
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ from statecore import ConfigError, MapStateDescriptor, StateAccessError, ValueSt
 from statecore.backends.operator import OperatorStateMode, repartition
 from statecore.runtime.broadcast import KeyedBroadcastFunction, KeyedBroadcastProcessFunction
 from statecore.runtime.co_process import TaggedElement
+from statecore.runtime.functions import OutputTag
 from statecore.testing import KeyedBroadcastHarness
 
 BACKENDS = ["heap", "rocksdb"]
@@ -133,3 +135,25 @@ def test_broadcast_pattern_rejects_other_functions_and_runs_input_two_as_broadca
         # an instance's copy of a broadcast element, as a Spark task gets it: input 2
         assert harness.task.process([("x", None, TaggedElement(2, ("EUR", 1)))]) == [("reset", [])]
         assert harness.broadcast_state(LIMITS) == {"EUR": 1}
+
+
+class _Flag(KeyedBroadcastProcessFunction):
+    """Sends each keyed element over the limit, and each new limit, to side outputs."""
+
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any]:
+        limit = ctx.get_broadcast_state(LIMITS).get("limit")
+        if limit is not None and value[1] > limit:
+            ctx.output(OutputTag("over"), value)
+        yield value
+
+    def process_broadcast_element(self, value: Any, ctx: Any) -> None:
+        ctx.get_broadcast_state(LIMITS).put("limit", value)
+        ctx.output(OutputTag("limits"), value)
+
+
+def test_broadcast_pattern_both_contexts_emit_to_side_outputs() -> None:
+    with KeyedBroadcastHarness(_Flag(), key=lambda r: r[0], states=[LIMITS]) as harness:
+        assert harness.process_broadcast_element(5) == []
+        assert harness.process_elements([("a", 3), ("b", 9)]) == [("a", 3), ("b", 9)]
+        assert harness.side_output("limits") == [5]
+        assert harness.side_output("over") == [("b", 9)]
