@@ -75,15 +75,20 @@ def _commit_of(actions: list[dict[str, Any]], version: int) -> CheckpointCommit 
 
 def checkpoint_commits(uri: str, *, since: int = 0) -> Iterator[CheckpointCommit]:
     """The checkpoint commits of the output (or late-data) table at ``uri`` from version
-    ``since`` on, oldest first (none while there is no table)."""
+    ``since`` on, oldest first (none while there is no table). The log is listed once: the
+    entries its cleanup deleted are not asked for one by one."""
     head = head_version(uri)
     if head is None:
         return
     fs, root = table_filesystem(uri)
-    for version in range(since, head + 1):
-        actions = _actions(fs, root, version)
-        if actions is not None and (commit := _commit_of(actions, version)) is not None:
-            yield commit
+    listed = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
+    names = (e.path.rsplit("/", 1)[-1] for e in listed)
+    versions = sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+    for version in versions:
+        if since <= version <= head:
+            actions = _actions(fs, root, version)
+            if actions is not None and (commit := _commit_of(actions, version)) is not None:
+                yield commit
 
 
 def _find_commit(

@@ -185,3 +185,13 @@ def test_other_tool_compaction_of_an_empty_checkpoint_gives_an_empty_answer(outp
     """A checkpoint with no output made no commit: its answer is empty, not an error."""
     DeltaTable(output).optimize.compact()
     assert replay(output, 7) == Counter()
+
+
+def test_other_tool_commits_are_not_listed_as_checkpoint_commits(output: str) -> None:
+    """The dataflow hands on each checkpoint commit once, from a version on; another tool's
+    OPTIMIZE or RESTORE is none."""
+    DeltaTable(output).optimize.compact()
+    assert commit(output, 5)
+    listed = [(c.version, c.checkpoint_id) for c in checkpoint_commits(output, since=3)]
+    assert listed == [(3, 3), (4, 4), (6, 5)]
+    assert [len(c.paths) for c in checkpoint_commits(output, since=6)] == [2]
