@@ -29,6 +29,7 @@ names what it is about: the job, operator, state, key group or checkpoint.
     │   └── MaintenanceLockedError     the holder is a maintenance operation
     ├── OutputOwnedError               an output table another job or operator writes
     │   └── TableOwnedError            an output table whose owner, written in it, is another
+    ├── OutputRowsUnavailableError     a checkpoint's output rows another tool changed
     ├── RestoreWouldDiscardError       a restore that would discard later checkpoints
     ├── CatalogBehindWarehouseError    a catalog that is empty or older than the job's tables
     ├── StateRepairError               a repair statement that would break the state's layout
@@ -63,6 +64,7 @@ __all__ = [
     "ForeignCommitError",
     "OutputCommitPendingError",
     "OutputFilesMissingError",
+    "OutputRowsUnavailableError",
     "SnapshotWriteError",
     "CorruptSnapshotError",
     "ConcurrentRunError",
@@ -201,6 +203,13 @@ class TableOwnedError(OutputOwnedError):
     """An output (or late-data) table whose owner, recorded in the table itself, is another
     writer (another job, operator or home), or that another tool wrote and no statecore writer
     owns: nothing is written to it."""
+
+
+class OutputRowsUnavailableError(StateError):
+    """A completed checkpoint's output rows that cannot be read back alone: removed from the
+    table by another tool's data change (a RESTORE to an earlier version, a DELETE), or
+    rewritten by an OPTIMIZE whose original files a VACUUM then deleted. The message names the
+    checkpoint, the table and the Delta operation with its version."""
 
 
 class RestoreWouldDiscardError(StateError):

@@ -8,9 +8,10 @@ table's folder, committed in one Delta transaction that records the checkpoint i
 application transaction version (:mod:`statecore.checkpoint.outputs`). A commit repeated after
 it was made (a roll-forward after a crash) finds the version recorded and commits nothing, so
 each checkpoint's rows are in the table once; a checkpoint that never completes never commits.
-A file's name carries its checkpoint id, so the rows of one checkpoint can be read back alone
-(until the maintenance merges the files of checkpoints no longer retained,
-:mod:`statecore.snapshot.output_compaction`).
+The rows of one checkpoint are read back alone through the Delta log (the files its commit
+added, :mod:`statecore.snapshot.output_rows`), whatever another tool's OPTIMIZE did to the
+files' names; a file's name also carries its checkpoint id, which statecore's own VACUUM and
+merge of expired checkpoints (:mod:`statecore.snapshot.output_compaction`) go by.
 
 Each commit also carries the writer's fencing epoch (see :mod:`statecore.snapshot.table`) and
 names its checkpoint in the commit's metadata. The table only ever gets appends (and the
@@ -46,6 +47,7 @@ from statecore.snapshot.files import delta_stats, stat_columns, table_filesystem
 from statecore.snapshot.locations import canonical_location
 from statecore.snapshot.log import checkpoint_log
 from statecore.snapshot.output_owner import check_owner, claim
+from statecore.snapshot.output_rows import checkpoint_output_uris
 from statecore.snapshot.output_staging import (
     StagedFile,
     drop_staged,
@@ -363,12 +365,10 @@ class OutputTable:
                 pass
 
     def checkpoint_files(self, checkpoint_id: int) -> list[str]:
-        """URIs of the committed files holding the output of ``checkpoint_id``."""
-        table = self._table()
-        if table is None:
-            return []
-        pattern = re.compile(rf"(^|/){re.escape(_prefix(checkpoint_id))}")
-        return [uri for uri in table.file_uris() if pattern.search(uri)]
+        """URIs of the files holding exactly the output of ``checkpoint_id``, found through the
+        Delta log (:func:`~statecore.snapshot.output_rows.checkpoint_output_uris`: another
+        tool's OPTIMIZE or RESTORE is taken into account, or named in the error)."""
+        return checkpoint_output_uris(self.uri, checkpoint_id)
 
 
 def _commit_checkpoint(fs: pafs.FileSystem, path: str) -> tuple[bool, int | None]:

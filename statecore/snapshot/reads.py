@@ -6,7 +6,9 @@ decoder), so ``threads`` files are read at once and the first-byte latency of an
 paid once per ``threads`` files instead of once per file. The rows are handed back in the order of
 the files asked for, whatever order the reads end in, so a restore applies exactly what a
 sequential read applies; the first file that cannot be read (in that order) fails the restore,
-naming it.
+naming it. A file gone because another tool VACUUMed the state table (delta-spark's and
+deltalake's VACUUM log their runs as ``VACUUM START``/``VACUUM END`` commits; statecore's own
+never deletes a file a retained checkpoint or savepoint needs) is named as such.
 
 The number of threads is ``STATECORE_RESTORE_READ_THREADS`` in the environment of the process
 that reads (a Spark executor's, as for the S3 settings; default :data:`READ_THREADS`; 1 reads one
@@ -16,6 +18,7 @@ file after another). At most ``threads`` files are read ahead of the one being a
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -117,7 +120,34 @@ def _read_file(fs: pafs.FileSystem, root: str, label: str, f: TableFile) -> pa.T
             use_threads=len(data) >= _THREADED_DECODE_BYTES
         )
     except (OSError, pa.ArrowInvalid) as exc:
+        hint = _vacuum_hint(fs, root) if isinstance(exc, FileNotFoundError) else ""
         raise CorruptSnapshotError(
             f"{label}, key group {f.key_group}: file {f.path} is missing or unreadable: {exc}"
-            f"{throttling_hint(exc)}"
+            f"{hint or throttling_hint(exc)}"
         ) from exc
+
+
+def _vacuum_hint(fs: pafs.FileSystem, root: str) -> str:
+    """Why a file of the table at ``root`` may be gone: the newest VACUUM another tool logged
+    in its Delta log (``""``: none logged, or the log cannot be listed)."""
+    try:
+        entries = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
+    except OSError:
+        return ""
+    commits = sorted((e.path for e in entries if e.path.endswith(".json")), reverse=True)
+    for path in commits:
+        try:
+            with fs.open_input_stream(path) as stream:
+                lines = stream.read().decode().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            info = json.loads(line).get("commitInfo") if line.strip() else None
+            if isinstance(info, dict) and str(info.get("operation", "")).startswith("VACUUM"):
+                version = int(path.rsplit("/", 1)[-1].removesuffix(".json"))
+                return (
+                    f" (another tool VACUUMed this state table: {info['operation']} at version "
+                    f"{version}; a VACUUM of state tables below what a retained checkpoint or "
+                    "savepoint needs deletes its files: use `statecore retention`)"
+                )
+    return ""

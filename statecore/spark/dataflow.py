@@ -42,8 +42,8 @@ from statecore.catalog import Catalog, CheckpointStatus
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
 from statecore.runtime.functions import KeyedProcessFunction
-from statecore.snapshot.output import checkpoint_of_file
-from statecore.snapshot.storage import open_table, table_filesystem
+from statecore.snapshot.output_rows import checkpoint_commits, checkpoint_output_uris
+from statecore.snapshot.storage import table_filesystem
 from statecore.spark.keyed import keyed_process
 from statecore.spark.stream import every_task_runs, keyed_stream
 
@@ -371,32 +371,29 @@ class _Run:
 
 
 class _Outputs:
-    """A stream's output table, its completed checkpoints' rows handed on once each."""
+    """A stream's output table, its completed checkpoints' rows handed on once each, found
+    through the table's Delta log (:mod:`statecore.snapshot.output_rows`)."""
 
     def __init__(self, table: str, flow: Dataflow) -> None:
         self.table = table
         self.flow = flow
         self.delivered: set[int] = set()
+        self._since = 0
 
     def deliver(self) -> None:
-        try:
-            files = open_table(self.table).file_uris()
-        except Exception:  # no table yet: the first checkpoint with output creates it
-            return
-        pending: dict[int, list[str]] = {}
-        for file in files:
-            checkpoint = checkpoint_of_file(file.rsplit("/", 1)[-1])
-            if checkpoint is not None and checkpoint not in self.delivered:
-                pending.setdefault(checkpoint, []).append(file)
-        for checkpoint in sorted(pending):
+        for commit in list(checkpoint_commits(self.table, since=self._since)):
+            self._since = commit.version + 1
+            if commit.checkpoint_id in self.delivered:
+                continue
             tables = []
-            for file in sorted(pending[checkpoint]):
+            for file in sorted(checkpoint_output_uris(self.table, commit.checkpoint_id)):
                 fs, path = table_filesystem(file)
                 tables.append(pq.read_table(path, filesystem=fs))
-            rows = pa.concat_tables(tables).select(self.flow.output_schema.names)
-            if self.flow.on_output is not None:
-                self.flow.on_output(checkpoint, rows)
-            self.delivered.add(checkpoint)
+            if tables:
+                rows = pa.concat_tables(tables).select(self.flow.output_schema.names)
+                if self.flow.on_output is not None:
+                    self.flow.on_output(commit.checkpoint_id, rows)
+            self.delivered.add(commit.checkpoint_id)
 
 
 def run_dataflow(flow: Dataflow, spark: SparkSession | None = None) -> list[int]:
