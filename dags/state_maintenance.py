@@ -21,8 +21,12 @@ UI).
 - `ttl_cleanup`: removes the expired entries of every state with a TTL as a new maintenance
   checkpoint, merges small files per key group, and VACUUMs files no retained checkpoint needs.
   Its XCom (and log) reports rows and bytes reclaimed per state and key group.
-- `retention`: keeps the last `retain` completed checkpoints, expires the others, VACUUMs, and
-  cuts the `_delta_log` of every table to what the retained checkpoints need.
+- `retention`: first commits the pending output of completed checkpoints (a failed output
+  commit, or a writer that stopped after the completion): its log names each pending
+  checkpoint, its table, since when and why, then what was committed; a commit that cannot be
+  made (a staged file gone) fails the task, naming the checkpoint and the files missing. Then
+  it keeps the last `retain` completed checkpoints, expires the others, VACUUMs, and cuts the
+  `_delta_log` of every table to what the retained checkpoints need.
 
 **Params**
 - `job`: the statecore job to maintain (default: the jobs the triggering checkpoints are of, or

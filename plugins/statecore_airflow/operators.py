@@ -257,7 +257,9 @@ class RetentionOperator(_StatecoreOperator):
     the rest, VACUUM and cut the Delta logs (``statecore retention``); no VACUUM when
     ``vacuum_retention_hours`` is empty (``None``). ``log_grace_seconds``: log entries younger
     than this stay (empty: the library's ``LOG_GRACE``); ``outputs``: the job's output and
-    late-data tables, whose logs are cut too (a list, its JSON, or one path).
+    late-data tables, whose logs are cut too (a list, its JSON, or one path). The task log names
+    each pending output (checkpoint, table, since when, why) and what was committed; an output
+    that cannot be committed fails the task, naming the checkpoint and the files missing.
 
     XCom: ``{"retained", "expired", "rolled_forward", "files_deleted", "log_files_deleted", ...}``.
     """

@@ -9,6 +9,8 @@ Each function reads the catalog once and returns plain dicts and lists (strings,
   catalog has them, watermark, restore metrics and latency percentiles;
 - :func:`checkpoint_detail`: one checkpoint, with the rows and bytes of every key group of every
   state (what the page draws as a chart);
+- :func:`pending_outputs_overview`: the output of a job's completed checkpoints that is not in
+  its tables yet, since when and why (:mod:`statecore.ops.pending`);
 - :func:`savepoints_overview`: the savepoints;
 - :func:`lookup_row`: a point lookup (:func:`statecore.query.lookup`) from form fields;
 - :func:`link_runs`: which checkpoint each Airflow DAG run completed.
@@ -37,6 +39,7 @@ from statecore.catalog import (
 )
 from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError
+from statecore.ops.pending import pending_output_status
 from statecore.query.lookup import lookup
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "jobs_overview",
     "link_runs",
     "lookup_row",
+    "pending_outputs_overview",
     "plain",
     "savepoints_overview",
 ]
@@ -182,6 +186,15 @@ def checkpoint_detail(catalog: Catalog, job: str, checkpoint_id: int) -> dict[st
         for table in sorted(record.tables, key=lambda t: (t.table_kind, t.operator, t.state))
     ]
     return row
+
+
+def pending_outputs_overview(catalog: Catalog, job: str) -> list[dict[str, Any]]:
+    """The pending output commits of ``job``'s completed checkpoints, by checkpoint id: each
+    one's ``checkpoint``, ``output`` kind, ``table``, ``files``, ``rows``, ``pending_since``
+    (ISO UTC), ``why`` and whether an attempt failed (``attempted``);
+    :class:`~statecore.errors.JobNotFoundError` if the catalog does not know ``job``."""
+    catalog.get_job(job)
+    return [p.to_dict() for p in pending_output_status(catalog, job)]
 
 
 def savepoints_overview(catalog: Catalog, job: str | None = None) -> list[dict[str, Any]]:

@@ -3,7 +3,10 @@
 First, under the job's lease, the output of completed checkpoints that is still pending (its
 commit failed, or its writer died after the completion) is rolled forward
 (:func:`~statecore.checkpoint.outputs.roll_forward`), so a paused job's completed output reaches
-its tables on the maintenance schedule, not at its next run.
+its tables on the maintenance schedule, not at its next run. Each pending commit is logged first
+(which checkpoint, which table, since when and why: :mod:`statecore.ops.pending`), then what was
+committed; a commit that fails (a staged file gone, say) is logged and raised, naming the
+checkpoint and the files missing, and retention does nothing else.
 
 Expired checkpoints stay in the catalog as EXPIRED (their id still replays as a no-op) but name
 no table any more. VACUUM then deletes, in every table below ``<warehouse>/<job>/``, the data
@@ -41,7 +44,8 @@ from statecore.checkpoint.points import pinned_tables
 from statecore.checkpoint.recover import check_catalog_not_behind
 from statecore.checkpoint.retain import clean_logs
 from statecore.config import StatecoreConfig
-from statecore.errors import ConfigError
+from statecore.errors import ConfigError, StateError
+from statecore.ops.pending import pending_output_status
 from statecore.progress import Progress, silent
 from statecore.snapshot.commits import head_version, job_table_uris
 from statecore.snapshot.log import LOG_GRACE, LogCleanup
@@ -362,13 +366,23 @@ def _roll_forward(
     progress: Progress,
 ) -> tuple[int, ...]:
     """Commit the pending output of ``job``'s completed checkpoints (a dry run only names it);
-    the checkpoints committed."""
-    done = (CheckpointStatus.COMPLETED, CheckpointStatus.EXPIRED)
+    the checkpoints committed. ``progress`` is told each pending commit (checkpoint, table,
+    since when, why) before, and what was committed after; a commit that fails is told too
+    (naming the checkpoint and what is missing) and raised, with nothing else done."""
+    pending = pending_output_status(catalog, job)
+    for status in pending:
+        progress(f"retention {job}: pending output of {status.describe()}")
     if dry_run:
-        pending = catalog.pending_outputs(job)
-        ids = tuple(sorted({p.checkpoint_id for p, status in pending if status in done}))
+        ids = tuple(sorted({p.checkpoint_id for p in pending}))
     else:
-        rolled = roll_forward(catalog, job, fence, warehouse=config.warehouse)
+        try:
+            rolled = roll_forward(catalog, job, fence, warehouse=config.warehouse)
+        except StateError as exc:
+            progress(
+                f"retention {job}: rolling the pending output forward FAILED; nothing else was "
+                f"done (no checkpoint expired, nothing vacuumed): {exc}"
+            )
+            raise
         ids = tuple(sorted({p.checkpoint_id for p in rolled}))
     if ids:
         progress(

@@ -392,3 +392,51 @@ def test_pending_output_staged_by_an_attempt_killed_before_it_recorded_is_delete
     assert not orphan.parent.parent.exists()
     assert_exactly(run, [1, 3])
     assert staged(config, 3) == []
+
+
+def test_pending_output_retention_logs_which_checkpoints_since_when_and_why(
+    config: StatecoreConfig, catalog: Catalog, tmp_path: Path, at_point: Hook
+) -> None:
+    """The maintenance DAG's retention task log (``progress``) names each pending output
+    (checkpoint, table, since the checkpoint's completion, the error of the failed commit)
+    before it commits it, then the checkpoints committed."""
+    run = Run(config, catalog, tmp_path)
+    pending_after_failed_commit(run, at_point)
+    completed_at = catalog.get_checkpoint(JOB, 2).completed_at
+    assert completed_at is not None
+    said: list[str] = []
+    report = apply_retention(
+        config, catalog, JOB, retain=10, vacuum_after=None, progress=said.append
+    )
+    assert report.rolled_forward == (2,)
+    pending = [line for line in said if "is pending since" in line]
+    assert [run.output.uri in line or run.late.uri in line for line in pending] == [True, True]
+    for line in pending:
+        assert "checkpoint 2:" in line and f"since {completed_at:%Y-%m-%d %H:%M:%S} UTC" in line
+    assert "Injected: injected at output:commit:before" in pending[0]  # the output's commit
+    assert "not attempted yet" in pending[1]  # the late data's, never run after that failure
+    done = said.index(f"retention {JOB}: committed the pending output of checkpoints [2]")
+    assert done > said.index(pending[-1])
+    assert_exactly(run, [1, 2])
+
+
+def test_pending_output_retention_fails_loudly_naming_the_checkpoint_and_missing_file(
+    config: StatecoreConfig, catalog: Catalog, tmp_path: Path, at_point: Hook
+) -> None:
+    """A pending output whose staged file is gone fails retention (so the DAG's task), its log
+    and error naming the checkpoint and the file; nothing is committed, nothing expired."""
+    run = Run(config, catalog, tmp_path)
+    pending_after_failed_commit(run, at_point)
+    other_tool_vacuum(run.output.uri, run.late.uri)
+    lost = next(f for f in staged(config, 2) if f.parent.name == "output")
+    lost.unlink()
+    said: list[str] = []
+    with pytest.raises(OutputFilesMissingError) as raised:
+        apply_retention(config, catalog, JOB, retain=1, vacuum_after=None, progress=said.append)
+    assert "checkpoint 2" in str(raised.value) and str(lost) in str(raised.value)
+    [failed] = [line for line in said if "FAILED" in line]
+    assert "checkpoint 2" in failed and str(lost) in failed and run.output.uri in failed
+    assert not any("committed the pending output" in line for line in said)
+    assert catalog.get_checkpoint(JOB, 1).status is CheckpointStatus.COMPLETED  # not expired
+    assert read_values(run.output.uri) == [1]
+    assert len(catalog.pending_outputs(JOB)) == 2

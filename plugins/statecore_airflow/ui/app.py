@@ -179,6 +179,12 @@ def create_app() -> FastAPI:
         with _catalog() as catalog:
             return overview.checkpoint_detail(catalog, job, checkpoint_id)
 
+    @app.get("/api/jobs/{job}/pending-output")
+    def api_pending_output(access: Access, job: str) -> list[dict[str, Any]]:
+        access.check(job)
+        with _catalog() as catalog:
+            return overview.pending_outputs_overview(catalog, job)
+
     @app.get("/api/savepoints")
     def api_savepoints(access: Access, job: str | None = None) -> list[dict[str, Any]]:
         if job is not None:
@@ -227,6 +233,7 @@ def create_app() -> FastAPI:
             row = overview.job_overview(catalog, job)  # JobNotFoundError, naming the job
             checkpoints = overview.checkpoints_overview(catalog, job)
             savepoints = overview.savepoints_overview(catalog, job)
+            pending = overview.pending_outputs_overview(catalog, job)
             states = _states(catalog, [job])[job]
         runs, _ = _linked_runs(access, job)
         return HTMLResponse(
@@ -237,6 +244,7 @@ def create_app() -> FastAPI:
                 savepoints=savepoints,
                 runs=runs,
                 states=states,
+                pending_outputs=pending,
             )
         )
 

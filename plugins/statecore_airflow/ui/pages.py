@@ -107,6 +107,7 @@ _TIMES = frozenset(
         "latest_completed_at",
         "watermark_at",
         "lease_expires_at",
+        "pending_since",
     }
 )
 """Columns of ISO timestamps, shown to the second in UTC (the full value as the tooltip)."""
@@ -221,6 +222,15 @@ _CHECKPOINT_COLUMNS = (
     ("restore_subtasks", "restored subtasks"),
     ("restore_max_seconds", "slowest restore (s)"),
     ("worst_p99_us", "worst p99 (µs)"),
+)
+_PENDING_COLUMNS = (
+    ("checkpoint", "checkpoint"),
+    ("output", "output"),
+    ("table", "table"),
+    ("files", "files"),
+    ("rows", "rows"),
+    ("pending_since", "pending since (UTC)"),
+    ("why", "why"),
 )
 _LATENCY_COLUMNS = (
     ("state", "state"),
@@ -388,6 +398,29 @@ def _checkpoint_table_rows(checkpoints: Sequence[Mapping[str, Any]]) -> list[dic
     return rows
 
 
+def _pending_output(job: str, pending: Sequence[Mapping[str, Any]]) -> str:
+    """The section on the output of completed checkpoints not in its tables yet (rows of
+    :func:`statecore.ops.overview.pending_outputs_overview`): which, since when, why, and what
+    commits it; nothing when none is pending."""
+    if not pending:
+        return ""
+    checkpoints = sorted({int(p["checkpoint"]) for p in pending})
+    return (
+        "<h2 id='pending-output'>Pending output</h2>"
+        f"<p class='error' id='pending-output-note'>Checkpoint(s) "
+        f"{escape(', '.join(str(c) for c in checkpoints))} completed, but their output is not "
+        f"in its tables yet ({len(pending)} commit(s)): readers do not see those rows. The "
+        "job's next run, the <code>state_maintenance</code> DAG's retention task, or "
+        f"<code>statecore catalog recover {escape(job)}</code> commits it (once).</p>"
+        + _table(
+            pending,
+            _PENDING_COLUMNS,
+            table_id="pending-output-table",
+            links={"checkpoint": lambda r: _checkpoint_href({"job": job, **r})},
+        )
+    )
+
+
 def job_page(
     base: str,
     job: Mapping[str, Any],
@@ -396,12 +429,14 @@ def job_page(
     savepoints: Sequence[Mapping[str, Any]],
     runs: Sequence[Mapping[str, Any]],
     states: Sequence[str],
+    pending_outputs: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """A job: its settings, checkpoints (newest first), savepoints, DAG runs and the lookup
-    form for its ``states``."""
+    """A job: its settings, the pending output of its completed checkpoints (if any),
+    checkpoints (newest first), savepoints, DAG runs and the lookup form for its ``states``."""
     name = str(job["job"])
     body = (
         _table([job], _JOB_COLUMNS, table_id="job-table")
+        + _pending_output(name, pending_outputs)
         + "<h2 id='checkpoints'>Checkpoints</h2>"
         + _table(
             _checkpoint_table_rows(checkpoints),
