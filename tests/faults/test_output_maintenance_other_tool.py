@@ -9,7 +9,12 @@ checkpoint 2 commits its pending output once and its ``output`` is exactly its r
 runs; a second Z-order rewrites checkpoint 3's files: its replay still reads exactly its rows
 (through the log: no file bears its name any more); after a VACUUM, its replay's ``output`` fails
 naming the OPTIMIZE instead of coming back empty. DuckDB, Spark SQL and the ``readStream`` read
-every completed checkpoint's rows exactly once."""
+every completed checkpoint's rows exactly once.
+
+delta-spark's ``RESTORE TABLE ... TO VERSION AS OF`` between runs takes a checkpoint's commit
+back out of the output table: later checkpoints commit once each, the replay of the checkpoint
+restored away fails naming the RESTORE (its rows are not in the table to read), and DuckDB and
+Spark SQL read every remaining row once."""
 
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ import pytest
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.config import StatecoreConfig
 from statecore.errors import OutputRowsUnavailableError
+from statecore.snapshot.commits import head_version
+from statecore.snapshot.output_rows import checkpoint_commits
 
 from .harness import RECOVERY_RETRY_SECONDS, Case, start_case
 from .scenario import JOB, differences, expected_outcome, output_table, read_outcome, run_checkpoint
@@ -109,3 +116,44 @@ def test_other_tool_z_order_and_vacuum_across_a_kill_keep_every_row_once_and_rep
     with Catalog.connect(config.catalog_url) as catalog:
         assert catalog.pending_outputs(JOB) == []
         assert catalog.get_checkpoint(JOB, 3).status is CheckpointStatus.COMPLETED
+
+
+def test_other_tool_spark_restore_between_runs_later_checkpoints_commit_once_replay_names_it(
+    spark: Any, fault_home: Callable[[str], StatecoreConfig]
+) -> None:
+    config = fault_home("sqlite")
+    for checkpoint_id in (1, 2, 3):
+        run_checkpoint(spark, config, api="record", backend="heap", checkpoint_id=checkpoint_id)
+    uri = output_table(config)
+    at = {c.checkpoint_id: c.version for c in checkpoint_commits(uri)}
+    spark.sql(f"RESTORE TABLE delta.`{uri}` TO VERSION AS OF {at[2]}").collect()
+    restored = head_version(uri)
+    assert restored == at[3] + 1
+
+    four = run_checkpoint(spark, config, api="record", backend="heap", checkpoint_id=4)
+    assert not four.replayed
+    replay = run_checkpoint(spark, config, api="record", backend="heap", checkpoint_id=4)
+    only_four = sorted(
+        set(expected_outcome((1, 2, 3, 4)).output) - set(expected_outcome((1, 2, 3)).output)
+    )
+    assert replay.replayed and _rows(replay.output) == only_four
+    replay = run_checkpoint(spark, config, api="record", backend="heap", checkpoint_id=3)
+    assert replay.replayed
+    with pytest.raises(
+        OutputRowsUnavailableError, match=rf"checkpoint 3: .*RESTORE at version {restored}"
+    ):
+        replay.output  # noqa: B018
+    # each checkpoint committed once; the replays and the RESTORE added no checkpoint commit
+    commits = [c.checkpoint_id for c in checkpoint_commits(uri)]
+    assert commits == [1, 2, 3, 4] and head_version(uri) == restored + 1
+
+    only_three = set(expected_outcome((1, 2, 3)).output) - set(expected_outcome((1, 2)).output)
+    remaining = sorted(set(expected_outcome((1, 2, 3, 4)).output) - only_three)
+    outcome = read_outcome(config)
+    assert outcome.output == remaining  # DuckDB: each remaining row once
+    assert _spark_rows(spark, uri) == remaining  # Spark SQL: each remaining row once
+    expected = expected_outcome((1, 2, 3, 4))  # the job's state is not restored: it saw 3
+    assert (outcome.total, outcome.seqs) == (expected.total, expected.seqs)
+    with Catalog.connect(config.catalog_url) as catalog:
+        assert catalog.pending_outputs(JOB) == []
+        assert catalog.get_checkpoint(JOB, 4).status is CheckpointStatus.COMPLETED
