@@ -10,6 +10,7 @@ prints a checkpoint's main output first, then each side output's.
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -224,3 +225,27 @@ def test_side_output_pyflink_to_a_delta_sink_with_the_checkpoint(
     assert sorted(r["f1"] for r in rows) == [1, 3] and {r["f0"] for r in rows} == {"a"}
     (commit,) = list(checkpoint_commits(table))
     assert result.checkpoints == [commit.checkpoint_id]
+
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "pyflink.md"
+
+
+@pytest.mark.spark
+def test_side_output_pyflink_doc_page_example_runs_as_written(
+    spark: Any, statecore_home: StatecoreConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/pyflink.md's "Side outputs" example prints what its comment says."""
+    text = PAGE.read_text()
+    start = text.index("### Side outputs")
+    match = re.search(r"```python\n(.*?)```", text[start:], re.S)
+    assert match is not None
+    code = match.group(1)
+    assert "import pyflink" not in code.replace("# from pyflink", "")
+    exec(compile(code, str(PAGE), "exec"), {"__name__": "pyflink_doc"})  # the page's own code
+    lines = _lines(capsys)
+    assert [line for line in lines if not line.startswith("side> ")] == ["1", "2", "3"]
+    assert [line for line in lines if line.startswith("side> ")] == [
+        "side> sideout-1",
+        "side> sideout-2",
+        "side> sideout-3",
+    ]
