@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 
 from statecore.config import StatecoreConfig
 from statecore.errors import PyFlinkUnsupportedError
-from statecore.pyflink.common import Time, Types
+from statecore.pyflink.common import Encoder, Time, Types
 from statecore.pyflink.datastream import (
     KeyedProcessFunction,
     OutputTag,
@@ -28,6 +28,7 @@ from statecore.pyflink.datastream import (
     StreamExecutionEnvironment,
 )
 from statecore.pyflink.datastream.connectors.delta import DeltaSink
+from statecore.pyflink.datastream.connectors.file_system import FileSink
 from statecore.pyflink.datastream.execution import dataflow, job_plans
 from statecore.pyflink.datastream.functions import ProcessWindowFunction
 from statecore.pyflink.datastream.window import TumblingEventTimeWindows
@@ -225,6 +226,34 @@ def test_side_output_pyflink_to_a_delta_sink_with_the_checkpoint(
     assert sorted(r["f1"] for r in rows) == [1, 3] and {r["f0"] for r in rows} == {"a"}
     (commit,) = list(checkpoint_commits(table))
     assert result.checkpoints == [commit.checkpoint_id]
+
+
+@pytest.mark.spark
+def test_side_output_pyflink_to_a_file_sink_beside_the_main_one(
+    spark: Any, statecore_home: StatecoreConfig, tmp_path: Path
+) -> None:
+    """Main output and side output each into a ``FileSink`` of one folder (BATCH): the side
+    output's part file is named apart (``part-<job>-<side output>-<checkpoint>``)."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runtime_mode(BATCH)
+    env.set_parallelism(1)
+    main = (
+        env.from_collection([("a", 1), ("b", 2), ("a", 3)])
+        .key_by(lambda e: e[0], Types.STRING())
+        .process(Split(), Types.STRING())
+    )
+    out = tmp_path / "out"
+    encoder = Encoder.simple_string_encoder()
+    main.sink_to(FileSink.for_row_format(str(out), encoder).build())
+    main.get_side_output(ODD).sink_to(FileSink.for_row_format(str(out), encoder).build())
+    env.execute("odd_files")
+    side_files = sorted(out.glob("part-odd_files-odd-*"))
+    assert [f.name for f in side_files] == ["part-odd_files-odd-000000000000"]
+    assert sorted(side_files[0].read_text().splitlines()) == ["(a,1)", "(a,3)"]
+    main_lines = [
+        line for f in out.glob("part-*") if f not in side_files for line in f.read_text().split()
+    ]
+    assert sorted(main_lines) == ["a", "a", "b"]
 
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "pyflink.md"
