@@ -105,7 +105,7 @@ def test_side_output_pyflink_only_side_outputs_sunk() -> None:
     assert output == [] and sides == {"odd": [(0, "(a,1)")]}
 
 
-def test_side_output_pyflink_plans_refuse_what_they_cannot_run() -> None:
+def test_side_output_pyflink_plans_refuse_what_they_cannot_run(tmp_path: Path) -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     ds = env.from_collection([("a", 1)])
     with pytest.raises(PyFlinkUnsupportedError, match="result of process"):
@@ -115,6 +115,11 @@ def test_side_output_pyflink_plans_refuse_what_they_cannot_run() -> None:
         main.get_side_output("odd")
     with pytest.raises(PyFlinkUnsupportedError, match="has no side outputs"):
         main.get_side_output(ODD).get_side_output(ODD)
+    untyped = StreamExecutionEnvironment.get_execution_environment()
+    split = untyped.from_collection([]).key_by(lambda e: e[0]).process(Split())
+    split.get_side_output(OutputTag("x")).sink_to(DeltaSink(str(tmp_path / "x")))
+    with pytest.raises(PyFlinkUnsupportedError, match=r"give OutputTag\('x', ...\) a type_info"):
+        _flow(untyped)
     other = env.from_collection([("b", 2)]).key_by(lambda e: e[0]).process(Split())
     main.print()
     other.get_side_output(ODD).print()

@@ -102,10 +102,13 @@ def _output_schema(plan: Plan) -> pa.Schema:
         return TEXT_SCHEMA
     info = plan.element_type
     if info is None or getattr(info, "pickled", False):
+        typed = "the last map or process an output_type"
+        if plan.side_tag is not None and not plan.side_steps:
+            typed = f"OutputTag({plan.side_tag.tag_id!r}, ...) a type_info"
         raise PyFlinkUnsupportedError(
             f"sink_to(DeltaSink({plan.sink.path!r})): the stream's elements have no declared "
-            "type; give the last map or process an output_type (Types.ROW_NAMED([...], [...]) "
-            f"names the table's columns) ({COMING_FROM_PYFLINK})"
+            f"type; give {typed} (Types.ROW_NAMED([...], [...]) names the table's columns) "
+            f"({COMING_FROM_PYFLINK})"
         )
     arrow = info.arrow
     if pa.types.is_struct(arrow) and getattr(info, "kind", "") in ("ROW", "TUPLE"):
