@@ -115,6 +115,12 @@ def test_side_output_pyflink_plans_refuse_what_they_cannot_run(tmp_path: Path) -
         main.get_side_output("odd")
     with pytest.raises(PyFlinkUnsupportedError, match="has no side outputs"):
         main.get_side_output(ODD).get_side_output(ODD)
+    clash = StreamExecutionEnvironment.get_execution_environment()
+    split = clash.from_collection([]).key_by(lambda e: e[0]).process(Split())
+    for tag in (ODD, ODD, OutputTag("odd.2")):
+        split.get_side_output(tag).print()
+    with pytest.raises(PyFlinkUnsupportedError, match="rename one of the tags"):
+        _flow(clash)
     untyped = StreamExecutionEnvironment.get_execution_environment()
     split = untyped.from_collection([]).key_by(lambda e: e[0]).process(Split())
     split.get_side_output(OutputTag("x")).sink_to(DeltaSink(str(tmp_path / "x")))

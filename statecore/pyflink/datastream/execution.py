@@ -293,15 +293,17 @@ def _side_sinks(
     routes: list[SideRoute] = []
     sinks: list[SideSink] = []
     seen: dict[str, int] = {}
+    names: set[str] = set()
     for side in sides:
         tag = side.side_tag.tag_id
         seen[tag] = seen.get(tag, 0) + 1
         name = tag if seen[tag] == 1 else f"{tag[:190]}.{seen[tag]}"
-        if name in seen and name != tag:
+        if name in names:
             raise PyFlinkUnsupportedError(
-                f"side output {tag!r} read {seen[tag]} times beside a tag named {name!r}: "
+                f"side output {name!r} is both a tag and tag {tag!r} read a second time: "
                 f"rename one of the tags ({COMING_FROM_PYFLINK})"
             )
+        names.add(name)
         sink = side.sink
         delta = isinstance(sink, DeltaSink)
         routes.append(
