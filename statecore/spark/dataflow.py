@@ -44,10 +44,11 @@ from statecore.errors import ConfigError
 from statecore.runtime.functions import KeyedProcessFunction
 from statecore.snapshot.output_rows import checkpoint_commits, checkpoint_output_uris
 from statecore.snapshot.storage import table_filesystem
+from statecore.spark.job import SideOutput
 from statecore.spark.keyed import keyed_process
 from statecore.spark.stream import every_task_runs, keyed_stream
 
-__all__ = ["DEFAULT_OPERATOR", "Dataflow", "Source", "check_operator", "run_dataflow"]
+__all__ = ["DEFAULT_OPERATOR", "Dataflow", "SideSink", "Source", "check_operator", "run_dataflow"]
 
 DEFAULT_OPERATOR = "main"
 """The keyed operator's name when the job gives none (``keyed_process``'s default)."""
@@ -69,6 +70,24 @@ class Source:
     paths: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
     bounded: bool = True
+
+
+OnOutput = Callable[[int, pa.Table], None]
+"""Gets a completed checkpoint's rows of an output, in checkpoint order."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SideSink:
+    """A side output of the keyed stage (PyFlink's ``get_side_output``): the values its
+    function emits to side output ``name`` (rows of ``schema``) go to the Delta table
+    ``table`` (``None``: the job's own, ``<warehouse>/<job>/side_outputs/<name>``), committed
+    with each checkpoint as the main output is; ``on_output`` gets each completed checkpoint's
+    rows, after the main output's of the same checkpoint."""
+
+    name: str
+    schema: pa.Schema
+    table: str | None = None
+    on_output: OnOutput | None = None
 
 
 PrepareFunction = Callable[
@@ -105,8 +124,10 @@ class Dataflow:
     """A Delta table for the output (a stream without one writes to the job's own)."""
     text_output: str | None = None
     """A batch without an output table: the ``text`` column written as text files here."""
-    on_output: Callable[[int, pa.Table], None] | None = None
+    on_output: OnOutput | None = None
     """Gets each completed checkpoint's output rows (without ``output_table``)."""
+    side_outputs: tuple[SideSink, ...] = ()
+    """The side outputs the job reads, each to its own table."""
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set to stop a stream (``cancel()`` of PyFlink's ``JobClient``)."""
     more_inputs: tuple[tuple[Source, PrepareFunction], ...] = ()
@@ -261,9 +282,18 @@ class _Run:
             union = union.unionByName(frame)
         return union
 
+    def side_table(self, side: SideSink) -> str:
+        warehouse = self.config.warehouse.rstrip("/")
+        return side.table or f"{warehouse}/{self.flow.job}/side_outputs/{side.name}"
+
     def options(self) -> dict[str, Any]:
         flow = self.flow
+        sides = {
+            s.name: SideOutput(table=self.side_table(s), schema=_spark_schema(s.schema))
+            for s in flow.side_outputs
+        }
         return {
+            "side_outputs": sides or None,
             "key": "key",
             "function": flow.function,
             "output_schema": _spark_schema(flow.output_schema),
@@ -291,7 +321,16 @@ class _Run:
             )
         return [r.checkpoint_id for r in records]
 
-    def run_once(self, prepared: DataFrame, *, output_table: str | None, changelog: bool) -> int:
+    def run_once(
+        self,
+        prepared: DataFrame,
+        *,
+        output_table: str | None,
+        changelog: bool,
+        deliver: bool = True,
+    ) -> int:
+        """One run that ends the input; with ``deliver``, its outputs handed on (the main
+        output's rows, then each side output's)."""
         flow = self.flow
         run = keyed_process(
             prepared,
@@ -302,10 +341,12 @@ class _Run:
             **self.options(),
         )
         checkpoint = run.checkpoint.checkpoint_id
-        if output_table is not None:
+        if not deliver:
             return checkpoint
         try:
-            if flow.text_output is not None:
+            if output_table is not None:
+                pass  # the rows are in the table (a DeltaSink)
+            elif flow.text_output is not None:
                 run.output.select("text").write.mode("append").text(flow.text_output)
             elif flow.on_output is not None:
                 rows = run.output.collect()
@@ -316,6 +357,11 @@ class _Run:
                 flow.on_output(checkpoint, table)
         finally:
             run.unpersist()
+        for side in flow.side_outputs:
+            if side.on_output is not None:
+                side_rows = _checkpoint_rows(self.side_table(side), checkpoint, side.schema)
+                if side_rows is not None:
+                    side.on_output(checkpoint, side_rows)
         return checkpoint
 
     def batch(self) -> list[int]:
@@ -347,10 +393,11 @@ class _Run:
             query_name=flow.job,
             **self.options(),
         )
-        outputs = None if flow.output_table else _Outputs(table, flow)
+        sinks = [] if flow.output_table else [(table, flow.output_schema, flow.on_output)]
+        sinks += [(self.side_table(s), s.schema, s.on_output) for s in flow.side_outputs]
+        outputs = _Outputs(sinks)
         while not query.awaitTermination(1):
-            if outputs is not None:
-                outputs.deliver()
+            outputs.deliver()
             if flow.cancel.is_set():
                 query.stop()
         error = query.exception()
@@ -358,8 +405,7 @@ class _Run:
             raise ConfigError(f"job {flow.job!r}: its query failed: {error}")
         if flow.bounded and not flow.cancel.is_set():
             self.end_input(table)
-        if outputs is not None:
-            outputs.deliver()
+        outputs.deliver()
         return self.completed()
 
     def end_input(self, table: str) -> None:
@@ -367,33 +413,43 @@ class _Run:
         run the tasks of an empty shuffle, as for each micro-batch of a stream."""
         with every_task_runs(self.spark):
             empty = self.spark.createDataFrame([], _prepared_schema(self.flow.key_type))
-            self.run_once(empty, output_table=table, changelog=True)
+            self.run_once(empty, output_table=table, changelog=True, deliver=False)
+
+
+def _checkpoint_rows(table: str, checkpoint: int, schema: pa.Schema) -> pa.Table | None:
+    """The rows checkpoint ``checkpoint`` committed to ``table`` (``None``: none)."""
+    tables = []
+    for file in sorted(checkpoint_output_uris(table, checkpoint)):
+        fs, path = table_filesystem(file)
+        tables.append(pq.read_table(path, filesystem=fs))
+    return pa.concat_tables(tables).select(schema.names) if tables else None
 
 
 class _Outputs:
-    """A stream's output table, its completed checkpoints' rows handed on once each, found
-    through the table's Delta log (:mod:`statecore.snapshot.output_rows`)."""
+    """A stream's output tables (the main one, then the side outputs'), each completed
+    checkpoint's rows handed on once, found through each table's Delta log
+    (:mod:`statecore.snapshot.output_rows`): per checkpoint, the main output's first."""
 
-    def __init__(self, table: str, flow: Dataflow) -> None:
-        self.table = table
-        self.flow = flow
-        self.delivered: set[int] = set()
-        self._since = 0
+    def __init__(self, sinks: list[tuple[str, pa.Schema, OnOutput | None]]) -> None:
+        self.sinks = [(t, schema, on) for t, schema, on in sinks if on is not None]
+        self.delivered: list[set[int]] = [set() for _ in self.sinks]
+        self._since = [0 for _ in self.sinks]
 
     def deliver(self) -> None:
-        for commit in list(checkpoint_commits(self.table, since=self._since)):
-            self._since = commit.version + 1
-            if commit.checkpoint_id in self.delivered:
-                continue
-            tables = []
-            for file in sorted(checkpoint_output_uris(self.table, commit.checkpoint_id)):
-                fs, path = table_filesystem(file)
-                tables.append(pq.read_table(path, filesystem=fs))
-            if tables:
-                rows = pa.concat_tables(tables).select(self.flow.output_schema.names)
-                if self.flow.on_output is not None:
-                    self.flow.on_output(commit.checkpoint_id, rows)
-            self.delivered.add(commit.checkpoint_id)
+        pending: list[tuple[int, int, pa.Table]] = []
+        for i, (table, schema, _) in enumerate(self.sinks):
+            for commit in list(checkpoint_commits(table, since=self._since[i])):
+                self._since[i] = commit.version + 1
+                if commit.checkpoint_id in self.delivered[i]:
+                    continue
+                rows = _checkpoint_rows(table, commit.checkpoint_id, schema)
+                if rows is not None:
+                    pending.append((commit.checkpoint_id, i, rows))
+                self.delivered[i].add(commit.checkpoint_id)
+        for checkpoint, i, rows in sorted(pending, key=lambda p: (p[0], p[1])):
+            on_output = self.sinks[i][2]
+            assert on_output is not None
+            on_output(checkpoint, rows)
 
 
 def run_dataflow(flow: Dataflow, spark: SparkSession | None = None) -> list[int]:

@@ -9,13 +9,11 @@ from typing import Any
 import pytest
 
 from statecore import OutputTag as StatecoreOutputTag
-from statecore.errors import PyFlinkUnsupportedError
 from statecore.pyflink.common import Types
 from statecore.pyflink.datastream import (
     KeyedProcessFunction,
     OutputTag,
     RuntimeContext,
-    StreamExecutionEnvironment,
 )
 from statecore.pyflink.datastream.state import ValueStateDescriptor
 from statecore.testing import KeyedProcessFunctionHarness
@@ -54,10 +52,3 @@ def test_side_output_pyflink_ctx_output_in_the_harness(backend: str) -> None:
 def test_side_output_pyflink_tag_is_statecores() -> None:
     assert ODD.tag_id == ODD.name == "odd" and ODD.get_type_info() is not None
     assert isinstance(ODD, StatecoreOutputTag)
-
-
-def test_side_output_pyflink_get_side_output_names_what_to_use() -> None:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    stream = env.from_collection([("a", 1)]).key_by(lambda e: e[0]).process(SplitOdd())
-    with pytest.raises(PyFlinkUnsupportedError, match=r"side_outputs=\{tag: SideOutput"):
-        stream.get_side_output(ODD)

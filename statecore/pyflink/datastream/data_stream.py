@@ -9,8 +9,10 @@ function (``process``, ``reduce``, or a ``map``/``filter``/``flat_map`` of the k
 in statecore's keyed runtime, and the steps after it in the same task. ``union`` and
 ``connect`` give a plan several inputs (:attr:`Plan.inputs`), unioned before the keyed stage.
 Windows (``window``, ``count_window``) make the keyed function a window operator
-(:mod:`statecore.pyflink.datastream.windowed_stream`). A second ``key_by`` after a keyed
-function, ``window_all``, joins and side outputs raise
+(:mod:`statecore.pyflink.datastream.windowed_stream`). ``get_side_output(tag)`` gives a stream
+of the values the keyed stage's functions emit to ``tag`` (a plan with :attr:`Plan.side_tag`,
+its own steps and sink), written by the same keyed run to a table of its own. A second
+``key_by`` after a keyed function, ``window_all`` and joins raise
 :class:`~statecore.errors.PyFlinkUnsupportedError`, naming what to use.
 """
 
@@ -27,6 +29,7 @@ from statecore.pyflink.common.watermark_strategy import WatermarkStrategy
 from statecore.pyflink.datastream.connected_streams import ConnectedStreams
 from statecore.pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
 from statecore.pyflink.datastream.operators import Process, Reduce, Step
+from statecore.pyflink.datastream.output_tag import OutputTag
 from statecore.pyflink.datastream.windowed_stream import WindowedStream
 from statecore.runtime import windows as sc_windows
 
@@ -86,13 +89,28 @@ class Plan:
     timestamps and key selector); this plan's own ``source`` is then ``None``."""
     tagged: bool = False
     """Whether each element carries its input's number (``connect``)."""
+    side_tag: Any = None
+    """A side output's stream (``get_side_output``): the tag whose values it carries; the
+    rest of the plan is the keyed stage that emits them."""
+    side_steps: tuple[Step, ...] = ()
+    """The steps of a side output's stream (run in the keyed stage's task)."""
+
+    def add_step(self, step: Step) -> Plan:
+        if self.side_tag is not None:
+            steps = self.side_steps + (step,)
+            return dataclasses.replace(self, side_steps=steps, element_type=step.output_type)
+        return self._add_step(step)
 
     @property
     def keyed_operator_is_last(self) -> bool:
         """Whether the last operator is the keyed one (its settings are the keyed stage's)."""
-        return self.keyed and len(self.after) == (0 if self.function is not None else 1)
+        return (
+            self.side_tag is None
+            and self.keyed
+            and len(self.after) == (0 if self.function is not None else 1)
+        )
 
-    def add_step(self, step: Step) -> Plan:
+    def _add_step(self, step: Step) -> Plan:
         if self.keyed:
             return dataclasses.replace(
                 self, after=self.after + (step,), element_type=step.output_type
@@ -294,13 +312,35 @@ class DataStream:
     def rescale(self) -> DataStream:
         return self
 
-    def get_side_output(self, output_tag: Any) -> Any:
-        raise _unsupported(
-            "get_side_output",
-            "ctx.output(tag, value) works in the function; run it with statecore's "
-            "keyed_process(side_outputs={tag: SideOutput(table, schema)}), which commits each "
-            "side output to its own Delta table (docs/side-outputs.md)",
+    def get_side_output(self, output_tag: Any) -> DataStream:
+        """The values the job's functions emit to ``output_tag`` (``yield output_tag, value``
+        or ``ctx.output(output_tag, value)``), typed by the tag's ``type_info``: a stream to
+        ``map``/``filter``/``flat_map`` and sink, run in the keyed stage's task."""
+        plan = self._plan
+        if not isinstance(output_tag, OutputTag):
+            raise _unsupported(
+                f"get_side_output({output_tag!r})",
+                "give an OutputTag (from statecore.pyflink.datastream import OutputTag)",
+            )
+        if plan.side_tag is not None:
+            raise _unsupported(
+                "get_side_output of a side output's stream",
+                "a side output's stream has no side outputs; call get_side_output on the "
+                "stream of the function that emits to the tag",
+            )
+        if not plan.keyed or (plan.function is None and not plan.after):
+            raise _unsupported(
+                "get_side_output on a stream no process function made",
+                "call it on the result of process(...) (or of a window function)",
+            )
+        side = dataclasses.replace(
+            plan,
+            side_tag=output_tag,
+            element_type=output_tag.get_type_info(),
+            sink=None,
+            sink_identifier=None,
         )
+        return self._with(side)
 
     def execute_and_collect(self, *args: Any, **kwargs: Any) -> Any:
         raise _unsupported(

@@ -15,6 +15,7 @@ part files Spark writes), a ``DeltaSink`` is the job's output table.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import sys
 import threading
@@ -34,13 +35,21 @@ from statecore.pyflink.datastream.operators import (
     PipelineFunction,
     Prepare,
     Reduce,
+    SideRoute,
 )
 from statecore.snapshot.storage import table_filesystem
 
 if TYPE_CHECKING:
-    from statecore.spark.dataflow import Dataflow
+    from statecore.spark.dataflow import Dataflow, SideSink
 
-__all__ = ["BATCH_LATENESS", "CollectionSource", "JobClient", "JobExecutionResult", "dataflow"]
+__all__ = [
+    "BATCH_LATENESS",
+    "CollectionSource",
+    "JobClient",
+    "JobExecutionResult",
+    "dataflow",
+    "job_plans",
+]
 
 BATCH_LATENESS = timedelta(days=100_000_000)
 """A batch run's allowed lateness: the watermark stays far below every record while they run
@@ -93,10 +102,13 @@ def _output_schema(plan: Plan) -> pa.Schema:
         return TEXT_SCHEMA
     info = plan.element_type
     if info is None or getattr(info, "pickled", False):
+        typed = "the last map or process an output_type"
+        if plan.side_tag is not None and not plan.side_steps:
+            typed = f"OutputTag({plan.side_tag.tag_id!r}, ...) a type_info"
         raise PyFlinkUnsupportedError(
             f"sink_to(DeltaSink({plan.sink.path!r})): the stream's elements have no declared "
-            "type; give the last map or process an output_type (Types.ROW_NAMED([...], [...]) "
-            f"names the table's columns) ({COMING_FROM_PYFLINK})"
+            f"type; give {typed} (Types.ROW_NAMED([...], [...]) names the table's columns) "
+            f"({COMING_FROM_PYFLINK})"
         )
     arrow = info.arrow
     if pa.types.is_struct(arrow) and getattr(info, "kind", "") in ("ROW", "TUPLE"):
@@ -140,12 +152,14 @@ def print_lines(rows: Iterable[tuple[int, str]], identifier: str | None, paralle
 
 
 class _Sink:
-    """The driver side of ``print()`` and a streaming ``FileSink``: a checkpoint's rows."""
+    """The driver side of ``print()`` and a streaming ``FileSink``: a checkpoint's rows (a
+    side output's, ``part`` naming its part files apart from the main output's)."""
 
-    def __init__(self, plan: Plan, job: str, parallelism: int) -> None:
+    def __init__(self, plan: Plan, job: str, parallelism: int, part: str | None = None) -> None:
         self.plan = plan
         self.job = job
         self.parallelism = parallelism
+        self.part = job if part is None else f"{job}-{part}"
 
     def __call__(self, checkpoint: int, rows: pa.Table) -> None:
         pairs = list(zip(rows.column("subtask").to_pylist(), rows.column("text").to_pylist()))
@@ -154,7 +168,7 @@ class _Sink:
             if pairs:
                 fs, root = table_filesystem(sink.base_path)
                 fs.create_dir(root, recursive=True)
-                name = f"{root}/part-{self.job}-{checkpoint:012d}"
+                name = f"{root}/part-{self.part}-{checkpoint:012d}"
                 with fs.open_output_stream(name) as out:
                     out.write("".join(f"{text}\n" for _, text in pairs).encode())
             return
@@ -223,8 +237,99 @@ def _prepare(
     )
 
 
-def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
-    """The :class:`~statecore.spark.dataflow.Dataflow` of ``plan`` in ``env``, as job ``job``."""
+def _stage(plan: Plan) -> Plan:
+    """What makes ``plan``'s keyed stage: its inputs, steps before it and its function."""
+    return dataclasses.replace(
+        plan,
+        after=(),
+        element_type=None,
+        sink=None,
+        sink_identifier=None,
+        after_parallelism=(),
+        side_tag=None,
+        side_steps=(),
+        uid=None,
+        parallelism=None,
+        max_parallelism=None,
+    )
+
+
+def job_plans(plans: list[Plan]) -> tuple[Plan, tuple[Plan, ...]]:
+    """The job's plan (its main sink; ``sink`` ``None`` when only side outputs are sunk) and
+    its side outputs' plans, each checked to come from the job's one keyed stage."""
+    mains = [p for p in plans if p.side_tag is None]
+    sides = tuple(p for p in plans if p.side_tag is not None)
+    if len(mains) > 1:
+        raise PyFlinkUnsupportedError(
+            f"a job with {len(mains)} sinks: statecore runs one keyed operator and one sink per "
+            "job (and a sink per side output, get_side_output); write to a Delta table "
+            f"(sink_to(DeltaSink(path))) and read it twice ({COMING_FROM_PYFLINK})"
+        )
+    if mains:
+        plan = mains[0]
+    else:
+        longest = max(sides, key=lambda p: len(p.after))
+        plan = dataclasses.replace(
+            longest, side_tag=None, side_steps=(), sink=None, sink_identifier=None
+        )
+    stage = _stage(plan)
+    for side in sides:
+        if _stage(side) != stage or side.after != plan.after[: len(side.after)]:
+            raise PyFlinkUnsupportedError(
+                f"get_side_output({side.side_tag.tag_id!r}) of another operator than the job's "
+                "main output: statecore runs one keyed operator per job, whose main output and "
+                f"side outputs are sunk ({COMING_FROM_PYFLINK})"
+            )
+    return plan, sides
+
+
+def _side_sinks(
+    sides: tuple[Plan, ...], job: str, parallelism: int
+) -> tuple[tuple[SideRoute, ...], tuple[SideSink, ...]]:
+    """Each side output's route in the keyed stage and its sink; a tag read twice gets a
+    side output per stream (``<tag>``, ``<tag>.2``...)."""
+    from statecore.spark.dataflow import SideSink
+
+    routes: list[SideRoute] = []
+    sinks: list[SideSink] = []
+    seen: dict[str, int] = {}
+    names: set[str] = set()
+    for side in sides:
+        tag = side.side_tag.tag_id
+        seen[tag] = seen.get(tag, 0) + 1
+        name = tag if seen[tag] == 1 else f"{tag[:190]}.{seen[tag]}"
+        if name in names:
+            raise PyFlinkUnsupportedError(
+                f"side output {name!r} is both a tag and tag {tag!r} read a second time: "
+                f"rename one of the tags ({COMING_FROM_PYFLINK})"
+            )
+        names.add(name)
+        sink = side.sink
+        delta = isinstance(sink, DeltaSink)
+        routes.append(
+            SideRoute(
+                tag=tag,
+                name=name,
+                steps=side.side_steps,
+                tag_type=side.side_tag.get_type_info(),
+                output_type=side.element_type,
+                output="columns" if delta else "text",
+            )
+        )
+        sinks.append(
+            SideSink(
+                name=name,
+                schema=_output_schema(side),
+                table=sink.path if delta else None,
+                on_output=None if delta else _Sink(side, job, parallelism, part=name),
+            )
+        )
+    return tuple(routes), tuple(sinks)
+
+
+def dataflow(env: Environment, plan: Plan, job: str, sides: tuple[Plan, ...] = ()) -> Dataflow:
+    """The :class:`~statecore.spark.dataflow.Dataflow` of ``plan`` in ``env``, as job ``job``,
+    with the side outputs ``sides`` (see :func:`job_plans`)."""
     from statecore.spark.dataflow import DEFAULT_OPERATOR, Dataflow
 
     batch = env._batch
@@ -237,7 +342,7 @@ def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
     sink = plan.sink
     delta = sink.path if isinstance(sink, DeltaSink) else None
     parallelism = plan.parallelism or env._parallelism
-    for pinned in plan.after_parallelism:
+    for pinned in {p for s in (plan, *sides) for p in s.after_parallelism}:
         if pinned != parallelism:
             raise PyFlinkUnsupportedError(
                 f"set_parallelism({pinned}) on an operator after the keyed one: it runs in the "
@@ -245,6 +350,11 @@ def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
                 f"the same parallelism ({COMING_FROM_PYFLINK})"
             )
     max_parallelism = plan.max_parallelism or env._max_parallelism
+    routes, side_sinks = _side_sinks(sides, job, env.get_parallelism())
+    if sink is None:
+        output = "none"
+    else:
+        output = "columns" if delta is not None else "text"
     prepares = [
         (_source(i, stream), _prepare(plan, i, n, w, event_time, max_parallelism))
         for n, i, w in numbered
@@ -261,8 +371,9 @@ def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
             plan.after,
             function_type=plan.function_type,
             output_type=plan.element_type,
-            output="columns" if delta is not None else "text",
+            output=output,
             pickled_key=encoding == "pickle",
+            side_routes=routes,
         ),
         output_schema=_output_schema(plan),
         stream=stream,
@@ -274,25 +385,31 @@ def dataflow(env: Environment, plan: Plan, job: str) -> Dataflow:
         trigger_interval=env._checkpoint_interval,
         output_table=delta,
         text_output=sink.base_path if isinstance(sink, FileSink) and not stream else None,
-        on_output=None if delta is not None else _Sink(plan, job, env.get_parallelism()),
+        on_output=None
+        if delta is not None or sink is None
+        else _Sink(plan, job, env.get_parallelism()),
+        side_outputs=side_sinks,
     )
 
 
-def run(env: Environment, plan: Plan, job: str) -> JobExecutionResult:
+def run(env: Environment, plans: list[Plan], job: str) -> JobExecutionResult:
     from statecore.spark.dataflow import run_dataflow
 
-    return JobExecutionResult(job, run_dataflow(dataflow(env, plan, job), env.spark_session))
+    plan, sides = job_plans(plans)
+    flow = dataflow(env, plan, job, sides)
+    return JobExecutionResult(job, run_dataflow(flow, env.spark_session))
 
 
 class JobClient:
     """PyFlink's ``JobClient`` of a job started by ``execute_async``: ``cancel()`` stops a
     stream (the output of its completed checkpoints stays), ``wait()`` waits for the end."""
 
-    def __init__(self, env: Environment, plan: Plan, job: str) -> None:
+    def __init__(self, env: Environment, plans: list[Plan], job: str) -> None:
         from statecore.spark.dataflow import run_dataflow
 
         self._job = job
-        self._flow = dataflow(env, plan, job)
+        plan, sides = job_plans(plans)
+        self._flow = dataflow(env, plan, job, sides)
         self._result: list[int] = []
         self._error: BaseException | None = None
 

@@ -35,9 +35,19 @@ from statecore.pyflink.datastream.rich import (
 from statecore.pyflink.datastream.state import ValueStateDescriptor
 from statecore.runtime import functions as sc
 from statecore.runtime.co_process import TaggedElement
+from statecore.runtime.side_outputs import OutputTag
 from statecore.types import PICKLED
 
-__all__ = ["Step", "Prepare", "PipelineFunction", "Process", "Reduce", "KEYED_BY_SEQUENCE"]
+__all__ = [
+    "KEYED_BY_SEQUENCE",
+    "PipelineFunction",
+    "Prepare",
+    "Process",
+    "Reduce",
+    "SideRoute",
+    "Step",
+    "side_output_of",
+]
 
 KEYED_BY_SEQUENCE = "sequence"
 """The key encoding of a job without ``key_by``: each element its own key (its position)."""
@@ -61,9 +71,18 @@ class Step:
         return getattr(self.function, self.kind, self.function)  # type: ignore[no-any-return]
 
 
+def side_output_of(out: Any) -> tuple[Any, Any] | None:
+    """``(tag, value)`` when a function yielded ``out`` to a side output (PyFlink's
+    ``yield output_tag, value``), else ``None``."""
+    if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
+        return out
+    return None
+
+
 def run_steps(steps: tuple[Step, ...], value: Any, ctx: Any = None) -> Iterator[Any]:
     """``value`` through ``steps``: what comes out at the end (none, one or many). ``ctx`` is
-    the keyed stage's per-record context (a ``process`` step's context is made from it)."""
+    the keyed stage's per-record context (a ``process`` step's context is made from it; what
+    the step yields to a side output, ``yield output_tag, value``, goes to ``ctx.output``)."""
     if not steps:
         yield value
         return
@@ -71,6 +90,10 @@ def run_steps(steps: tuple[Step, ...], value: Any, ctx: Any = None) -> Iterator[
     if step.kind == "process":
         outputs: Iterable[Any] = step.function.process_element(value, ProcessContext(ctx)) or ()
         for out in outputs:
+            side = side_output_of(out)
+            if side is not None:
+                ctx.output(*side)
+                continue
             yield from run_steps(rest, to_python(out, step.output_type), ctx)
         return
     function = step.call()
@@ -186,19 +209,60 @@ MIN_RECORD_TIME = -(1 << 63)
 """The record timestamp an assigner gets for a record without one (Flink's Long.MIN_VALUE)."""
 
 
-class _PickledKeyContext:
-    """statecore's context with the pickled key decoded (a job keyed without a key type)."""
+@dataclass(frozen=True)
+class SideRoute:
+    """Where the values a job's functions emit to side output ``tag`` go: through ``steps``
+    (the ``map``/``filter``/``flat_map`` of ``get_side_output(tag)``'s stream), each a row of
+    ``output`` (as :class:`PipelineFunction`'s) of statecore's side output ``name``."""
 
-    __slots__ = ("_ctx", "_raw", "_key")
+    tag: str
+    name: str
+    steps: tuple[Step, ...] = ()
+    tag_type: Any = None
+    """The tag's ``type_info``: the type of the values emitted to it."""
+    output_type: Any = None
+    output: str = "text"
 
-    def __init__(self, ctx: Any) -> None:
+    def rows(self, value: Any, ctx: Any, subtask: int) -> Iterator[tuple[Any, ...]]:
+        for out in run_steps(self.steps, to_python(value, self.tag_type), ctx):
+            yield sink_row(out, self.output_type, self.output, subtask)
+
+
+def sink_row(value: Any, info: Any, output: str, subtask: int) -> tuple[Any, ...]:
+    """``value`` as a sink's row: ``text`` (the subtask and the line Flink prints) or
+    ``columns`` (the fields of a typed value, a Delta sink's row)."""
+    if output == "text":
+        return (subtask, flink_string(value, info))
+    if getattr(info, "kind", "") in ("ROW", "TUPLE"):
+        if isinstance(value, dict):
+            return tuple(to_storage(value[n]) for n in info.field_names)
+        return tuple(to_storage(value))
+    return (to_storage(value),)
+
+
+class _StageContext:
+    """statecore's context as the job's functions see it: the pickled key decoded (a job keyed
+    without a key type), and what they emit to side outputs routed by tag name to the side
+    outputs the job reads (``get_side_output``), each value through its stream's steps; a tag
+    no stream reads drops its values, as in Flink."""
+
+    __slots__ = ("_ctx", "_raw", "_key", "_pickled", "_routes", "_subtask")
+
+    def __init__(
+        self, ctx: Any, pickled: bool, routes: dict[str, tuple[SideRoute, ...]], subtask: int
+    ) -> None:
         self._ctx = ctx
         self._raw: Any = None
         self._key: Any = None
+        self._pickled = pickled
+        self._routes = routes
+        self._subtask = subtask
 
     @property
     def current_key(self) -> Any:
         raw = self._ctx.current_key
+        if not self._pickled:
+            return raw
         if raw is not self._raw:
             self._raw, self._key = raw, pickle.loads(raw)
         return self._key
@@ -220,7 +284,19 @@ class _PickledKeyContext:
         return self._ctx.namespace  # type: ignore[no-any-return]
 
     def output(self, tag: Any, value: Any) -> None:
-        self._ctx.output(tag, value)
+        name = getattr(tag, "name", None)
+        if not isinstance(name, str):
+            raise PyFlinkUnsupportedError(
+                f"output({tag!r}, ...): the first argument is an OutputTag "
+                f"(from statecore.pyflink.datastream import OutputTag) ({COMING_FROM_PYFLINK})"
+            )
+        for route in self._routes.get(name, ()):
+            target = OutputTag(route.name)
+            for row in route.rows(value, self, self._subtask):
+                self._ctx.output(target, row)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
 
 
 class Reduce(KeyedProcessFunction):
@@ -297,6 +373,7 @@ class PipelineFunction(sc.KeyedProcessFunction):
         output_type: Any,
         output: str,
         pickled_key: bool,
+        side_routes: tuple[SideRoute, ...] = (),
     ) -> None:
         self.function = function
         self.steps = steps
@@ -304,6 +381,8 @@ class PipelineFunction(sc.KeyedProcessFunction):
         self.output_type = output_type
         self.output = output
         self.pickled_key = pickled_key
+        self.side_routes = side_routes
+        self._routes: dict[str, tuple[SideRoute, ...]] = {}
         self._contexts: dict[int, Any] = {}
         self._subtask = 0
 
@@ -313,6 +392,10 @@ class PipelineFunction(sc.KeyedProcessFunction):
         the rest run on the stream it outputs (non-keyed, as in Flink)."""
         self._subtask = runtime_context.subtask_index
         self._contexts = {}
+        routes: dict[str, tuple[SideRoute, ...]] = {}
+        for route in self.side_routes:
+            routes[route.tag] = routes.get(route.tag, ()) + (route,)
+        self._routes = routes
         steps = [s.function for s in self.steps]
         if self.function is not None:
             self.function.open(runtime_context)
@@ -329,42 +412,43 @@ class PipelineFunction(sc.KeyedProcessFunction):
             close_functions(s.function for s in self.steps)
 
     def _context(self, ctx: Any) -> Any:
-        if not self.pickled_key:
-            return ctx
         wrapped = self._contexts.get(id(ctx))
         if wrapped is None or wrapped._ctx is not ctx:
-            wrapped = self._contexts[id(ctx)] = _PickledKeyContext(ctx)
+            wrapped = self._contexts[id(ctx)] = _StageContext(
+                ctx, self.pickled_key, self._routes, self._subtask
+            )
         return wrapped
 
     def _emit(self, outputs: Iterable[Any] | None, ctx: Any) -> Iterator[tuple[Any, ...]]:
         for out in outputs or ():
+            side = side_output_of(out)
+            if side is not None:  # PyFlink's ``yield output_tag, value``
+                ctx.output(*side)
+                continue
             for value in run_steps(self.steps, to_python(out, self.function_type), ctx):
-                yield self._row(value)
+                if self.output != "none":
+                    yield self._row(value)
 
     def _row(self, value: Any) -> tuple[Any, ...]:
-        info = self.output_type
-        if self.output == "text":
-            return (self._subtask, flink_string(value, info))
-        if getattr(info, "kind", "") in ("ROW", "TUPLE"):
-            if isinstance(value, dict):
-                return tuple(to_storage(value[n]) for n in info.field_names)
-            return tuple(to_storage(value))
-        return (to_storage(value),)
+        return sink_row(value, self.output_type, self.output, self._subtask)
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[tuple[Any, ...]]:
         element = pickle.loads(value.value)
+        context = self._context(ctx)
         if self.function is None:
-            return self._emit((element,), ctx)
-        return self._emit(self.function.process_element(element, self._context(ctx)), ctx)
+            return self._emit((element,), context)
+        return self._emit(self.function.process_element(element, context), context)
 
     def on_timer(self, timestamp: int, ctx: Any) -> Iterator[tuple[Any, ...]]:
         if self.function is None:
             return iter(())
-        return self._emit(self.function.on_timer(timestamp, self._context(ctx)), ctx)
+        context = self._context(ctx)
+        return self._emit(self.function.on_timer(timestamp, context), context)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_contexts"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_contexts", "_routes")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._contexts = {}
+        self._routes = {}

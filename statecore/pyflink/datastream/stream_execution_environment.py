@@ -37,7 +37,12 @@ from statecore.pyflink.common.watermark_strategy import WatermarkStrategy
 from statecore.pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from statecore.pyflink.datastream.connectors.kafka import KafkaSource
 from statecore.pyflink.datastream.data_stream import DataStream, Plan
-from statecore.pyflink.datastream.execution import CollectionSource, JobClient, JobExecutionResult
+from statecore.pyflink.datastream.execution import (
+    CollectionSource,
+    JobClient,
+    JobExecutionResult,
+    job_plans,
+)
 from statecore.pyflink.datastream.execution_mode import RuntimeExecutionMode
 from statecore.pyflink.datastream.state_backend import StateBackend
 
@@ -192,29 +197,30 @@ class StreamExecutionEnvironment:
     def _add_plan(self, plan: Plan) -> None:
         self._plans.append(plan)
 
-    def _plan(self) -> Plan:
+    def _sinks(self) -> list[Plan]:
+        """The plans of the job's sinks: its main output's and its side outputs' (checked
+        into one job by :func:`~statecore.pyflink.datastream.execution.job_plans`)."""
         if not self._plans:
             raise ConfigError("execute(): the job has no sink; add print() or sink_to(...)")
-        if len(self._plans) > 1:
-            raise _unsupported(
-                f"a job with {len(self._plans)} sinks",
-                "statecore runs one keyed operator and one sink per job; write to a Delta table "
-                "(sink_to(DeltaSink(path))) and read it twice",
-            )
-        return self._plans[0]
+        job_plans(self._plans)
+        return list(self._plans)
+
+    def _plan(self) -> Plan:
+        """The job's plan (that of its main output)."""
+        return job_plans(self._sinks())[0]
 
     def execute(self, job_name: str | None = None) -> JobExecutionResult:
         """Run the job on Spark (see the module) and return when it ends: at once for a batch
         or a bounded source, when it is cancelled or fails for an unbounded one."""
         from statecore.pyflink.datastream.execution import run
 
-        plan = self._plan()
+        plans = self._sinks()
         self._plans = []
-        return run(self, plan, statecore_job_name(job_name))
+        return run(self, plans, statecore_job_name(job_name))
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         """Start the job and return a ``JobClient`` (``cancel()``, ``get_job_id()``,
         ``wait()``): a stream runs in the background until cancelled."""
-        plan = self._plan()
+        plans = self._sinks()
         self._plans = []
-        return JobClient(self, plan, statecore_job_name(job_name))
+        return JobClient(self, plans, statecore_job_name(job_name))
