@@ -16,8 +16,17 @@ from datetime import datetime
 from typing import Any
 
 from statecore.catalog import Catalog, CheckpointStatus
+from statecore.checkpoint.outputs import roll_forward
+from statecore.progress import Progress
+from statecore.snapshot import Fence
 
-__all__ = ["NOT_ATTEMPTED", "ROLLED_FORWARD_BY", "PendingOutputStatus", "pending_output_status"]
+__all__ = [
+    "NOT_ATTEMPTED",
+    "ROLLED_FORWARD_BY",
+    "PendingOutputStatus",
+    "pending_output_status",
+    "roll_forward_first",
+]
 
 NOT_ATTEMPTED = (
     "not attempted yet: no failed commit recorded (its writer stopped after the completion, "
@@ -26,8 +35,8 @@ NOT_ATTEMPTED = (
 """Why a checkpoint's output is pending when no attempt to commit it failed."""
 
 ROLLED_FORWARD_BY = (
-    "the job's next run, the state_maintenance DAG's retention task, or "
-    "`statecore catalog recover {job}`"
+    "the job's next run, the state_maintenance DAG's retention task, a savepoint, rescale or "
+    "ttl-cleanup of the job, or `statecore catalog recover {job}`"
 )
 """What commits pending output (format with ``job``)."""
 
@@ -95,3 +104,23 @@ def pending_output_status(catalog: Catalog, job: str) -> list[PendingOutputStatu
         )
         for p, _ in pending
     ]
+
+
+def roll_forward_first(
+    operation: str, catalog: Catalog, job: str, fence: Fence, *, warehouse: str, progress: Progress
+) -> tuple[int, ...]:
+    """Commit the pending output of ``job``'s completed checkpoints before the maintenance
+    ``operation`` (a savepoint, rescale or ttl-cleanup holding the job's lease, fenced by
+    ``fence``) goes on: each pending commit is told to ``progress`` (checkpoint, table, since
+    when, why), then what was committed. A commit that cannot be made raises (naming the
+    checkpoint and what is missing) and the operation does not go on. The checkpoints
+    committed."""
+    pending = pending_output_status(catalog, job)
+    if not pending:
+        return ()
+    for status in pending:
+        progress(f"{operation} {job}: pending output of {status.describe()}")
+    rolled = roll_forward(catalog, job, fence, warehouse=warehouse)
+    ids = tuple(sorted({p.checkpoint_id for p in rolled}))
+    progress(f"{operation} {job}: committed the pending output of checkpoints {list(ids)}")
+    return ids

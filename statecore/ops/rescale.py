@@ -40,6 +40,7 @@ from statecore.config import StatecoreConfig
 from statecore.errors import ConfigError, StateMismatchError
 from statecore.keygroups import UPPER_BOUND_MAX_PARALLELISM
 from statecore.keygroups.arrow import assign_to_key_groups
+from statecore.ops.pending import roll_forward_first
 from statecore.ops.savepoint import (
     Rewrite,
     TableRewriter,
@@ -238,6 +239,9 @@ def rescale(
     record = catalog.get_job(job)
     target = check_rescale(record, parallelism, max_parallelism)
     with maintenance_lock(catalog, job, "rescale", wait=config.lease_wait) as lease:
+        roll_forward_first(
+            "rescale", catalog, job, lease.fence, warehouse=config.warehouse, progress=progress
+        )
         latest = catalog.latest_checkpoint(job)
         current_max = latest.max_parallelism if latest else record.max_parallelism
         base: dict[str, Any] = {

@@ -64,6 +64,7 @@ from statecore.checkpoint.points import (
 from statecore.checkpoint.recover import check_catalog_not_behind, commit_metadata
 from statecore.config import StatecoreConfig, check_name
 from statecore.errors import ConfigError, JobNotFoundError, RestoreWouldDiscardError
+from statecore.ops.pending import roll_forward_first
 from statecore.progress import Progress, silent
 from statecore.snapshot import Fence, state_table_uri
 from statecore.snapshot.copies import copy_files
@@ -335,7 +336,10 @@ def take_savepoint(
     """Export the latest (or the given) completed checkpoint of ``job``: copy it into a new,
     self-contained savepoint folder (``statecore savepoint JOB --export``)."""
     catalog.get_job(job)  # JobNotFoundError names the known jobs
-    with maintenance_lock(catalog, job, "savepoint", wait=config.lease_wait):
+    with maintenance_lock(catalog, job, "savepoint", wait=config.lease_wait) as lease:
+        roll_forward_first(
+            "savepoint", catalog, job, lease.fence, warehouse=config.warehouse, progress=progress
+        )
         point = checkpoint_point(catalog, job, checkpoint_id)
         return write_savepoint(
             catalog, config, point, reason="manual", name=name, target=target, progress=progress

@@ -29,6 +29,7 @@ from statecore.checkpoint.points import RestorePoint, checkpoint_point
 from statecore.checkpoint.recover import commit_metadata
 from statecore.config import StatecoreConfig
 from statecore.ops.materialize import materialize_changes
+from statecore.ops.pending import roll_forward_first
 from statecore.ops.retention import DEFAULT_VACUUM_GRACE, vacuum_job
 from statecore.progress import Progress, silent
 from statecore.snapshot.files import SnapshotFile, write_in_threads
@@ -276,7 +277,11 @@ def ttl_cleanup(
     catalog.get_job(job)
     now = (time_provider or SystemTimeProvider()).current_timestamp()
     with maintenance_lock(catalog, job, "ttl-cleanup", wait=config.lease_wait) as lease:
-        if not dry_run:  # expire rows of plain state tables, not of change files
+        if not dry_run:  # pending output first; then expire rows of plain state tables only
+            warehouse = config.warehouse
+            roll_forward_first(
+                "ttl-cleanup", catalog, job, lease.fence, warehouse=warehouse, progress=progress
+            )
             materialize_changes(catalog, job, progress=progress, lease=lease)
         base = catalog.latest_checkpoint(job)
         if base is None:

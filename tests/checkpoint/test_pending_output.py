@@ -26,7 +26,10 @@ from statecore.cli import main
 from statecore.cli.output import NOT_ATTEMPTED
 from statecore.config import StatecoreConfig
 from statecore.errors import OutputCommitPendingError, OutputFilesMissingError
+from statecore.ops.rescale import rescale
 from statecore.ops.retention import apply_retention
+from statecore.ops.savepoint import take_savepoint
+from statecore.ops.ttl_cleanup import ttl_cleanup
 from statecore.query.sql import connect
 from statecore.snapshot import faults
 from statecore.snapshot.commits import head_version
@@ -440,3 +443,28 @@ def test_pending_output_retention_fails_loudly_naming_the_checkpoint_and_missing
     assert catalog.get_checkpoint(JOB, 1).status is CheckpointStatus.COMPLETED  # not expired
     assert read_values(run.output.uri) == [1]
     assert len(catalog.pending_outputs(JOB)) == 2
+
+
+@pytest.mark.parametrize("operation", ["savepoint", "rescale", "ttl-cleanup"])
+def test_pending_output_rolled_forward_first_by_each_maintenance_command(
+    config: StatecoreConfig, catalog: Catalog, tmp_path: Path, at_point: Hook, operation: str
+) -> None:
+    """A savepoint, rescale or ttl-cleanup of the job (each holding its lease) commits the
+    pending output first, saying which checkpoint's, since when and why, as retention does."""
+    run = Run(config, catalog, tmp_path)
+    pending_after_failed_commit(run, at_point)
+    said: list[str] = []
+    if operation == "savepoint":
+        take_savepoint(config, catalog, JOB, name="first", progress=said.append)
+    elif operation == "rescale":
+        job = catalog.get_job(JOB)
+        rescale(config, catalog, JOB, parallelism=job.parallelism + 1, progress=said.append)
+    else:
+        ttl_cleanup(config, catalog, JOB, vacuum_after=None, progress=said.append)
+    pending = [line for line in said if "is pending since" in line]
+    assert len(pending) == 2 and all(line.startswith(f"{operation} {JOB}:") for line in pending)
+    assert "Injected: injected at output:commit:before" in pending[0]
+    done = said.index(f"{operation} {JOB}: committed the pending output of checkpoints [2]")
+    assert done > said.index(pending[-1])
+    assert catalog.pending_outputs(JOB) == []
+    assert_exactly(run, [1, 2])

@@ -410,7 +410,8 @@ def _pending_output(job: str, pending: Sequence[Mapping[str, Any]]) -> str:
         f"<p class='error' id='pending-output-note'>Checkpoint(s) "
         f"{escape(', '.join(str(c) for c in checkpoints))} completed, but their output is not "
         f"in its tables yet ({len(pending)} commit(s)): readers do not see those rows. The "
-        "job's next run, the <code>state_maintenance</code> DAG's retention task, or "
+        "job's next run, the <code>state_maintenance</code> DAG's retention task, a savepoint, "
+        "rescale or ttl-cleanup of the job, or "
         f"<code>statecore catalog recover {escape(job)}</code> commits it (once).</p>"
         + _table(
             pending,
