@@ -51,6 +51,7 @@ from statecore.snapshot.commits import head_version, job_table_uris
 from statecore.snapshot.log import LOG_GRACE, LogCleanup
 from statecore.snapshot.output import output_versions_at
 from statecore.snapshot.output_compaction import OutputCompaction, compact_output
+from statecore.snapshot.output_owner import check_job_owns
 from statecore.snapshot.rewrite import VacuumResult, vacuum, versions_since
 from statecore.snapshot.table import Fence
 
@@ -230,6 +231,8 @@ def _check_outputs(config: StatecoreConfig, job: str, outputs: Sequence[str]) ->
                 f"_delta_log); give the output and late-data tables the job writes ({_WHERE}); "
                 "nothing was changed"
             )
+        where = f"job {job!r}: output table {uri}"
+        check_job_owns(uri.rstrip("/"), warehouse=config.warehouse, job=job, where=where)
 
 
 def _expirable(completed: list[CheckpointRecord], retain: int) -> list[CheckpointRecord]:

@@ -27,11 +27,19 @@ from statecore.errors import CheckpointCommitError, TableOwnedError
 from statecore.snapshot.locations import (
     OWNER_PROPERTY,
     OWNER_WAREHOUSE_PROPERTY,
+    home_identity,
     legacy_app_id,
     same_writer,
 )
+from statecore.snapshot.storage import storage_options
 
-__all__ = ["check_owner", "claim", "describe_writer", "owner_properties"]
+__all__ = [
+    "check_job_owns",
+    "check_owner",
+    "claim",
+    "describe_writer",
+    "owner_properties",
+]
 
 
 def describe_writer(app_id: str, warehouse: str | None = None) -> str:
@@ -108,3 +116,28 @@ def claim(table: DeltaTable, app_id: str, *, where: str, warehouse: str | None =
         table.update_incremental()
     except (DeltaError, OSError) as exc:
         raise CheckpointCommitError(f"{where}: its owner cannot be recorded: {exc}") from exc
+
+
+def check_job_owns(uri: str, *, warehouse: str, job: str, where: str) -> None:
+    """Raise :class:`TableOwnedError` when the table at ``uri`` records an owner (its
+    ``statecore.owner`` property) other than an output of ``job`` in the home of ``warehouse``
+    (any of its operators, output or late-data): what statecore's own maintenance of a job's
+    output tables (retention's compaction) checks before it commits to one. A table with no
+    owner recorded (written before owners were) passes."""
+    try:
+        table = DeltaTable(uri, storage_options=storage_options(uri))
+    except (DeltaError, OSError):
+        return  # not a table: the caller says so
+    configuration = table.metadata().configuration
+    owner = configuration.get(OWNER_PROPERTY)
+    if owner is None:
+        return
+    home = home_identity(warehouse)
+    if owner.startswith(f"statecore:{home}:{job}/") or owner.startswith(f"statecore:{job}/"):
+        return
+    theirs = describe_writer(owner, configuration.get(OWNER_WAREHOUSE_PROPERTY))
+    raise TableOwnedError(
+        f"{where} is owned by {theirs} (its table property {OWNER_PROPERTY!r}), not by an "
+        f"output of job {job!r} of this home ({warehouse}): statecore maintains only its own "
+        "output tables; nothing was changed"
+    )

@@ -17,15 +17,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from statecore.catalog import Catalog, CheckpointStatus
 from statecore.checkpoint.output_records import pending_records_folder, staged_output_folder
 from statecore.cli import main
 from statecore.cli.output import NOT_ATTEMPTED
 from statecore.config import StatecoreConfig
-from statecore.errors import OutputCommitPendingError, OutputFilesMissingError
+from statecore.errors import OutputCommitPendingError, OutputFilesMissingError, TableOwnedError
 from statecore.ops.rescale import rescale
 from statecore.ops.retention import apply_retention
 from statecore.ops.savepoint import take_savepoint
@@ -468,3 +469,27 @@ def test_pending_output_rolled_forward_first_by_each_maintenance_command(
     assert done > said.index(pending[-1])
     assert catalog.pending_outputs(JOB) == []
     assert_exactly(run, [1, 2])
+
+
+def test_table_owner_retention_compacts_only_the_jobs_own_output_tables(
+    config: StatecoreConfig, catalog: Catalog, tmp_path: Path
+) -> None:
+    """Retention's compaction commits to the output tables it is given: one owned by another
+    job (its ``statecore.owner`` property) is refused before anything is done, naming the
+    owner; the job's own tables are maintained."""
+    run = Run(config, catalog, tmp_path)
+    run.checkpoint(1)
+    other = str(tmp_path / "other")
+    write_deltalake(other, pa.table({"user": ["x"]}))
+    DeltaTable(other).alter.set_table_properties(
+        {"statecore.owner": "statecore:0123456789ab:another/main"}, raise_if_not_exists=False
+    )
+    version = DeltaTable(other).version()
+    with pytest.raises(TableOwnedError, match="another/main"):
+        apply_retention(config, catalog, JOB, retain=1, vacuum_after=None, outputs=[other])
+    assert DeltaTable(other).version() == version
+    assert catalog.get_checkpoint(JOB, 1).status is CheckpointStatus.COMPLETED
+    report = apply_retention(
+        config, catalog, JOB, retain=1, vacuum_after=None, outputs=[run.output.uri]
+    )
+    assert report.retained == (1,)
