@@ -288,6 +288,17 @@ _ADAPTERS = {
 }
 
 
+def _adapt_methods(cls: type, adapters: dict[str, Callable[..., Any]]) -> None:
+    """Wrap, once, the methods ``cls`` itself defines that ``adapters`` name (a PyFlink-style
+    subclass's ``open``, ``process_element``... get PyFlink's contexts)."""
+    for name, adapt in adapters.items():
+        method = cls.__dict__.get(name)
+        if callable(method) and not getattr(method, "_pyflink_adapted", False):
+            adapted = adapt(method)
+            adapted._pyflink_adapted = True
+            setattr(cls, name, adapted)
+
+
 class KeyedProcessFunction(sc.KeyedProcessFunction):
     """PyFlink's ``KeyedProcessFunction``: ``open(runtime_context)``,
     ``process_element(value, ctx)`` and ``on_timer(timestamp, ctx)`` with PyFlink's contexts
@@ -301,12 +312,7 @@ class KeyedProcessFunction(sc.KeyedProcessFunction):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name, adapt in _ADAPTERS.items():
-            method = cls.__dict__.get(name)
-            if callable(method) and not getattr(method, "_pyflink_adapted", False):
-                adapted = adapt(method)
-                adapted._pyflink_adapted = True  # type: ignore[attr-defined]
-                setattr(cls, name, adapted)
+        _adapt_methods(cls, _ADAPTERS)
 
     def open(self, runtime_context: Any) -> None:
         """Declare state here (``runtime_context.get_state(...)``)."""
@@ -453,12 +459,7 @@ class KeyedCoProcessFunction(sc_co.KeyedCoProcessFunction):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name, adapt in _CO_ADAPTERS.items():
-            method = cls.__dict__.get(name)
-            if callable(method) and not getattr(method, "_pyflink_adapted", False):
-                adapted = adapt(method)
-                adapted._pyflink_adapted = True  # type: ignore[attr-defined]
-                setattr(cls, name, adapted)
+        _adapt_methods(cls, _CO_ADAPTERS)
 
     def open(self, runtime_context: Any) -> None:
         """Declare state here (``runtime_context.get_state(...)``); both inputs share it."""
