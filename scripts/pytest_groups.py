@@ -1,8 +1,9 @@
-"""``make test``'s pytest: the suite as three pytest processes side by side, one per group of
-``tests/groups.py`` (``--group``): ``jvm`` (the tests of the run's one local Spark session,
-standalone cluster, S3 server and Kafka broker), ``airflow`` (the other Airflow tests) and
-``rest`` (everything else). On two cores the JVM tests, the Airflow tests (which mostly wait on
-their Spark jobs) and the others overlap instead of following each other.
+"""``make test``'s pytest: the suite as four pytest processes side by side, one per group of
+``tests/groups.py`` (``--group``): ``weeks`` (the month and the fortnight on ``make up``'s
+Airflow, about 20 minutes each, mostly waiting), ``jvm`` (the tests of the run's one local
+Spark session, standalone cluster, S3 server and Kafka broker), ``airflow`` (the other Airflow
+tests) and ``rest`` (everything else). On two cores the JVM tests, the Airflow tests (which
+mostly wait on their Spark jobs) and the others overlap instead of following each other.
 
 First ``scripts/spark_cds.py`` writes the class-data archive of Spark's driver (about a minute,
 once per checkout; its log is ``build/tests/cds.log``), from which the tests' drivers start
@@ -33,7 +34,7 @@ from typing import IO
 
 __all__ = ["GROUPS", "main"]
 
-GROUPS = ("jvm", "airflow", "rest")
+GROUPS = ("weeks", "jvm", "airflow", "rest")
 REPO = Path(__file__).resolve().parents[1]
 PROGRESS = re.compile(rb"\[\s*(\d+)%\]")
 OUTCOMES = re.compile(rb"[.sxXFE]")

@@ -24,7 +24,7 @@ from tests.airflow.month_run import MonthPlan, judge, run_counts, run_month
 
 # a limit for hangs, not for speed: beside the airflow group's make up tests (the fortnight on
 # make up's own Airflow) the month was still in its last phase after 20 minutes (load 9 to 16)
-pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.airflow, pytest.mark.weeks, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
 SUITE_MONTH = MonthPlan(
