@@ -93,7 +93,8 @@ class MonthResult:
     replays: dict[str, list[str]]
     sizes: dict[str, Any]
     queued_at_restarts: list[int]
-    """Runs queued when each restart of make up stopped it (each must run after it)."""
+    """Runs queued when each restart of make up with backfills stopped it (each must run after
+    it)."""
     killed_scheduler: list[int]
     """The pid of the scheduler SIGKILLed mid-run (none if no day's Spark task ran)."""
     consoles: list[str]
@@ -194,8 +195,9 @@ def _run_month(home: Path, plan: MonthPlan, kafka: str | None) -> MonthResult:
             queued), ``make down``, ``make up`` with the next kill point armed, the DAGs
             unpaused: the queued runs run after the restart."""
             airflow.pause(*backfilled)
-            airflow.backfill(*backfills)
-            queued.append(airflow.queued())
+            if backfills:  # none: a month without late days
+                airflow.backfill(*backfills)
+                queued.append(airflow.queued())
             airflow.stop()
             airflow.start(fault=fault, dags=backfilled)
             airflow.unpause(*backfilled)

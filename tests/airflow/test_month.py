@@ -39,14 +39,15 @@ SUITE_MONTH = MonthPlan(
     stream_landings=3,
     kills=(None, "catalog:complete:after", "output:commit:after"),
 )
-"""What fits ``make test``'s 10 minutes: two days (48 hourly runs) of each streaming DAG (401 s on
-2026-11-28 at load 2 to 2.5, a skipped hourly run 1.3 to 2.5 s with the scheduler's idle sleep at
-0.1 s; at Airflow's default 1 s the suite ran 16 hours in 522 s and two days took 856 to 948 s),
-input landing in 3 of them (one in each phase of the month), and three starts of make up, each
-arming a kill point: the first half; the late day (queued over the restart), savepoint and
-rescale (a kill after a checkpoint completes: the batch job's output is written after it); the
-second half (queued over the restart) with the ``readStream`` running (a kill after an output
-commit: a stream's or the batch job's) and the scheduler SIGKILLed mid-run."""
+"""Two days (48 hourly runs) of each streaming DAG (on the month's earlier Airflow of its own:
+401 s on 2026-11-28 at load 2 to 2.5, a skipped hourly run 1.3 to 2.5 s with the scheduler's
+idle sleep at 0.1 s; at Airflow's default 1 s the suite ran 16 hours in 522 s and two days took
+856 to 948 s), input landing in 3 of them (one in each phase of the month), and three starts of
+make up, each arming a kill point: the first half; the late day (queued over the restart),
+savepoint and rescale (a kill after a checkpoint completes: the batch job's output is written
+after it); the second half (queued over the restart) with the ``readStream`` running (a kill
+after an output commit: a stream's or the batch job's) and the scheduler SIGKILLed mid-run. Not
+yet measured to its end on make up's Airflow (docs/contributing.md)."""
 
 
 def test_month_on_one_home(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
