@@ -5,15 +5,17 @@ days of the hourly streaming DAGs, its result written to RESULTS.md.
     python -m benchmarks.month                       # -> the RESULTS.md section
     python -m benchmarks.month --days 30 --input-every 6 --stream-landings 3 --no-write  # ~test
 
-One Airflow (``airflow api-server`` + ``dag-processor`` + ``scheduler``, LocalExecutor, PostgreSQL,
-parallelism 2) runs ``stateful_pipeline`` by backfills over ``--days`` past logical days (input
+``make up``'s own Airflow (its supervisor, embedded PostgreSQL and configuration; only time
+compressed, ``tests/airflow/month.py``'s ``month_environment``) runs ``stateful_pipeline`` by
+backfills over ``--days`` past logical days (input
 on one day in ``--input-every``, one day's input late), ``state_maintenance`` on every
 checkpoint's Asset event, a savepoint and a rescale mid-month, and ``streaming_pipeline`` and
 ``streaming_kafka`` hourly over ``--stream-hours`` hours (input landing ``--stream-landings``
 times among them: a file, and a day of clicks produced to a local Kafka broker the benchmark
 starts, ``scripts/kafka_broker.py``; ``--no-kafka`` leaves ``streaming_kafka`` out), while a
-DuckDB reader and a Delta ``readStream`` poll the output tables and four runs are SIGKILLed at
-commit phases (one per scheduler start, see ``MonthPlan.kills``).
+DuckDB reader and a Delta ``readStream`` poll the output tables, four runs are SIGKILLed at
+commit phases (one per start of make up, see ``MonthPlan.kills``; each next phase's runs queued
+over the restart) and make up's scheduler once mid-run.
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ def render(result: MonthResult, failed: list[str]) -> str:
             f"{plan.input_every}, {plan.late_days} late; {plan.users} users, {plan.events} "
             f"events a day), {plan.stream_hours} hourly runs of {streams} (input landing "
             f"{plan.stream_landings} times among them), "
-            "`state_maintenance` on every checkpoint, a savepoint and a rescale, on one "
-            "Airflow's real scheduler; a DuckDB reader polled the outputs "
+            "`state_maintenance` on every checkpoint, a savepoint and a rescale, on "
+            "`make up`'s own Airflow (restarted with runs queued, its scheduler SIGKILLed "
+            f"{len(result.killed_scheduler)} time(s)); a DuckDB reader polled the outputs "
             f"{result.reader_polls} times and a Delta `readStream` read {read} rows. Killed at: "
             f"{', '.join(result.kill_points) or 'none'}; fired: "
             f"{'; '.join(result.fired) or 'none'}.",

@@ -1,17 +1,16 @@
-"""A month on one home: one Airflow with its real scheduler running the bundled DAGs over past
-logical dates (backfills) while readers poll the output tables; the harness of
-``tests/airflow/test_month.py`` and ``benchmarks/month.py``.
+"""A month on one home: ``make up``'s own Airflow (its supervisor, its embedded PostgreSQL, its
+configuration) running the bundled DAGs over past logical dates (backfills) while readers poll
+the output tables; the harness of ``tests/airflow/test_month.py`` and ``benchmarks/month.py``.
 
-:class:`Scheduler` starts ``airflow dag-processor`` and ``airflow scheduler`` (LocalExecutor,
-``AIRFLOW__CORE__PARALLELISM=2``) as subprocesses of their own process groups on a PostgreSQL
-metadata database of their own (:func:`airflow_database`, as production's Airflow runs: SQLite
-takes one writer at a time, and the CLI's ``backfill create`` failed with "database is locked"
-beside the DAG processor), and reads that database directly to wait for runs and judge them.
-:class:`DuckReader` polls every output table with DuckDB (Parquet folders and Delta tables) in
-a thread and keeps every row it saw; :class:`StreamReader` runs a Delta ``readStream`` of
-each Delta output table (the batch job's and the streams') in a Spark process of its own
-(``tests/airflow/month_stream_reader.py``) into Parquet sinks; :func:`produce_day` produces a
-day of clicks to the test Kafka broker for ``streaming_kafka``.
+:class:`MonthAirflow` starts Airflow with ``make up`` and stops it with ``make down``
+(tests/airflow/test_own_airflow.py's ``Up``), in an environment whose only settings of its own
+compress time (:func:`month_environment`); it drives it as a user does, by the CLI against it
+(``make airflow``'s command) and the REST API, and reads make up's metadata database to wait for
+runs and judge them. :class:`DuckReader` polls every output table with DuckDB (Parquet folders
+and Delta tables) in a thread and keeps every row it saw; :class:`StreamReader` runs a Delta
+``readStream`` of each Delta output table (the batch job's and the streams') in a Spark process
+of its own (``tests/airflow/month_stream_reader.py``) into Parquet sinks; :func:`produce_day`
+produces a day of clicks to the test Kafka broker for ``streaming_kafka``.
 """
 
 from __future__ import annotations
@@ -21,15 +20,12 @@ import os
 import random
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -38,6 +34,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from statecore.cli.demo import airflow_environment, generate_clickstream
+from tests.airflow.test_own_airflow import Up, scheduler_pid
+from tests.airflow.test_standalone import free_port, stop
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = (
@@ -72,79 +70,38 @@ SKIP_REASONS = (
 """How the bundled DAGs' logs say why a run skips its work."""
 
 
-POSTGRES_URL = os.environ.get(
-    "STATECORE_TEST_POSTGRES_URL",
-    "postgresql+psycopg2://statecore:statecore@127.0.0.1:5432/statecore_test",
-)
-"""The PostgreSQL whose role creates the month's metadata databases (``make postgres``)."""
-
-
-@contextmanager
-def airflow_database(server_url: str = POSTGRES_URL) -> Iterator[str]:
-    """A PostgreSQL database of its own for one month's Airflow (on ``server_url``'s server, by
-    its role), dropped afterwards with whatever connection is still open to it: its URL."""
-    url = sa.engine.make_url(server_url)
-    name = f"airflow_month_{secrets.token_hex(4)}"
-    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as con:
-            con.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        try:
-            yield url.set(database=name).render_as_string(hide_password=False)
-        finally:
-            with admin.connect() as con:
-                con.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def month_environment(home: Path, database: str, **extra: str) -> dict[str, str]:
-    """The environment of the month's Airflow: ``airflow_environment`` on the metadata
-    database ``database`` (a SQLAlchemy URL) plus the LocalExecutor's settings, an API server
-    on a free port of 127.0.0.1, task retries (a killed run is retried as production's would
-    be) and a short lease timeout (a killed run's lease is taken over seconds later)."""
+def month_environment(home: Path) -> dict[str, str]:
+    """The environment ``make up`` is started in for the month: the project's
+    (``airflow_environment``, as the Makefile's), ports of its own, and only settings that
+    compress time, each with why."""
     env = airflow_environment(REPO, home)
-    port = _free_port()
+    env.pop("AIRFLOW__API__HOST", None)  # the Makefile's default: loopback
     env.update(
         {
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__PORT": str(free_port()),
             # the scheduler's and triggerer's log servers (8793, 8794 by default, on every
-            # interface): ports of their own, as a make up of the suite may run beside
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "2",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__DEFAULT_TASK_RETRIES": "2",
+            # interface): ports of their own, as another Airflow of the suite may run beside
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            # time compression: a killed task is retried 5 s later, not the 10 s of make up's
+            # default (the month kills 4 to 5 tasks)
             "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
-            # the DAG files never change: parsed once, not every 30 s (Airflow 3 reads this in
-            # [dag_processor], not [scheduler])
+            # time compression: the DAG files never change; parsed once per start, not every
+            # 30 s (a parse of the bundled DAGs is seconds of CPU on a 2-core machine), and the
+            # folder listed every 5 s so they appear as soon as make up is up
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "3600",
-            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            # a loop with nothing to do sleeps this long (default 1 s): after a skipping check
-            # task, four loops (its event, its two downstream tasks skipped, the run ended) and
-            # one more to start the next run: an hourly run that skips took 5 s at 1 s on a
-            # quiet machine (4 of them sleeping), 1.3 to 2.5 s at 0.1 s
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            # time compression: a loop of the scheduler with nothing to do sleeps this long
+            # (default 1 s). After a skipping check task, four loops (its event, its two
+            # downstream tasks skipped, the run ended) and one more start the next run: on the
+            # month's earlier harness an hourly run that skips took 5 s at 1 s on a quiet
+            # machine (4 of them sleeping), 1.3 to 2.5 s at 0.1 s; the month's two days of
+            # hourly runs took 856 to 948 s at 1 s against 401 s at 0.1 s (2026-11-28), more
+            # than make test's jvm group can give it
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.1",
-            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "1200",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-            # the driver's REST calls (ending a finished backfill: Scheduler.end_backfills)
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            # time compression: a SIGKILLed run's lease is taken over 5 s later, not after the
+            # default timeout
             "STATECORE_LEASE_TIMEOUT": "5",
-            **extra,
         }
     )
     return env
@@ -152,8 +109,9 @@ def month_environment(home: Path, database: str, **extra: str) -> dict[str, str]
 
 @dataclass(frozen=True)
 class Backfill:
-    """A backfill of ``dag_id`` from ``start`` to ``end`` (inclusive), one run at a time;
-    ``again``: re-run dates that already have a completed run; ``conf``: the runs' conf."""
+    """A backfill of ``dag_id`` from ``start`` to ``end`` (inclusive), as docs/airflow.md writes
+    one (``--reprocess-behavior failed``); ``again``: re-run dates that already have a completed
+    run; ``conf``: the runs' conf."""
 
     dag_id: str
     start: str
@@ -163,8 +121,7 @@ class Backfill:
 
     def args(self) -> list[str]:
         args = ["backfill", "create", "--dag-id", self.dag_id, "--from-date", self.start]
-        args += ["--to-date", self.end, "--max-active-runs", "1"]
-        # the bundled job DAGs depend on the past: Airflow asks which existing runs to redo
+        args += ["--to-date", self.end]
         args += ["--reprocess-behavior", "completed" if self.again else "failed"]
         if self.conf:
             args += ["--dag-run-conf", json.dumps(self.conf)]
@@ -172,31 +129,71 @@ class Backfill:
 
 
 @dataclass
-class Scheduler:
-    """``airflow api-server`` (the tasks' Execution API), ``airflow dag-processor`` and
-    ``airflow scheduler`` on the metadata database of ``env`` (``month_environment``)."""
+class MonthAirflow:
+    """``make up``'s own Airflow on the month's home (``month_environment``), started with
+    ``make up`` and stopped with ``make down`` (tests/airflow/test_own_airflow.py's ``Up``),
+    driven by the CLI against it (``make airflow``'s command) and its REST API. Its metadata
+    database (make up's PostgreSQL) is read to wait for runs and judge them."""
 
     home: Path
     env: dict[str, str]
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    scheduler: subprocess.Popen[bytes] | None = None
+    up: Up | None = None
     starts: int = 0
+    consoles: list[str] = field(default_factory=list)
     _engine: sa.engine.Engine | None = None
-    _token: str | None = None
 
     @property
     def airflow_home(self) -> Path:
         return Path(self.env["AIRFLOW_HOME"])
 
-    def cli(self, *args: str, timeout: float = 300) -> str:
-        return self.clis([*args], timeout=timeout)[0]
+    def start(self, *, fault: str | None = None, dags: Iterable[str] = ()) -> None:
+        """``make up``; ``fault`` arms a kill point (``STATECORE_FAULT_POINT``) in make up's
+        environment, which its supervisor passes to every component and so to every task,
+        firing once (its marker file); waits until ``dags`` are parsed."""
+        env = dict(self.env)
+        self.starts += 1
+        if fault is not None:
+            env["STATECORE_FAULT_POINT"] = fault
+            marker = f"fault-{self.starts}-{fault.replace(':', '_')}"
+            env["STATECORE_FAULT_MARKER"] = str(self.home / marker)
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.up = Up(env, logs / f"make-up-{self.starts}.log")
+        for dag_id in dags:
+            self.wait(f"{dag_id} parsed", lambda d=dag_id: self.api("GET", f"/api/v2/dags/{d}"))
 
-    def clis(self, *commands: list[str], timeout: float = 300) -> list[str]:
-        """Airflow CLI ``commands`` run side by side (each a few seconds of starting Airflow on
-        a loaded machine): their outputs."""
+    def stop(self) -> None:
+        """``make down`` (everything stopped and PostgreSQL shut down within 15 s)."""
+        if self.up is None:
+            return
+        up, self.up = self.up, None
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+        try:
+            down, _ = up.down()
+            assert down.returncode == 0, down.stdout + down.stderr
+        finally:
+            if up.process.poll() is None:  # make down failed: leave nothing running
+                stop(up.process, up.log)
+            self.consoles.append(up.console())
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        assert self.up is not None, "make up is not running"
+        return self.up.api.call(method, path, body)
+
+    def wait(self, what: str, check: Callable[[], Any], timeout: float = 600) -> Any:
+        assert self.up is not None, "make up is not running"
+        return self.up.api.wait(what, check, timeout, self.up.process)
+
+    def cli(self, *commands: list[str], timeout: float = 300) -> list[str]:
+        """Airflow CLI ``commands`` against the running make up (``make airflow``'s command,
+        ``scripts/airflow_up cli``, whose arguments a shell does not split), side by side
+        (each a few seconds of starting Airflow on a loaded machine): their outputs."""
         started = [
             subprocess.Popen(
-                ["airflow", *args],
+                [sys.executable, str(REPO / "scripts" / "airflow_up"), "cli", *args],
+                cwd=REPO,
                 env=self.env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -215,90 +212,36 @@ class Scheduler:
             outputs.append(out)
         return outputs
 
-    def start(self) -> None:
-        """Migrate the database, start the API server and the DAG processor."""
-        self.airflow_home.mkdir(parents=True, exist_ok=True)
-        self.cli("db", "migrate", timeout=600)
-        for component in ("api-server", "dag-processor"):
-            self.processes.append(self._spawn(component, self.env))
-
-    def start_scheduler(self, *, fault: str | None = None) -> None:
-        """Start the scheduler; ``fault`` arms a kill point (``STATECORE_FAULT_POINT``) in every
-        task it runs, firing once (its marker file)."""
-        env = dict(self.env)
-        if fault is not None:
-            env["STATECORE_FAULT_POINT"] = fault
-            self.starts += 1
-            marker = f"fault-{self.starts}-{fault.replace(':', '_')}"
-            env["STATECORE_FAULT_MARKER"] = str(self.home / marker)
-        self.scheduler = self._spawn("scheduler", env)
-
-    def stop_scheduler(self) -> None:
-        """Stop the scheduler (its LocalExecutor workers with it): the month's phases are
-        planned (unpause, backfill, trigger) while no run is going."""
-        if self.scheduler is not None:
-            _stop_group(self.scheduler)
-            self.scheduler = None
-
-    def _spawn(self, component: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        logs = self.home / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        with (logs / f"{component}.log").open("ab") as log:
-            return subprocess.Popen(
-                ["airflow", component],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def stop(self) -> None:
-        """Stop every component."""
-        self.stop_scheduler()
-        for process in self.processes:
-            _stop_group(process)
-        self.processes = []
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
-
-    def alive(self) -> None:
-        for process in [*self.processes, *([self.scheduler] if self.scheduler else [])]:
-            assert process.poll() is None, f"{process.args} exited ({process.returncode})"
-
     def query(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+        """``sql`` on make up's metadata database (its URL as ``airflow config`` tells it)."""
         if self._engine is None:
-            self._engine = sa.create_engine(self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+            (url,) = self.cli(["config", "get-value", "database", "sql_alchemy_conn"])
+            self._engine = sa.create_engine(url.strip())
         with self._engine.connect() as con:
             return [tuple(row) for row in con.execute(sa.text(sql), params)]
 
-    def wait_parsed(self, dag_ids: Iterable[str], timeout: float = 600) -> None:
-        wanted = set(dag_ids)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.alive()
-            try:
-                found = {row[0] for row in self.query("SELECT dag_id FROM dag")}
-            except sa.exc.ProgrammingError:  # before ``db migrate`` made the table
-                found = set()
-            if wanted <= found:
-                return
-            time.sleep(2)
-        errors = self.query("SELECT filename, stacktrace FROM import_error")
-        raise AssertionError(f"DAGs not parsed in {timeout} s: {wanted - found}; {errors}")
+    def pause(self, *dag_ids: str) -> None:
+        self._toggle("pause", dag_ids)
 
     def unpause(self, *dag_ids: str) -> None:
+        self._toggle("unpause", dag_ids)
+
+    def _toggle(self, how: str, dag_ids: Iterable[str]) -> None:
         pattern = f"^({'|'.join(dag_ids)})$"
-        self.cli("dags", "unpause", "--treat-dag-id-as-regex", "--yes", pattern)
+        self.cli(["dags", how, "--treat-dag-id-as-regex", "--yes", pattern])
 
     def backfill(self, *backfills: Backfill) -> None:
         """Create ``backfills`` (of different DAGs: a DAG takes one at a time), side by side."""
-        self.clis(*(backfill.args() for backfill in backfills))
+        if backfills:
+            self.cli(*(backfill.args() for backfill in backfills))
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> None:
-        import json
+        """A run of ``dag_id`` now, as the UI's trigger form makes one (the REST API)."""
+        self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
 
-        self.cli("dags", "trigger", dag_id, "--conf", json.dumps(conf))
+    def queued(self) -> int:
+        """Runs queued."""
+        return len(self.query("SELECT run_id FROM dag_run WHERE state = 'queued'"))
 
     def pending(self) -> list[tuple[Any, ...]]:
         """Runs queued or running, asset events no run consumed yet, and backfills the
@@ -323,30 +266,20 @@ class Scheduler:
         )
         for (backfill_id,) in ended:
             try:
-                self._api("PUT", f"/api/v2/backfills/{backfill_id}/cancel")
+                self.api("PUT", f"/api/v2/backfills/{backfill_id}/cancel")
             except urllib.error.HTTPError as exc:
                 if exc.code != 409:  # 409: the scheduler marked it complete meanwhile
                     raise
-
-    def _api(self, method: str, path: str) -> Any:
-        base = self.env["AIRFLOW__API__BASE_URL"]
-        if self._token is None:
-            with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as response:
-                self._token = json.loads(response.read())["access_token"]
-        request = urllib.request.Request(
-            base + path, method=method, headers={"Authorization": f"Bearer {self._token}"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read() or b"null")
 
     def wait_idle(
         self, timeout: float, *, settle: float = 2, each: Callable[[], None] = lambda: None
     ) -> None:
         """Until nothing is pending (twice, ``settle`` s apart); ``each`` runs at each poll."""
+        assert self.up is not None, "make up is not running"
         deadline = time.monotonic() + timeout
         quiet = 0
         while time.monotonic() < deadline:
-            self.alive()
+            assert self.up.process.poll() is None, "make up exited: " + self.up.console()[-3000:]
             each()
             self.end_backfills()
             quiet = 0 if self.pending() else quiet + 1
@@ -354,6 +287,13 @@ class Scheduler:
                 return
             time.sleep(settle / 2)
         raise AssertionError(f"runs still pending after {timeout} s: {self.pending()[:10]}")
+
+    def kill_scheduler(self) -> int:
+        """SIGKILL make up's scheduler (its supervisor starts another): its pid."""
+        assert self.up is not None, "make up is not running"
+        pid = scheduler_pid(self.up.group)
+        os.kill(pid, signal.SIGKILL)
+        return pid
 
     def runs(self) -> list[dict[str, Any]]:
         """Every DAG run with its tasks' states and tries."""
@@ -383,26 +323,11 @@ class Scheduler:
         )
 
 
-def _stop_group(process: subprocess.Popen[bytes], grace: float = 30) -> None:
-    """SIGTERM the process's group (started in a session of its own), SIGKILL it ``grace`` s
-    later if still there."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=grace)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait(timeout=30)
-
-
-def skip_reason(scheduler: Scheduler, run: dict[str, Any]) -> str | None:
+def skip_reason(airflow: MonthAirflow, run: dict[str, Any]) -> str | None:
     """The reason a run with skipped tasks gave in a task's log: an ``AirflowSkipException``'s
     message, or what a deciding task (``state_maintenance``'s ``jobs``) says it found."""
     for task_id in run["tasks"]:
-        log = scheduler.task_log(run["dag"], run["run"], task_id)
+        log = airflow.task_log(run["dag"], run["run"], task_id)
         for marker in SKIP_REASONS:
             at = log.find(marker)
             if at >= 0:

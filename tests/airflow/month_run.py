@@ -26,9 +26,8 @@ from .month import (
     KILL_POINTS,
     Backfill,
     DuckReader,
-    Scheduler,
+    MonthAirflow,
     StreamReader,
-    airflow_database,
     create_topic,
     input_rows,
     lay_out_input,
@@ -68,6 +67,9 @@ class MonthPlan:
     rescale; the second half; the streams' last hours, once the ``readStream`` runs. The second
     and fourth aim at a job's output (the batch job's written after its checkpoint completes, a
     stream's commit made before its checkpoint completes)."""
+    kill_scheduler: bool = True
+    """SIGKILL make up's scheduler once, while a day of the second half runs its Spark task
+    (make up's supervisor starts another)."""
     seed: int = 33
     run_timeout: float = 1800
 
@@ -90,6 +92,13 @@ class MonthResult:
     stream_reader: dict[str, Any]
     replays: dict[str, list[str]]
     sizes: dict[str, Any]
+    queued_at_restarts: list[int]
+    """Runs queued when each restart of make up with backfills stopped it (each must run after
+    it)."""
+    killed_scheduler: list[int]
+    """The pid of the scheduler SIGKILLed mid-run (none if no day's Spark task ran)."""
+    consoles: list[str]
+    """Each make up's console."""
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -98,11 +107,10 @@ def _iso(day: date) -> str:
 
 
 def run_month(home: Path, plan: MonthPlan, *, kafka: str | None = None) -> MonthResult:
-    """The month ``plan`` describes, on ``home``, by an Airflow on a PostgreSQL metadata
-    database of its own (dropped afterwards); ``kafka``: the bootstrap servers of a broker
-    ``streaming_kafka`` reads a topic of its own on (else it does not run)."""
-    with airflow_database() as database:
-        return _run_month(home, plan, database, kafka)
+    """The month ``plan`` describes, on ``home``, by ``make up``'s own Airflow; ``kafka``: the
+    bootstrap servers of a broker ``streaming_kafka`` reads a topic of its own on (else it does
+    not run)."""
+    return _run_month(home, plan, kafka)
 
 
 def stream_segments(hours: int, landings: int) -> list[tuple[int, int]]:
@@ -113,7 +121,7 @@ def stream_segments(hours: int, landings: int) -> list[tuple[int, int]]:
     return [(a, b - 1) for a, b in zip(starts, [*starts[1:], hours], strict=True)]
 
 
-def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) -> MonthResult:
+def _run_month(home: Path, plan: MonthPlan, kafka: str | None) -> MonthResult:
     rng = random.Random(plan.seed)
     half = plan.first + timedelta(days=plan.days // 2 - 1)
     last = plan.first + timedelta(days=plan.days - 1)
@@ -128,26 +136,35 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
     on_time = [day for day in with_input if day not in late]
     folders = lay_out_input(home, on_time, users=plan.users, events=plan.events)
     points = [f"{point or rng.choice(KILL_POINTS)}:1" for point in plan.kills]
-    scheduler = Scheduler(home, month_environment(home, database))
+    airflow = MonthAirflow(home, month_environment(home))
     reader = DuckReader(home)
-    stream = StreamReader(home, scheduler.env)
+    stream = StreamReader(home, airflow.env)
     streams = ["streaming_pipeline", *(["streaming_kafka"] if kafka else [])]
     stream_tables = ["clickstream_stream", *(["clickstream_kafka"] if kafka else [])]
     streamed = [*STREAMED_BATCH_OUTPUTS, *(stream_tables if plan.stream_hours else [])]
     topic = create_topic(kafka) if kafka else None
     produced: set[tuple[Any, ...]] = set()
     seconds: dict[str, float] = {}
+    queued: list[int] = []
+    killed: list[int] = []
     started = time.monotonic()
     ended = "not started"
+    runs: list[dict[str, Any]] = []
+    reasons: dict[str, str | None] = {}
+    segments = stream_segments(plan.stream_hours, plan.stream_landings)
+    # the DAGs the month backfills, paused while a make up restart's runs are queued
+    backfilled = ["stateful_pipeline", *(streams if segments else [])]
     try:
         reader.start()
-        scheduler.start()
-        scheduler.wait_parsed(["stateful_pipeline", "state_maintenance", *streams])
+        airflow.start(
+            fault=points[0] if points else None,
+            dags=["stateful_pipeline", "state_maintenance", *streams],
+        )
         seconds["start"] = time.monotonic() - started
-        segments = stream_segments(plan.stream_hours, plan.stream_landings)
         # unpausing a streaming DAG makes its scheduled run of the latest hour
-        batch = ["stateful_pipeline", "state_maintenance", "savepoint", "rescale"]
-        scheduler.unpause(*batch, *(streams if segments else []))
+        airflow.unpause("stateful_pipeline", "state_maintenance", "savepoint", "rescale")
+        if segments:
+            airflow.unpause(*streams)
         begin = datetime(last.year, last.month, last.day) - timedelta(days=1)
         conf = {"bootstrap_servers": kafka, "topic": topic}
 
@@ -173,54 +190,86 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
             if stream.process is None and all((p / "_delta_log").is_dir() for p in paths):
                 stream.start(paths)
 
+        def restart_with(backfills: list[Backfill], fault: str | None) -> None:
+            """The next phase's ``backfills`` created with their DAGs paused (their runs
+            queued), ``make down``, ``make up`` with the next kill point armed, the DAGs
+            unpaused: the queued runs run after the restart."""
+            airflow.pause(*backfilled)
+            if backfills:  # none: a month without late days
+                airflow.backfill(*backfills)
+                queued.append(airflow.queued())
+            airflow.stop()
+            airflow.start(fault=fault, dags=backfilled)
+            airflow.unpause(*backfilled)
+
         # the streams' hours run beside the batch days, a segment of them per phase, input
         # landing before each; the readStream starts once every Delta output table exists
-        scheduler.backfill(
+        airflow.backfill(
             Backfill("stateful_pipeline", _iso(plan.first), _iso(half)), *stream_segment(0)
         )
-        scheduler.start_scheduler(fault=points[0] if points else None)
-        scheduler.wait_idle(plan.run_timeout, each=start_reader)
-        scheduler.stop_scheduler()
+        airflow.wait_idle(plan.run_timeout, each=start_reader)
         seconds["first half"] = time.monotonic() - started
-        # the late days' input lands after their scheduled runs skipped: re-run those days;
-        # then, the job idle, a savepoint and a rescale (the rescale DAG's savepoint must still
-        # be the job's latest checkpoint when its rescale runs: a run of the job completing in
-        # between fails it, "take a new one")
+        # the late days' input lands after their scheduled runs skipped: re-run those days,
+        # queued over a restart of make up; then, the job idle, a savepoint and a rescale (the
+        # rescale DAG's savepoint must still be the job's latest checkpoint when its rescale
+        # runs: a run of the job completing in between fails it, "take a new one")
         folders.update(lay_out_input(home, late, users=plan.users, events=plan.events))
-        for day in late:
-            scheduler.backfill(Backfill("stateful_pipeline", _iso(day), _iso(day), again=True))
-        scheduler.start_scheduler(fault=points[1] if len(points) > 1 else None)
-        scheduler.wait_idle(plan.run_timeout, each=start_reader)
-        scheduler.trigger("savepoint", {"job": "clickstream", "name": "mid-month"})
-        scheduler.trigger("rescale", {"job": "clickstream", "parallelism": 3})
-        scheduler.backfill(*stream_segment(1))
-        scheduler.wait_idle(plan.run_timeout, each=start_reader)
-        scheduler.stop_scheduler()
-        seconds["late days, savepoint, rescale"] = time.monotonic() - started
-        scheduler.backfill(
-            Backfill("stateful_pipeline", _iso(half + timedelta(days=1)), _iso(last)),
-            *stream_segment(2),
+        restart_with(
+            [Backfill("stateful_pipeline", _iso(day), _iso(day), again=True) for day in late],
+            points[1] if len(points) > 1 else None,
         )
-        scheduler.start_scheduler(fault=points[2] if len(points) > 2 else None)
-        scheduler.wait_idle(plan.run_timeout, each=start_reader)
-        scheduler.stop_scheduler()
+        airflow.wait_idle(plan.run_timeout, each=start_reader)
+        airflow.trigger("savepoint", {"job": "clickstream", "name": "mid-month"})
+        airflow.trigger("rescale", {"job": "clickstream", "parallelism": 3})
+        airflow.backfill(*stream_segment(1))
+        airflow.wait_idle(plan.run_timeout, each=start_reader)
+        seconds["late days, savepoint, rescale"] = time.monotonic() - started
+        # the second half, queued over a restart of make up; its scheduler SIGKILLed while a
+        # day's Spark task runs (make up's supervisor starts another)
+
+        def kill_mid_run() -> None:
+            start_reader()
+            if (
+                plan.kill_scheduler
+                and not killed
+                and airflow.query(
+                    "SELECT 1 FROM task_instance WHERE dag_id = 'stateful_pipeline'"
+                    " AND task_id = 'clickstream' AND state = 'running'"
+                )
+            ):
+                killed.append(airflow.kill_scheduler())
+
+        restart_with(
+            [
+                Backfill("stateful_pipeline", _iso(half + timedelta(days=1)), _iso(last)),
+                *stream_segment(2),
+            ],
+            points[2] if len(points) > 2 else None,
+        )
+        airflow.wait_idle(plan.run_timeout, each=kill_mid_run)
         seconds["second half"] = time.monotonic() - started
         if len(segments) > 3:
             # the streams' last hours, input landing between them, the readStream running
-            scheduler.start_scheduler(fault=points[3] if len(points) > 3 else None)
-            for i in range(3, len(segments)):
-                scheduler.backfill(*stream_segment(i))
-                scheduler.wait_idle(plan.run_timeout, each=start_reader)
+            restart_with(stream_segment(3), points[3] if len(points) > 3 else None)
+            airflow.wait_idle(plan.run_timeout, each=start_reader)
+            for i in range(4, len(segments)):
+                airflow.backfill(*stream_segment(i))
+                airflow.wait_idle(plan.run_timeout, each=start_reader)
             seconds["streams' last hours"] = time.monotonic() - started
         time.sleep(10)  # the readers' last polls
+        runs = airflow.runs()
+        reasons = {
+            f"{r['dag']}/{r['run']}": skip_reason(airflow, r)
+            for r in runs
+            if any(state == "skipped" for state, _ in r["tasks"].values())
+        }
     finally:
         try:
             reader.stop()
             ended = stream.stop()
         finally:  # whatever failed, no Airflow process of the test stays behind
-            scheduler.stop()
+            airflow.stop()
     seconds["total"] = time.monotonic() - started
-    runs = scheduler.runs()
     import duckdb
 
     con = duckdb.connect()
@@ -232,11 +281,7 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
         kill_points=points,
         fired=[p.read_text().strip() for p in sorted(home.glob("fault-*"))],
         runs=runs,
-        reasons={
-            f"{r['dag']}/{r['run']}": skip_reason(scheduler, r)
-            for r in runs
-            if any(state == "skipped" for state, _ in r["tasks"].values())
-        },
+        reasons=reasons,
         batch_input=input_rows({day: path for day, path in folders.items() if day <= last}),
         stream_inputs=(
             {"clickstream_stream": input_rows(folders)}
@@ -257,6 +302,9 @@ def _run_month(home: Path, plan: MonthPlan, database: str, kafka: str | None) ->
         },
         replays=replay_retained(config),
         sizes=sizes(home, config),
+        queued_at_restarts=queued,
+        killed_scheduler=killed,
+        consoles=airflow.consoles,
         seconds=seconds,
     )
 
@@ -387,6 +435,25 @@ def judge(result: MonthResult) -> list[str]:
     for name, twice in sorted(result.stream_reader["duplicates"].items()):
         if twice:
             failed.append(f"Delta readStream of {name}: {twice} rows read twice")
+    for i, queued in enumerate(result.queued_at_restarts):
+        if not queued:
+            failed.append(f"no run was queued when make up restarted ({i + 1})")
+    deaths = [
+        line for console in result.consoles for line in console.splitlines() if " died" in line
+    ]
+    expected = [
+        f"the scheduler (pid {pid}) died: killed by SIGKILL" for pid in result.killed_scheduler
+    ]
+    if result.plan.kill_scheduler and not result.killed_scheduler:
+        failed.append("no day's Spark task ran in the second half: the scheduler was not killed")
+    if [d for d in deaths if not any(e in d for e in expected)] or len(deaths) != len(expected):
+        failed.append(f"make up's components died: {deaths} (killed: {expected})")
+    for console in result.consoles:
+        if "Airflow is up in" not in console:
+            failed.append(f"a make up never came up: {console[-2000:]}")
+    restarts = sum("restarting the scheduler" in console for console in result.consoles)
+    if restarts != len(result.killed_scheduler):
+        failed.append(f"the killed scheduler was restarted {restarts} times")
     for job, wrong in result.replays.items():
         failed += [f"checkpoint of {job} does not replay to its rows: {w}" for w in wrong[:5]]
     for name, size in result.sizes.items():
