@@ -50,8 +50,10 @@ after an output commit: a stream's or the batch job's) and the scheduler SIGKILL
 make up's Airflow: 1,558 s on 2026-11-29 (docs/contributing.md)."""
 
 
-def test_month_on_one_home(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
-    result = run_month(tmp_path / "home", SUITE_MONTH, kafka=kafka_broker.bootstrap_servers)
+def test_month_on_one_home(kafka_broker: KafkaBroker, up_tmp: Path) -> None:
+    # up_tmp, not tmp_path: make up's PostgreSQL runs as another user, and a pytest session
+    # starting beside (make test runs four) makes pytest's root 0700 again
+    result = run_month(up_tmp / "home", SUITE_MONTH, kafka=kafka_broker.bootstrap_servers)
     failed = judge(result)
     summary = {
         "seconds": {k: round(v) for k, v in result.seconds.items()},
