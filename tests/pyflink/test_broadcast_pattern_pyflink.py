@@ -18,7 +18,9 @@ lines are compared per color, in order.
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -293,3 +295,22 @@ def test_broadcast_pattern_pyflink_rules_job_prints_flinks_output(
     lines = capsys.readouterr().out.splitlines()
     assert _per_color(lines) == MATCHES
     assert len(lines) == 4
+
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "pyflink.md"
+
+
+@pytest.mark.spark
+def test_broadcast_pattern_pyflink_doc_example_runs_as_written(
+    spark: Any, statecore_home: StatecoreConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/pyflink.md's "Broadcast state" example prints what its comment says: in BATCH
+    both thresholds are in the broadcast state before any reading (the broadcast side first);
+    s1's humidity and s2's temperature are over theirs, s1's temperature is not."""
+    text = PAGE.read_text()
+    match = re.search(r"```python\n(.*?)```", text[text.index("### Broadcast state") :], re.S)
+    assert match is not None
+    code = match.group(1)
+    assert "import pyflink" not in code.replace("# from pyflink", "")
+    exec(compile(code, str(PAGE), "exec"), {"__name__": "pyflink_doc"})  # the page's own code
+    assert sorted(capsys.readouterr().out.splitlines()) == ["s1: 80.0 > 70.0", "s2: 30.1 > 25.0"]
