@@ -42,6 +42,7 @@ from statecore.pyflink.datastream.window import (
     ProcessingTimeSessionWindows,
     TumblingEventTimeWindows,
 )
+from statecore.runtime import KeyedProcessFunction
 from statecore.runtime.windows import DynamicSessionWindows
 from statecore.testing import KeyedProcessFunctionHarness
 from tests.pyflink.jobs import rich_window_aggregate, session_dynamic_gap, window_all_tumbling
@@ -223,3 +224,43 @@ def test_window_operator_pyflink_new_jobs_print_flinks_output(
         assert sorted(lines, key=key) == sorted(expected, key=key)
     else:
         assert lines == expected
+
+
+class Nothing(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        return None
+
+
+@pytest.mark.spark
+def test_window_operator_pyflink_processing_time_windows_fire_at_the_end_of_a_batch(
+    spark: Any, statecore_home: StatecoreConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In BATCH Flink fires every processing-time timer at the end of input (each key's after
+    its event-time ones; BatchExecutionInternalTimeService): an hour's processing-time session
+    holds each key's elements and fires at the end, with the key's sum. keyed_process refuses
+    the option on a run that does not end its input."""
+    from pyspark.sql import types as T
+
+    from statecore.spark import keyed_process
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runtime_mode(BATCH)
+    env.set_parallelism(1)
+    info = Types.TUPLE([Types.STRING(), Types.INT()])
+    ds = env.from_collection([("a", 1), ("b", 10), ("a", 2)], type_info=info)
+    ds.key_by(lambda e: e[0], key_type=Types.STRING()).window(
+        ProcessingTimeSessionWindows.with_gap(Time.hours(1))
+    ).reduce(lambda x, y: (x[0], x[1] + y[1])).print()
+    env.execute("processing_time_batch")
+    assert sorted(capsys.readouterr().out.splitlines()) == ["(a,3)", "(b,10)"]
+    df = spark.createDataFrame([("a", 1)], "k string, v long")
+    with pytest.raises(ConfigError, match="give end_of_input=True with it"):
+        keyed_process(
+            df,
+            key="k",
+            function=Nothing(),
+            output_schema=T.StructType([T.StructField("k", T.StringType())]),
+            job="processing_timers_without_end",
+            checkpoint_id=1,
+            processing_timers_at_end=True,
+        )

@@ -6,7 +6,9 @@ when the parallelism is above 1), a ``FileSink`` gets a part file per checkpoint
 part files Spark writes), a ``DeltaSink`` is the job's output table.
 
 - ``BATCH``: one run that ends the input, its watermark far below every record while they run
-  (:data:`BATCH_LATENESS`), so that each timer fires at the end, as in Flink's batch mode.
+  (:data:`BATCH_LATENESS`), so that each timer fires at the end, as in Flink's batch mode; the
+  processing-time timers too, after the event-time ones (processing-time windows fire at the
+  end of a batch, as Flink fires them).
 - ``STREAMING`` over a collection (in memory, bounded): one run that ends the input, the
   watermark following the event times within it.
 - ``STREAMING`` over files or Kafka: a Structured Streaming query (see
@@ -422,6 +424,7 @@ def dataflow(env: Environment, plan: Plan, job: str, sides: tuple[Plan, ...] = (
         if delta is not None or sink is None
         else _Sink(plan, job, env.get_parallelism()),
         side_outputs=side_sinks,
+        processing_timers_at_end=batch,
     )
 
 
