@@ -21,6 +21,7 @@ from typing import Any
 
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
 from statecore.pyflink.datastream import broadcast_context as contexts
+from statecore.pyflink.datastream.connected_streams import two_input_plan
 from statecore.pyflink.datastream.functions import (
     BroadcastProcessFunction,
     KeyedBroadcastProcessFunction,
@@ -154,19 +155,5 @@ class BroadcastConnectedStream:
         function = sc_broadcast.KeyedBroadcastFunction(
             BroadcastFunctionRunner(func, keyed=keyed), states
         )
-        plan = dataclasses.replace(
-            first,
-            source=None,
-            source_type=None,
-            source_name=None,
-            before=(),
-            watermarks=None,
-            inputs=(first, broadcast),
-            tagged=True,
-            function=function,
-            function_type=output_type,
-            element_type=output_type,
-            after=(),
-            keyed=True,
-        )
+        plan = two_input_plan(first, broadcast, function, output_type)
         return self.non_broadcast_stream._with(plan)

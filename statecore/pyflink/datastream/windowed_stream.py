@@ -222,22 +222,29 @@ class AllWindowedStream:
         )
         return self._one_task(stream)
 
-    def process(self, process_window_function: Any, output_type: Any = None) -> Any:
-        function = statecore_window_function(process_window_function)
-        if not isinstance(function, sc.ProcessWindowFunction):
+    def _over_elements(
+        self, method: str, given: Any, kind: type, expected: str, output_type: Any
+    ) -> Any:
+        """``process`` or ``apply`` (``method``) with ``given``, adapted to a ``kind``."""
+        function = statecore_window_function(given)
+        if not isinstance(function, kind):
             raise PyFlinkUnsupportedError(
-                f"process({process_window_function!r}) after window_all takes a "
-                f"ProcessAllWindowFunction ({COMING_FROM_PYFLINK})"
+                f"{method}({given!r}) after window_all takes {expected} ({COMING_FROM_PYFLINK})"
             )
         windowed = self._windowed
-        return self._one_task(windowed._keyed(windowed._windowing().process(function), output_type))
+        operator = getattr(windowed._windowing(), method)(function)
+        return self._one_task(windowed._keyed(operator, output_type))
+
+    def process(self, process_window_function: Any, output_type: Any = None) -> Any:
+        return self._over_elements(
+            "process",
+            process_window_function,
+            sc.ProcessWindowFunction,
+            "a ProcessAllWindowFunction",
+            output_type,
+        )
 
     def apply(self, window_function: Any, output_type: Any = None) -> Any:
-        function = statecore_window_function(window_function)
-        if not isinstance(function, sc.WindowFunction):
-            raise PyFlinkUnsupportedError(
-                f"apply({window_function!r}) after window_all takes an AllWindowFunction "
-                f"({COMING_FROM_PYFLINK})"
-            )
-        windowed = self._windowed
-        return self._one_task(windowed._keyed(windowed._windowing().apply(function), output_type))
+        return self._over_elements(
+            "apply", window_function, sc.WindowFunction, "an AllWindowFunction", output_type
+        )
