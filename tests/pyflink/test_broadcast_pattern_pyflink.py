@@ -21,6 +21,7 @@ import pickle
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,16 +35,17 @@ from statecore.pyflink.datastream import (
     BroadcastProcessFunction,
     BroadcastStream,
     KeyedBroadcastProcessFunction,
+    OutputTag,
     RuntimeExecutionMode,
     StreamExecutionEnvironment,
 )
 from statecore.pyflink.datastream import functions as pyflink_functions
 from statecore.pyflink.datastream.broadcast import BroadcastFunctionRunner
-from statecore.pyflink.datastream.execution import dataflow
+from statecore.pyflink.datastream.execution import dataflow, job_plans
 from statecore.pyflink.datastream.operators import CheckpointedPipelineFunction
 from statecore.pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from statecore.runtime.co_process import TaggedElement
-from statecore.testing import KeyedBroadcastHarness
+from statecore.testing import KeyedBroadcastHarness, KeyedProcessFunctionHarness
 from tests.pyflink.jobs import broadcast_rules
 
 BACKENDS = ["heap", "rocksdb"]
@@ -263,6 +265,50 @@ def test_broadcast_pattern_pyflink_every_task_gets_each_rule_first(parallelism: 
     }
     item_rows = list(keyed([(pickle.dumps(broadcast_rules.ITEMS[0]), None)], 0, 1))
     assert max(seq for *_, seq in rows) < min(seq for *_, seq in item_rows)
+
+
+SEEN = OutputTag("seen", Types.STRING())
+
+
+class Seen(KeyedBroadcastProcessFunction):
+    """Emits to a side output from both sides: ``ctx.output`` on the broadcast side,
+    ``yield tag, value`` on the keyed side."""
+
+    def process_element(self, item: Any, ctx: Any) -> Any:
+        rules = sorted(ctx.get_broadcast_state(RULES).keys())
+        yield SEEN, f"{ctx.get_current_key()} saw {rules}"
+        yield item[1]
+
+    def process_broadcast_element(self, rule: Any, ctx: Any) -> Any:
+        ctx.get_broadcast_state(RULES).put(rule[0], rule)
+        ctx.output(SEEN, f"rule {rule[0]}")
+
+
+def test_broadcast_pattern_pyflink_keyed_stage_routes_both_sides_side_outputs() -> None:
+    """The job's keyed stage (the plan's pipeline function) in the harness, fed as the source
+    stages feed it: the broadcast copies (input 2) and the items (input 1, keyed without a key
+    type, so by the pickled key); each side's values for the tag reach the side output, and
+    ``get_current_key()`` is the key itself."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    items, rules = _job(env)
+    main = items.key_by(lambda i: i[0]).connect(rules.broadcast(RULES)).process(Seen())
+    main.print()
+    main.get_side_output(SEEN).print("seen")
+    plan, sides = job_plans(env._sinks())
+    flow = dataflow(env, plan, "job", sides)
+    (_, keyed), (_, copies) = flow.inputs
+    pickled = [(pickle.dumps(e, protocol=5), None) for e in broadcast_rules.RULES[:1]]
+    rows = list(copies(pickled, 0, 1)) + list(
+        keyed([(pickle.dumps(("red", "circle"), protocol=5), None)], 0, 1)
+    )
+    records = [SimpleNamespace(key=key, value=value) for key, value, _, _ in rows]
+    with KeyedProcessFunctionHarness(flow.function, key=lambda r: r.key, key_type=bytes) as h:
+        h.process_elements(records)
+        assert [text for _, text in h.output] == ["circle"]
+        assert [text for _, text in h.side_output("seen")] == [
+            "rule rectangle-then-triangle",
+            "red saw ['rectangle-then-triangle']",
+        ]
 
 
 @pytest.mark.spark
