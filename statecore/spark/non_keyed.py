@@ -26,9 +26,9 @@ from statecore.spark.keyed import keyed_process
 
 __all__ = ["POSITION", "non_keyed_process"]
 
-POSITION = "__statecore_position"
+POSITION = "statecore_position"
 """The key column of a run without a key: each row's position."""
-_RECORD = "__statecore_record"
+_RECORD = "statecore_record"
 
 
 class RowRecords:
