@@ -360,3 +360,41 @@ def test_broadcast_pattern_pyflink_doc_example_runs_as_written(
     assert "import pyflink" not in code.replace("# from pyflink", "")
     exec(compile(code, str(PAGE), "exec"), {"__name__": "pyflink_doc"})  # the page's own code
     assert sorted(capsys.readouterr().out.splitlines()) == ["s1: 80.0 > 70.0", "s2: 30.1 > 25.0"]
+
+
+@pytest.mark.spark
+def test_broadcast_pattern_pyflink_stream_over_files_at_parallelism_two(
+    spark: Any, statecore_home: StatecoreConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job's function in a Structured Streaming query over two folders of text files, at
+    parallelism 2: each of the two tasks gets every rule (a copy under a key of its key-group
+    range), before the items of the same micro-batch, and the matches are the job's (red and
+    blue are keyed to one task, green to the other: both need the rules)."""
+    from statecore.pyflink.common import WatermarkStrategy
+    from statecore.pyflink.datastream.connectors.file_system import FileSource, StreamFormat
+
+    folders = {}
+    for name, rows in (("items", broadcast_rules.ITEMS), ("rules", broadcast_rules.RULES)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "part-0.txt").write_text("".join(",".join(r) + "\n" for r in rows))
+        folders[name] = str(folder)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+
+    def lines(folder: str) -> Any:
+        source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), folder)
+        return env.from_source(
+            source.process_static_file_set().build(),
+            watermark_strategy=WatermarkStrategy.no_watermarks(),
+            source_name=folder,
+        ).map(lambda line: tuple(line.split(",")))
+
+    items, rules = lines(folders["items"]), lines(folders["rules"])
+    items.key_by(lambda i: i[0], key_type=Types.STRING()).connect(rules.broadcast(RULES)).process(
+        broadcast_rules.PatternMatcher(), Types.STRING()
+    ).print()
+    env.execute("broadcast_rules_files")
+    printed = capsys.readouterr().out.splitlines()
+    assert {line.split("> ", 1)[0] for line in printed} <= {"1", "2"}
+    assert _per_color([line.split("> ", 1)[1] for line in printed]) == MATCHES
