@@ -86,6 +86,7 @@ from statecore.runtime.functions import (
     Timer,
     TimerService,
 )
+from statecore.runtime.process_function import ProcessFunction
 from statecore.runtime.vectorized import Aggregate, KeyedBatch, KeyedBatchFunction, RunningAggregate
 from statecore.state import (
     AggregatingState,
@@ -141,6 +142,7 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedBroadcastProcessFunction",
+    "ProcessFunction",
     "TaggedElement",
     "KeyedStateBackend",
     "ListState",

@@ -7,6 +7,8 @@
   (``KeyedCoProcessFunction``), run as one keyed input with a tag.
 - :mod:`~statecore.runtime.broadcast`: the broadcast state pattern
   (``KeyedBroadcastProcessFunction``).
+- :mod:`~statecore.runtime.process_function`: a ``ProcessFunction`` over a stream without a key,
+  run keyed by position.
 - :mod:`~statecore.runtime.spellings`: PyFlink's call spellings of statecore attributes
   (``ctx.timestamp()``) turned into errors that name statecore's.
 - :mod:`~statecore.runtime.vectorized`: the Arrow-batch API (also ``statecore.vectorized``).
@@ -34,6 +36,7 @@ from statecore.runtime.functions import (
     Timer,
     TimerService,
 )
+from statecore.runtime.process_function import ProcessFunction
 
 __all__ = [
     "RuntimeContext",
@@ -44,6 +47,7 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedBroadcastProcessFunction",
+    "ProcessFunction",
     "TaggedElement",
     "CheckpointedFunction",
     "FunctionInitializationContext",

@@ -26,8 +26,9 @@ own state and timers.
 [('ann', 250)]
 
 On Spark, ``keyed_broadcast_process`` gives every task of the keyed stage a copy of each
-broadcast element (a record of input 2 under a key of the task's key-group range); PyFlink's
-``broadcast`` is not mapped yet.
+broadcast element (a record of input 2 under one of :func:`instance_keys`, a key in the task's
+key-group range); PyFlink's ``DataStream.broadcast`` runs the same way
+(:mod:`statecore.pyflink.datastream.broadcast`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from statecore.backends.operator import BroadcastState, OperatorStateStore
 from statecore.backends.timers import TimerService
 from statecore.descriptors import MapStateDescriptor, StateDescriptor
 from statecore.errors import ConfigError, StateAccessError
+from statecore.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from statecore.runtime.co_process import Unpack, as_tagged
 from statecore.runtime.functions import (
     CheckpointedFunction,
@@ -61,7 +63,31 @@ __all__ = [
     "KeyedBroadcastProcessFunction",
     "ReadOnlyBroadcastState",
     "ReadOnlyContext",
+    "ReadOnlyTimerContext",
+    "instance_keys",
 ]
+
+
+def instance_keys(parallelism: int, max_parallelism: int, make: Callable[[int], Any]) -> list[Any]:
+    """One key per operator index ``0..parallelism-1`` that lands in that index's key-group
+    range, the first of ``make(0)``, ``make(1)``... to do so: the keys under which each task
+    of the keyed stage gets its copy of a broadcast element.
+
+    >>> keys = instance_keys(2, 128, lambda n: f"broadcast-{n}")
+    >>> from statecore.keygroups import assign_key_to_parallel_operator
+    >>> [assign_key_to_parallel_operator(k, 128, 2) for k in keys]
+    [0, 1]
+    """
+    found: dict[int, Any] = {}
+    n = 0
+    while len(found) < parallelism:
+        key = make(n)
+        group = assign_to_key_group(key, max_parallelism)
+        found.setdefault(
+            compute_operator_index_for_key_group(max_parallelism, parallelism, group), key
+        )
+        n += 1
+    return [found[i] for i in range(parallelism)]
 
 
 class ReadOnlyBroadcastState:
@@ -118,7 +144,7 @@ class _Broadcast:
 
 class ReadOnlyContext:
     """``process_element``'s context: the key, timestamp and timers of a keyed record, and
-    the broadcast state read-only."""
+    the broadcast state read-only (``on_timer``'s too: :class:`ReadOnlyTimerContext`)."""
 
     __slots__ = ("_ctx", "_broadcast")
 
@@ -146,12 +172,32 @@ class ReadOnlyContext:
         return ReadOnlyBroadcastState(self._broadcast.state(descriptor))
 
 
+class ReadOnlyTimerContext(ReadOnlyContext):
+    """``on_timer``'s context (Flink's ``OnTimerContext`` is a ``ReadOnlyContext``): the
+    timer's key, time and domain, its timers, and the broadcast state read-only."""
+
+    __slots__ = ()
+
+    @property
+    def time_domain(self) -> Any:
+        return self._ctx.time_domain  # type: ignore[attr-defined]
+
+    @property
+    def namespace(self) -> str:
+        return self._ctx.namespace  # type: ignore[attr-defined, no-any-return]
+
+
+Output = Callable[[OutputTag, Any], None]
+"""Where a context's ``output(tag, value)`` goes."""
+
+
 class BroadcastContext(OutputContext):
     """``process_broadcast_element``'s context: the element's timestamp, the broadcast state
-    (writable), :meth:`apply_to_keyed_state` and side outputs (``output``). No current key and
-    no timers, as in Flink."""
+    (writable), :meth:`apply_to_keyed_state` and side outputs (``output``: into
+    ``side_outputs``, or through ``output`` when given, as the record's own context routes
+    them). No current key and no timers, as in Flink."""
 
-    __slots__ = ("timestamp", "_broadcast", "_backend")
+    __slots__ = ("timestamp", "_broadcast", "_backend", "_output")
 
     def __init__(
         self,
@@ -159,17 +205,28 @@ class BroadcastContext(OutputContext):
         broadcast: _Broadcast,
         backend: KeyedStateBackend,
         side_outputs: SideOutputs | None = None,
+        output: Output | None = None,
     ) -> None:
         super().__init__(side_outputs)
         self.timestamp = timestamp
         self._broadcast = broadcast
         self._backend = backend
+        self._output = output
+
+    def output(self, tag: OutputTag, value: Any) -> None:
+        if self._output is None:
+            super().output(tag, value)
+        else:
+            self._output(tag, value)
 
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> BroadcastState:
         return self._broadcast.state(descriptor)
 
     def current_watermark(self) -> int:
         return self._backend.timer_service.current_watermark()
+
+    def current_processing_time(self) -> int:
+        return self._backend.timer_service.current_processing_time()
 
     def apply_to_keyed_state(
         self, descriptor: StateDescriptor, function: Callable[[Any, State], None]
@@ -201,8 +258,8 @@ class KeyedBroadcastProcessFunction(ABC):
     def process_broadcast_element(self, value: Any, ctx: BroadcastContext) -> Iterable[Any] | None:
         """A broadcast element (on every instance); write the broadcast state here."""
 
-    def on_timer(self, timestamp: int, ctx: OnTimerContext) -> Iterable[Any] | None:
-        """A timer of the current key fired."""
+    def on_timer(self, timestamp: int, ctx: ReadOnlyTimerContext) -> Iterable[Any] | None:
+        """A timer of the current key fired (the broadcast state read-only)."""
         return None
 
     def close(self) -> None:
@@ -244,21 +301,25 @@ class KeyedBroadcastFunction(KeyedProcessFunction, CheckpointedFunction):
     def process_element(self, value: Any, ctx: Context) -> Iterable[Any] | None:
         tagged = self.unpack(value)
         if tagged.input == 2:  # a broadcast element's copy for this instance (on Spark)
-            return self.broadcast(tagged.value, ctx.timestamp, ctx.side_outputs)
+            return self.broadcast(tagged.value, ctx.timestamp, ctx.side_outputs, ctx.output)
         if tagged.input != 1:
             raise ConfigError(f"a broadcast function's record names input {tagged.input!r}")
         return self.function.process_element(tagged.value, ReadOnlyContext(ctx, self._broadcast))
 
     def broadcast(
-        self, value: Any, timestamp: int | None = None, side_outputs: SideOutputs | None = None
+        self,
+        value: Any,
+        timestamp: int | None = None,
+        side_outputs: SideOutputs | None = None,
+        output: Output | None = None,
     ) -> Iterable[Any] | None:
         """Run ``process_broadcast_element`` for a broadcast element on this instance (its side
-        outputs into ``side_outputs``, the task's)."""
-        context = BroadcastContext(timestamp, self._broadcast, self._backend, side_outputs)
+        outputs into ``side_outputs``, the task's, or through ``output``)."""
+        context = BroadcastContext(timestamp, self._broadcast, self._backend, side_outputs, output)
         return self.function.process_broadcast_element(value, context)
 
     def on_timer(self, timestamp: int, ctx: OnTimerContext) -> Iterable[Any] | None:
-        return self.function.on_timer(timestamp, ctx)
+        return self.function.on_timer(timestamp, ReadOnlyTimerContext(ctx, self._broadcast))
 
     def close(self) -> None:
         self.function.close()

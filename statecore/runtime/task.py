@@ -26,7 +26,7 @@ from statecore.backends.base import BatchKeySetter, KeyedStateBackend, snapshot_
 from statecore.backends.context import KeyContext
 from statecore.backends.heap import HeapKeyedStateBackend
 from statecore.backends.operator import OperatorStateStore
-from statecore.backends.timers import Timer, timers_schema
+from statecore.backends.timers import TimeDomain, Timer, timers_schema
 from statecore.errors import ConfigError, StateDescriptorConflictError
 from statecore.keygroups import Key, KeyGroupRange, assign_to_key_group
 from statecore.runtime.functions import (
@@ -375,6 +375,14 @@ class KeyedOperatorTask:
         """Fire the processing-time timers due at ``now`` (default: the backend's clock)."""
         with self.batch_guard, PYFLINK_HINTS:
             return self._on_timers(self.backend.timer_service.advance_processing_time(now))
+
+    def fire_processing_timers(self) -> list[Any]:
+        """Fire every processing-time timer registered now, whatever its time (Flink's BATCH
+        mode at the end of input): up to the latest one's time, in time order."""
+        pending = self.backend.timer_service.timers(TimeDomain.PROCESSING_TIME)
+        if not pending:
+            return []
+        return self.advance_processing_time(pending[-1].timestamp)
 
     def _on_timers(self, timers: Iterable[Timer]) -> list[Any]:
         out: list[Any] = []

@@ -28,8 +28,8 @@ from pyspark.sql import types as T
 
 from statecore.descriptors import MapStateDescriptor
 from statecore.errors import ConfigError
-from statecore.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from statecore.runtime.broadcast import KeyedBroadcastFunction, KeyedBroadcastProcessFunction
+from statecore.runtime.broadcast import instance_keys as broadcast_instance_keys
 from statecore.runtime.co_process import KeyedCoProcessFunction, TaggedElement, two_input_function
 from statecore.spark.job import KeyedRun
 from statecore.spark.keyed import keyed_process
@@ -170,23 +170,16 @@ _BROADCAST_KEY = "__statecore_broadcast_key"
 
 def instance_keys(key_type: T.DataType, parallelism: int, max_parallelism: int) -> list[Any]:
     """One key per operator index ``0..parallelism-1`` that lands in its key-group range: the
-    keys under which each task gets its copy of a broadcast element."""
-    found: dict[int, Any] = {}
-    make = (lambda n: n) if isinstance(key_type, T.IntegralType) else (lambda n: f"broadcast-{n}")
+    keys under which each task gets its copy of a broadcast element
+    (:func:`statecore.runtime.broadcast.instance_keys` for a key column of ``key_type``)."""
     if not isinstance(key_type, T.IntegralType | T.StringType):
         raise ConfigError(
             f"keyed_broadcast_process: keys of type {key_type.simpleString()} (use a string or "
             "an integer key)"
         )
-    n = 0
-    while len(found) < parallelism:
-        key = make(n)
-        group = assign_to_key_group(key, max_parallelism)
-        found.setdefault(
-            compute_operator_index_for_key_group(max_parallelism, parallelism, group), key
-        )
-        n += 1
-    return [found[i] for i in range(parallelism)]
+    if isinstance(key_type, T.IntegralType):
+        return broadcast_instance_keys(parallelism, max_parallelism, lambda n: n)
+    return broadcast_instance_keys(parallelism, max_parallelism, lambda n: f"broadcast-{n}")
 
 
 def keyed_broadcast_process(

@@ -134,6 +134,8 @@ class Dataflow:
     """Further sources, each with its own stateless stage, unioned with the first before the
     keyed stage (PyFlink's ``union`` and ``connect``: their ``prepare`` numbers the rows of
     each input apart)."""
+    processing_timers_at_end: bool = False
+    """A batch whose end fires every processing-time timer too (PyFlink's ``BATCH`` mode)."""
 
     @property
     def inputs(self) -> tuple[tuple[Source, PrepareFunction], ...]:
@@ -328,6 +330,7 @@ class _Run:
         output_table: str | None,
         changelog: bool,
         deliver: bool = True,
+        processing_timers_at_end: bool = False,
     ) -> int:
         """One run that ends the input; with ``deliver``, its outputs handed on (the main
         output's rows, then each side output's)."""
@@ -336,6 +339,7 @@ class _Run:
             prepared,
             checkpoint_id=self.next_checkpoint_id(),
             end_of_input=True,
+            processing_timers_at_end=processing_timers_at_end,
             output_table=output_table,
             changelog=changelog,
             **self.options(),
@@ -371,7 +375,12 @@ class _Run:
                 "Kafka source with an end)"
             )
         prepared = self.prepared_inputs(stream=False)
-        self.run_once(prepared, output_table=self.flow.output_table, changelog=False)
+        self.run_once(
+            prepared,
+            output_table=self.flow.output_table,
+            changelog=False,
+            processing_timers_at_end=self.flow.processing_timers_at_end,
+        )
         return self.completed()
 
     def stream(self) -> list[int]:

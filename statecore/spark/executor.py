@@ -81,6 +81,8 @@ class TaskSpec:
     watermark: int
     """The watermark the task advances to after its records (its timers up to it fire)."""
     processing_time: TtlTimeProvider | None
+    processing_timers_at_end: bool = False
+    """Every processing-time timer fires at the end of the run (Flink's BATCH end of input)."""
     output_table: str | None = None
     """When set, tasks write their output there (committed by the driver) instead of
     returning it to Spark."""
@@ -213,7 +215,10 @@ def per_record(spec: TaskSpec) -> Process:
                 event_time=spec.event_time,
                 lateness_ms=spec.lateness_ms,
             )
-        yield task.advance_watermark(spec.watermark) + task.advance_processing_time()
+        out = task.advance_watermark(spec.watermark) + task.advance_processing_time()
+        if spec.processing_timers_at_end:
+            out += task.fire_processing_timers()
+        yield out
 
     return process
 

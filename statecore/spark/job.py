@@ -147,6 +147,8 @@ class KeyedJob:
     allowed_lateness: timedelta = timedelta(0)
     end_of_input: bool = False
     """The input is bounded and this run ends it: the watermark ends at ``MAX_WATERMARK``."""
+    processing_timers_at_end: bool = False
+    """With ``end_of_input``: every processing-time timer fires at the end (Flink's BATCH)."""
     processing_time: TtlTimeProvider | None = None
     restore_from: str | None = None
     force_restore: bool = False

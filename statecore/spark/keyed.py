@@ -80,6 +80,7 @@ def keyed_process(
     event_time: str | None = None,
     allowed_lateness: timedelta = timedelta(0),
     end_of_input: bool = False,
+    processing_timers_at_end: bool = False,
     processing_time: TtlTimeProvider | None = None,
     restore_from: str | None = None,
     force_restore: bool = False,
@@ -133,7 +134,11 @@ def keyed_process(
 
     ``end_of_input=True`` declares this run's input the last of a bounded input: every
     event-time timer fires (the watermark ends at ``MAX_WATERMARK``), and a later run of the job
-    is refused with :class:`~statecore.errors.ConfigError`.
+    is refused with :class:`~statecore.errors.ConfigError`. With it,
+    ``processing_timers_at_end=True`` fires every processing-time timer too, after the
+    event-time ones, as Flink's ``BATCH`` mode does at the end of input (each task fires its
+    timers up to the latest one's time; a timer registered later than that while they fire
+    stays, as Flink ignores timers registered at that point).
 
     ``changelog`` (``True`` or a :class:`~statecore.snapshot.changelog.ChangelogConfig`) makes
     each checkpoint write the changed keys as change files instead of whole key groups (see
@@ -162,6 +167,7 @@ def keyed_process(
             event_time=event_time,
             allowed_lateness=allowed_lateness,
             end_of_input=end_of_input,
+            processing_timers_at_end=processing_timers_at_end,
             processing_time=processing_time,
             restore_from=restore_from,
             force_restore=force_restore,

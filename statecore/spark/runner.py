@@ -276,6 +276,11 @@ class KeyedRunner:
                 "(end_of_input=True, the watermark at MAX_WATERMARK): no record can follow; "
                 "start a new job, or restore a savepoint taken before it (restore_from=)"
             )
+        if job.processing_timers_at_end and not job.end_of_input:
+            raise ConfigError(
+                f"job {job.job!r}: processing_timers_at_end=True fires every processing-time "
+                "timer at the end of input; give end_of_input=True with it"
+            )
         if job.end_of_input:
             watermark = MAX_WATERMARK
         elif job.stream:  # Spark's rule: the whole micro-batch at the restored watermark
@@ -307,6 +312,7 @@ class KeyedRunner:
             event_time=job.event_time,
             watermark=watermark,
             processing_time=job.processing_time,
+            processing_timers_at_end=job.processing_timers_at_end,
             output_table=job.output_table,
             changelog=job.changelog,
             latency=self.config_latency(),

@@ -87,7 +87,7 @@ def test_datastream_what_has_no_counterpart_names_what_to_use() -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     ds = env.from_collection([("a", 1)])
     cases = [
-        (lambda: ds.window_all(None), "event-time timers"),
+        (lambda: ds.window_all(None), "give a window assigner"),
         (lambda: ds.key_by(lambda e: e[0]).window(None), "give a window assigner"),
         (lambda: env.add_source(None), "from_source"),
         (lambda: ds.key_by(lambda e: e[0]).union(ds), "then key_by the union"),

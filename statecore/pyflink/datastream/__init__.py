@@ -3,25 +3,31 @@
 the functions (``KeyedProcessFunction``, ``RuntimeContext``, ``MapFunction``...; also in
 ``statecore.pyflink.datastream.functions``), the state descriptors and ``StateTtlConfig``
 (also in ``statecore.pyflink.datastream.state``), the state backends, and ``TimeDomain``,
-``TimerService``, ``WindowedStream``, ``ProcessWindowFunction`` and ``WindowFunction`` (window
+``TimerService``, ``WindowedStream``, ``AllWindowedStream``, the window functions, the broadcast
+state pattern's ``BroadcastStream``, ``BroadcastConnectedStream`` and its functions (window
 assigners, triggers and evictors are in ``statecore.pyflink.datastream.window``). Connectors
 are in ``statecore.pyflink.datastream.connectors``."""
 
+from statecore.pyflink.datastream.broadcast import BroadcastConnectedStream, BroadcastStream
 from statecore.pyflink.datastream.connected_streams import ConnectedStreams
 from statecore.pyflink.datastream.data_stream import DataStream, DataStreamSink, KeyedStream
 from statecore.pyflink.datastream.execution_mode import RuntimeExecutionMode
 from statecore.pyflink.datastream.functions import (
     AggregateFunction,
+    AllWindowFunction,
+    BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
     Function,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
+    ProcessAllWindowFunction,
     ProcessFunction,
     ProcessWindowFunction,
     ReduceFunction,
@@ -48,10 +54,17 @@ from statecore.pyflink.datastream.stream_execution_environment import (
     JobExecutionResult,
     StreamExecutionEnvironment,
 )
-from statecore.pyflink.datastream.windowed_stream import WindowedStream
+from statecore.pyflink.datastream.windowed_stream import AllWindowedStream, WindowedStream
 
 __all__ = [
     "AggregateFunction",
+    "AllWindowFunction",
+    "AllWindowedStream",
+    "BroadcastConnectedStream",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
+    "KeyedBroadcastProcessFunction",
+    "ProcessAllWindowFunction",
     "CoFlatMapFunction",
     "CoMapFunction",
     "CoProcessFunction",

@@ -32,7 +32,7 @@ from statecore.runtime import functions as sc
 from statecore.runtime.co_process import KeyedCoProcessFunction as RuntimeCoProcessFunction
 from statecore.runtime.co_process import two_input_function
 
-__all__ = ["ConnectedStreams"]
+__all__ = ["ConnectedStreams", "two_input_plan"]
 
 
 def _unsupported(what: str, instead: str) -> PyFlinkUnsupportedError:
@@ -132,6 +132,27 @@ class CoProcessRunner(RuntimeCoProcessFunction):
         self.function.close()
 
 
+def two_input_plan(first: Any, second: Any, function: Any, output_type: Any) -> Any:
+    """The plan of a job whose keyed stage runs ``function`` over the plans ``first`` and
+    ``second`` (each with its source, steps, timestamps and key selector), its elements tagged
+    with their input."""
+    return dataclasses.replace(
+        first,
+        source=None,
+        source_type=None,
+        source_name=None,
+        before=(),
+        watermarks=None,
+        inputs=(first, second),
+        tagged=True,
+        function=function,
+        function_type=output_type,
+        element_type=output_type,
+        after=(),
+        keyed=True,
+    )
+
+
 class ConnectedStreams:
     """Two streams connected (``first.connect(second)``): ``key_by``, then ``process``,
     ``map`` or ``flat_map`` with a two-input function."""
@@ -182,23 +203,8 @@ class ConnectedStreams:
                 "key both inputs with one key type",
             )
         key_type = first.key_type if first.key_type is not None else second.key_type
-        plan = dataclasses.replace(
-            first,
-            source=None,
-            source_type=None,
-            source_name=None,
-            before=(),
-            watermarks=None,
-            inputs=(first, second),
-            tagged=True,
-            key_type=key_type,
-            function=two_input_function(function),
-            function_type=output_type,
-            element_type=output_type,
-            after=(),
-            keyed=True,
-        )
-        return self.first_stream._with(plan)
+        plan = two_input_plan(first, second, two_input_function(function), output_type)
+        return self.first_stream._with(dataclasses.replace(plan, key_type=key_type))
 
     def process(self, func: Any, output_type: Any = None) -> Any:
         """A ``KeyedCoProcessFunction`` over keyed inputs, a ``CoProcessFunction`` over inputs

@@ -12,7 +12,7 @@ Windows (``window``, ``count_window``) make the keyed function a window operator
 (:mod:`statecore.pyflink.datastream.windowed_stream`). ``get_side_output(tag)`` gives a stream
 of the values the keyed stage's functions emit to ``tag`` (a plan with :attr:`Plan.side_tag`,
 its own steps and sink), written by the same keyed run to a table of its own. A second
-``key_by`` after a keyed function, ``window_all`` and joins raise
+``key_by`` after a keyed function and joins raise
 :class:`~statecore.errors.PyFlinkUnsupportedError`, naming what to use.
 """
 
@@ -25,12 +25,14 @@ from typing import Any, Protocol
 
 from statecore.config import check_name
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
+from statecore.pyflink.common.typeinfo import Types
 from statecore.pyflink.common.watermark_strategy import WatermarkStrategy
+from statecore.pyflink.datastream.broadcast import BroadcastConnectedStream, BroadcastStream
 from statecore.pyflink.datastream.connected_streams import ConnectedStreams
 from statecore.pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
 from statecore.pyflink.datastream.operators import Process, Reduce, Step
 from statecore.pyflink.datastream.output_tag import OutputTag
-from statecore.pyflink.datastream.windowed_stream import WindowedStream
+from statecore.pyflink.datastream.windowed_stream import AllWindowedStream, WindowedStream
 from statecore.runtime import windows as sc_windows
 
 __all__ = ["DataStream", "DataStreamSink", "KeyedStream", "Plan"]
@@ -94,6 +96,9 @@ class Plan:
     rest of the plan is the keyed stage that emits them."""
     side_steps: tuple[Step, ...] = ()
     """The steps of a side output's stream (run in the keyed stage's task)."""
+    broadcast: bool = False
+    """An input that is a broadcast stream (``broadcast``): its elements reach every task of
+    the keyed stage."""
 
     def add_step(self, step: Step) -> Plan:
         if self.side_tag is not None:
@@ -118,6 +123,11 @@ class Plan:
         return dataclasses.replace(
             self, before=self.before + (step,), element_type=step.output_type
         )
+
+
+def _all_windows_key(value: Any) -> int:
+    """The one key of ``window_all``: every element in one key's windows."""
+    return 0
 
 
 def _unsupported(what: str, instead: str) -> PyFlinkUnsupportedError:
@@ -279,26 +289,48 @@ class DataStream:
         return self._with(union)
 
     def connect(self, ds: Any) -> Any:
-        """Two streams into one two-input function (:mod:`.connected_streams`)."""
+        """Two streams into one two-input function (:mod:`.connected_streams`), or this stream
+        with a :class:`~statecore.pyflink.datastream.broadcast.BroadcastStream` (the broadcast
+        state pattern, :mod:`.broadcast`)."""
+        if isinstance(ds, BroadcastStream):
+            return BroadcastConnectedStream(self, ds)
         if not isinstance(ds, DataStream):
             raise _unsupported(
                 f"connect({type(ds).__name__})",
-                "statecore connects two DataStreams (the broadcast pattern is not supported)",
+                "statecore connects two DataStreams, or a stream and a BroadcastStream",
             )
         return ConnectedStreams(self, ds)
 
-    def window_all(self, window_assigner: Any) -> Any:
-        raise _unsupported(
-            "window_all", "key the stream and keep windows in state with event-time timers"
-        )
+    def window_all(self, window_assigner: Any) -> AllWindowedStream:
+        """Windows of the whole stream (:class:`~.windowed_stream.AllWindowedStream`): every
+        element keyed by one constant key, on the keyed window operator at parallelism 1."""
+        if self._plan.keyed:
+            raise _unsupported(
+                "window_all after a keyed function",
+                "statecore runs one keyed operator per job; window the stream before it",
+            )
+        keyed = self.key_by(_all_windows_key, key_type=Types.INT())
+        return AllWindowedStream(keyed.window(window_assigner))
+
+    def count_window_all(self, size: int, slide: int | None = None) -> AllWindowedStream:
+        """Windows of ``size`` elements of the whole stream, every ``slide`` elements (tumbling
+        without it), at parallelism 1."""
+        if self._plan.keyed:
+            raise _unsupported(
+                "count_window_all after a keyed function",
+                "statecore runs one keyed operator per job; window the stream before it",
+            )
+        keyed = self.key_by(_all_windows_key, key_type=Types.INT())
+        return AllWindowedStream(keyed.count_window(size, slide))
 
     def partition_custom(self, *args: Any) -> Any:
         raise _unsupported("partition_custom", "statecore partitions by key group (key_by)")
 
-    def broadcast(self, *args: Any) -> Any:
-        raise _unsupported(
-            "broadcast", "statecore's BroadcastState through the Pythonic API (docs/state.md)"
-        )
+    def broadcast(self, *broadcast_state_descriptors: Any) -> BroadcastStream:
+        r"""A :class:`~statecore.pyflink.datastream.broadcast.BroadcastStream` with the broadcast
+        states ``broadcast_state_descriptors`` (``MapStateDescriptor``\ s): connect a stream
+        to it (the broadcast state pattern)."""
+        return BroadcastStream(self, broadcast_state_descriptors)
 
     def shuffle(self) -> DataStream:
         return self

@@ -6,7 +6,9 @@ when the parallelism is above 1), a ``FileSink`` gets a part file per checkpoint
 part files Spark writes), a ``DeltaSink`` is the job's output table.
 
 - ``BATCH``: one run that ends the input, its watermark far below every record while they run
-  (:data:`BATCH_LATENESS`), so that each timer fires at the end, as in Flink's batch mode.
+  (:data:`BATCH_LATENESS`), so that each timer fires at the end, as in Flink's batch mode; the
+  processing-time timers too, after the event-time ones (processing-time windows fire at the
+  end of a batch, as Flink fires them).
 - ``STREAMING`` over a collection (in memory, bounded): one run that ends the input, the
   watermark following the event times within it.
 - ``STREAMING`` over files or Kafka: a Structured Streaming query (see
@@ -26,17 +28,22 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
+from statecore.keygroups import compute_default_max_parallelism
 from statecore.pyflink.datastream.connectors.delta import DeltaSink
 from statecore.pyflink.datastream.connectors.file_system import FileSink, FileSource
 from statecore.pyflink.datastream.connectors.kafka import KafkaSource
 from statecore.pyflink.datastream.data_stream import Environment, Plan
 from statecore.pyflink.datastream.operators import (
     KEYED_BY_SEQUENCE,
+    CheckpointedPipelineFunction,
     PipelineFunction,
     Prepare,
     Reduce,
     SideRoute,
+    encode_key,
 )
+from statecore.runtime.broadcast import instance_keys
+from statecore.runtime.functions import CheckpointedFunction
 from statecore.snapshot.storage import table_filesystem
 
 if TYPE_CHECKING:
@@ -219,8 +226,11 @@ def _prepare(
     watermarks: Any,
     event_time: bool,
     max_parallelism: int | None,
+    broadcast_keys: tuple[Any, ...] = (),
 ) -> Prepare:
-    """The stateless stage of input ``single`` of ``plan`` (number 0: the only one)."""
+    """The stateless stage of input ``single`` of ``plan`` (number 0: the only one); a
+    broadcast input's elements go to each of ``broadcast_keys``, numbered 0 (before the
+    other input's, as Flink's ``BATCH`` mode processes the broadcast side first)."""
     several = single is not plan
     return Prepare(
         steps=single.before + (plan.before if several else ()),
@@ -230,11 +240,26 @@ def _prepare(
         source_type=single.source_type,
         timestamp_assigner=None if watermarks is None else watermarks.timestamp_assigner,
         event_time=event_time,
-        input=number,
+        input=0 if single.broadcast else number,
         tagged=plan.tagged,
         operator=single.source_name or "source",
         max_parallelism=max_parallelism,
+        broadcast_keys=broadcast_keys if single.broadcast else (),
     )
+
+
+def _broadcast_keys(encoding: str, parallelism: int, max_parallelism: int) -> tuple[Any, ...]:
+    """The keys (as the key column holds them) under which each task of the keyed stage gets
+    its copy of a broadcast element."""
+    if encoding == "string":
+        return tuple(instance_keys(parallelism, max_parallelism, lambda n: f"broadcast-{n}"))
+    if encoding == "pickle":
+        return tuple(
+            instance_keys(
+                parallelism, max_parallelism, lambda n: encode_key(f"broadcast-{n}", "pickle")
+            )
+        )
+    return tuple(instance_keys(parallelism, max_parallelism, lambda n: n))
 
 
 def _stage(plan: Plan) -> Plan:
@@ -350,15 +375,25 @@ def dataflow(env: Environment, plan: Plan, job: str, sides: tuple[Plan, ...] = (
                 f"the same parallelism ({COMING_FROM_PYFLINK})"
             )
     max_parallelism = plan.max_parallelism or env._max_parallelism
+    keys: tuple[Any, ...] = ()
+    if any(i.broadcast for i in plan.inputs):  # a copy for each task: the tasks are fixed
+        parallelism = parallelism or env.get_parallelism()
+        max_parallelism = max_parallelism or compute_default_max_parallelism(parallelism)
+        keys = _broadcast_keys(encoding, parallelism, max_parallelism)
     routes, side_sinks = _side_sinks(sides, job, env.get_parallelism())
     if sink is None:
         output = "none"
     else:
         output = "columns" if delta is not None else "text"
     prepares = [
-        (_source(i, stream), _prepare(plan, i, n, w, event_time, max_parallelism))
+        (_source(i, stream), _prepare(plan, i, n, w, event_time, max_parallelism, keys))
         for n, i, w in numbered
     ]
+    stage = (
+        CheckpointedPipelineFunction
+        if isinstance(function, CheckpointedFunction)
+        else PipelineFunction
+    )
     return Dataflow(
         job=job,
         operator=plan.uid or DEFAULT_OPERATOR,
@@ -366,7 +401,7 @@ def dataflow(env: Environment, plan: Plan, job: str, sides: tuple[Plan, ...] = (
         prepare=prepares[0][1],
         more_inputs=tuple(prepares[1:]),
         key_type=key_type,
-        function=PipelineFunction(
+        function=stage(
             function,
             plan.after,
             function_type=plan.function_type,
@@ -389,6 +424,7 @@ def dataflow(env: Environment, plan: Plan, job: str, sides: tuple[Plan, ...] = (
         if delta is not None or sink is None
         else _Sink(plan, job, env.get_parallelism()),
         side_outputs=side_sinks,
+        processing_timers_at_end=batch,
     )
 
 

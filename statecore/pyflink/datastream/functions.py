@@ -34,6 +34,7 @@ from typing import Any
 from statecore.backends.timers import TimeDomain, TimerService
 from statecore.descriptors import AggregateFunction as _AggregateFunction
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
+from statecore.pyflink.datastream import broadcast_context
 from statecore.pyflink.datastream.converting import (
     PyFlinkListState,
     PyFlinkMapState,
@@ -70,6 +71,11 @@ __all__ = [
     "KeyedCoProcessFunction",
     "ProcessWindowFunction",
     "WindowFunction",
+    "ProcessAllWindowFunction",
+    "AllWindowFunction",
+    "BaseBroadcastProcessFunction",
+    "BroadcastProcessFunction",
+    "KeyedBroadcastProcessFunction",
     "TimeDomain",
     "TimerService",
 ]
@@ -543,3 +549,73 @@ class WindowFunction(Function, ABC):
 
     @abstractmethod
     def apply(self, key: Any, window: Any, inputs: Iterable[Any]) -> Iterable[Any]: ...
+
+
+class ProcessAllWindowFunction(Function, ABC):
+    """PyFlink's ``ProcessAllWindowFunction`` (``window_all(...).process``):
+    ``process(context, elements)`` over a window of the whole stream, with
+    ``context.window()``; ``clear(context)`` when the window is cleaned up."""
+
+    Context = _WindowContext
+
+    def __class_getitem__(cls, item: Any) -> type[ProcessAllWindowFunction]:
+        return cls
+
+    @abstractmethod
+    def process(self, context: Any, elements: Iterable[Any]) -> Iterable[Any]: ...
+
+    def clear(self, context: Any) -> None:
+        pass
+
+
+class AllWindowFunction(Function, ABC):
+    """PyFlink's ``AllWindowFunction`` (``window_all(...).apply``): ``apply(window, inputs)``."""
+
+    def __class_getitem__(cls, item: Any) -> type[AllWindowFunction]:
+        return cls
+
+    @abstractmethod
+    def apply(self, window: Any, inputs: Iterable[Any]) -> Iterable[Any]: ...
+
+
+class BaseBroadcastProcessFunction(Function, ABC):
+    """PyFlink's base of the broadcast process functions (``connect`` of a stream with a
+    ``BroadcastStream``): their contexts are
+    :mod:`statecore.pyflink.datastream.broadcast_context`'s."""
+
+    BaseContext = broadcast_context.ReadOnlyContext
+    Context = broadcast_context.BroadcastContext
+    ReadOnlyContext = broadcast_context.ReadOnlyContext
+
+
+class BroadcastProcessFunction(BaseBroadcastProcessFunction):
+    """PyFlink's ``BroadcastProcessFunction``: a stream without a key meets a broadcast
+    stream. ``process_element(value, ctx)`` reads the broadcast state;
+    ``process_broadcast_element(value, ctx)`` (on every parallel instance) writes it. Yield
+    the outputs."""
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None: ...
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Any, ctx: Any) -> Iterable[Any] | None: ...
+
+
+class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
+    """PyFlink's ``KeyedBroadcastProcessFunction``: a keyed stream meets a broadcast stream.
+    ``process_element(value, ctx)`` has the key's state and timers and reads the broadcast
+    state; ``process_broadcast_element(value, ctx)`` writes it and may visit every key's state
+    (``ctx.apply_to_keyed_state``); ``on_timer(timestamp, ctx)`` fires the key's timers."""
+
+    ReadOnlyContext = broadcast_context.KeyedReadOnlyContext
+    OnTimerContext = broadcast_context.KeyedOnTimerContext
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None: ...
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Any, ctx: Any) -> Iterable[Any] | None: ...
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
+        """A timer of the current key fired; yield output rows."""
+        return None

@@ -40,6 +40,7 @@ from statecore.types import PICKLED
 
 __all__ = [
     "KEYED_BY_SEQUENCE",
+    "CheckpointedPipelineFunction",
     "PipelineFunction",
     "Prepare",
     "Process",
@@ -141,6 +142,10 @@ class Prepare:
     operator: str = "source"
     """The task's name in the functions' runtime context."""
     max_parallelism: int | None = None
+    broadcast_keys: tuple[Any, ...] = ()
+    """A broadcast input (``broadcast``): each element once under each of these keys (one in
+    each task's key-group range of the keyed stage), as a
+    :class:`~statecore.runtime.co_process.TaggedElement` of input 2."""
 
     def __call__(
         self,
@@ -196,6 +201,12 @@ class Prepare:
                         f"element {value!r} has no timestamp: give the watermark strategy a "
                         f"timestamp assigner ({COMING_FROM_PYFLINK})"
                     )
+                if self.broadcast_keys:
+                    copy = pickle.dumps(TaggedElement(2, value), protocol=5)
+                    for key in self.broadcast_keys:
+                        yield key, copy, ts, seq
+                    seq += 1
+                    continue
                 if selector is None:
                     key = seq
                 else:
@@ -452,3 +463,15 @@ class PipelineFunction(sc.KeyedProcessFunction):
         self.__dict__.update(state)
         self._contexts = {}
         self._routes = {}
+
+
+class CheckpointedPipelineFunction(PipelineFunction, sc.CheckpointedFunction):
+    """The keyed stage of a job whose keyed function has operator state too (the broadcast
+    state of ``broadcast``): its ``initialize_state`` and ``snapshot_state`` are the
+    function's."""
+
+    def initialize_state(self, context: sc.FunctionInitializationContext) -> None:
+        self.function.initialize_state(context)
+
+    def snapshot_state(self, context: sc.FunctionSnapshotContext) -> None:
+        self.function.snapshot_state(context)

@@ -24,6 +24,8 @@ from statecore.backends.timers import MAX_WATERMARK
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
 from statecore.pyflink.common.time import Time, to_timedelta
 from statecore.pyflink.datastream.functions import (
+    AllWindowFunction,
+    ProcessAllWindowFunction,
     ProcessWindowFunction,
     RuntimeContext,
     WindowFunction,
@@ -43,6 +45,7 @@ __all__ = [
     "SlidingProcessingTimeWindows",
     "EventTimeSessionWindows",
     "ProcessingTimeSessionWindows",
+    "SessionWindowTimeGapExtractor",
     "GlobalWindows",
     "Trigger",
     "TriggerResult",
@@ -160,22 +163,44 @@ class SlidingProcessingTimeWindows:
         )
 
 
+class SessionWindowTimeGapExtractor(ABC):
+    """PyFlink's ``SessionWindowTimeGapExtractor``: ``extract(element)`` gives the session gap
+    (milliseconds) an element opens (``with_dynamic_gap``)."""
+
+    @abstractmethod
+    def extract(self, element: Any) -> int: ...
+
+
+def _gap_extractor(extractor: Any) -> Any:
+    extract = getattr(extractor, "extract", extractor)
+    if not callable(extract):
+        raise PyFlinkUnsupportedError(
+            f"with_dynamic_gap({extractor!r}): give a SessionWindowTimeGapExtractor "
+            f"(extract(element) -> milliseconds) ({COMING_FROM_PYFLINK})"
+        )
+    return extract
+
+
 class EventTimeSessionWindows:
     @staticmethod
     def with_gap(size: Time) -> sc.WindowAssigner:
         return sc.SessionWindows(gap=_span(size))
 
     @staticmethod
-    def with_dynamic_gap(extractor: Any) -> sc.WindowAssigner:
-        raise PyFlinkUnsupportedError(
-            f"EventTimeSessionWindows.with_dynamic_gap: use with_gap ({COMING_FROM_PYFLINK})"
-        )
+    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor) -> sc.WindowAssigner:
+        return sc.DynamicSessionWindows(gap_extractor=_gap_extractor(extractor))
 
 
 class ProcessingTimeSessionWindows:
     @staticmethod
     def with_gap(size: Time) -> sc.WindowAssigner:
         return sc.SessionWindows(gap=_span(size), processing_time=True)
+
+    @staticmethod
+    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor) -> sc.WindowAssigner:
+        return sc.DynamicSessionWindows(
+            gap_extractor=_gap_extractor(extractor), processing_time=True
+        )
 
 
 class GlobalWindows:
@@ -368,6 +393,21 @@ class _AdaptedWindowFunction(sc.WindowFunction):
         self.function.close()
 
 
+class _AdaptedProcessAllWindowFunction(_AdaptedProcessWindowFunction):
+    """A PyFlink ``ProcessAllWindowFunction`` (``window_all``): the one key left out."""
+
+    def process(self, key: Any, context: Any, elements: Any) -> Any:
+        wrapped = _WindowContext(context, pyflink_window(context.window))
+        return self.function.process(wrapped, elements)  # type: ignore[call-arg]
+
+
+class _AdaptedAllWindowFunction(_AdaptedWindowFunction):
+    """A PyFlink ``AllWindowFunction`` (``window_all``): the one key left out."""
+
+    def apply(self, key: Any, window: sc.Window, inputs: Any) -> Any:
+        return self.function.apply(pyflink_window(window), inputs)  # type: ignore[call-arg]
+
+
 def statecore_window_function(
     function: Any,
 ) -> sc.ProcessWindowFunction | sc.WindowFunction | None:
@@ -378,7 +418,12 @@ def statecore_window_function(
         return _AdaptedProcessWindowFunction(function)
     if isinstance(function, WindowFunction):
         return _AdaptedWindowFunction(function)
+    if isinstance(function, ProcessAllWindowFunction):
+        return _AdaptedProcessAllWindowFunction(function)  # type: ignore[arg-type]
+    if isinstance(function, AllWindowFunction):
+        return _AdaptedAllWindowFunction(function)  # type: ignore[arg-type]
     raise PyFlinkUnsupportedError(
         f"window function {function!r}: give a ProcessWindowFunction or a WindowFunction "
+        "(a ProcessAllWindowFunction or an AllWindowFunction after window_all) "
         f"(from statecore.pyflink.datastream.functions) ({COMING_FROM_PYFLINK})"
     )

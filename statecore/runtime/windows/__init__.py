@@ -12,6 +12,7 @@
 """
 
 from statecore.runtime.windows.assigners import (
+    DynamicSessionWindows,
     GlobalWindows,
     MergingWindowAssigner,
     SessionWindows,
@@ -53,6 +54,7 @@ __all__ = [
     "TumblingWindows",
     "SlidingWindows",
     "SessionWindows",
+    "DynamicSessionWindows",
     "GlobalWindows",
     "Trigger",
     "TriggerResult",

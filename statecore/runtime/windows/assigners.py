@@ -17,8 +17,10 @@ processing-time timers), and names the trigger a window gets unless the user set
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from statecore.errors import ConfigError
 from statecore.runtime.windows.triggers import (
@@ -41,6 +43,7 @@ __all__ = [
     "TumblingWindows",
     "SlidingWindows",
     "SessionWindows",
+    "DynamicSessionWindows",
     "GlobalWindows",
     "millis",
 ]
@@ -62,6 +65,14 @@ class WindowAssigner(ABC):
     def assign_windows(self, timestamp: int | None, *, now: int) -> list[Window]:
         """The windows of an element with event time ``timestamp`` (epoch ms) at processing
         time ``now``."""
+
+    def assign_element_windows(
+        self, element: Any, timestamp: int | None, *, now: int
+    ) -> list[Window]:
+        """The windows of ``element`` (Flink's ``assignWindows(element, timestamp, context)``):
+        those of :meth:`assign_windows`, unless the assigner reads the element (a dynamic
+        session gap)."""
+        return self.assign_windows(timestamp, now=now)
 
     @abstractmethod
     def default_trigger(self) -> Trigger:
@@ -192,6 +203,54 @@ class SessionWindows(MergingWindowAssigner):
     def assign_windows(self, timestamp: int | None, *, now: int) -> list[Window]:
         time = self._time(timestamp, now)
         return [TimeWindow(time, time + self._gap)]
+
+    def merge_windows(self, windows: list[Window]) -> list[tuple[Window, list[Window]]]:
+        time_windows = [w for w in windows if isinstance(w, TimeWindow)]
+        return [(cover, list(members)) for cover, members in merge_time_windows(time_windows)]
+
+    def default_trigger(self) -> Trigger:
+        return _time_trigger(self.is_event_time)
+
+
+@dataclass(frozen=True)
+class DynamicSessionWindows(MergingWindowAssigner):
+    """Session windows whose gap each element gives (Flink's ``withDynamicGap``):
+    ``gap_extractor(element)`` is a ``timedelta`` or milliseconds, and must be positive (else a
+    :class:`~statecore.errors.ConfigError` naming the element). An element opens
+    ``[t, t + its gap)``; windows that overlap merge.
+
+    >>> sessions = DynamicSessionWindows(gap_extractor=lambda e: e[1])
+    >>> sessions.assign_element_windows(("a", 3_000), 7_000, now=0)
+    [TimeWindow(7000, 10000)]
+    """
+
+    gap_extractor: Callable[[Any], timedelta | int]
+    processing_time: bool = False
+
+    @property
+    def is_event_time(self) -> bool:
+        return not self.processing_time
+
+    def assign_windows(self, timestamp: int | None, *, now: int) -> list[Window]:
+        raise ConfigError("session windows with a dynamic gap assign windows per element")
+
+    def assign_element_windows(
+        self, element: Any, timestamp: int | None, *, now: int
+    ) -> list[Window]:
+        gap = self.gap_extractor(element)
+        if isinstance(gap, bool) or not isinstance(gap, (timedelta, int)):
+            raise ConfigError(
+                f"the session gap extractor gave {gap!r} for element {element!r}: give a "
+                "timedelta or milliseconds"
+            )
+        ms = millis(gap, "a session gap")
+        if ms <= 0:
+            raise ConfigError(
+                f"the session gap extractor gave {ms} ms for element {element!r}: a session "
+                "gap must be positive"
+            )
+        time = self._time(timestamp, now)
+        return [TimeWindow(time, time + ms)]
 
     def merge_windows(self, windows: list[Window]) -> list[tuple[Window, list[Window]]]:
         time_windows = [w for w in windows if isinstance(w, TimeWindow)]

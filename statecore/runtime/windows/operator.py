@@ -142,7 +142,7 @@ class WindowOperator(KeyedProcessFunction):
     def process_element(self, value: Any, ctx: Context) -> Iterable[Any] | None:
         timestamp = ctx.timestamp
         now = self.trigger_context.current_processing_time
-        windows = self.assigner.assign_windows(timestamp, now=now)
+        windows = self.assigner.assign_element_windows(value, timestamp, now=now)
         out: list[Any] = []
         skipped = True
         merging = self._merging_windows()
