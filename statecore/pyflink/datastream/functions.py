@@ -32,9 +32,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from statecore.backends.timers import TimeDomain, TimerService
-from statecore.descriptors import AggregateFunction as _AggregateFunction
 from statecore.errors import COMING_FROM_PYFLINK, PyFlinkUnsupportedError
 from statecore.pyflink.datastream import broadcast_context
+from statecore.pyflink.datastream.basic_functions import (
+    AggregateFunction,
+    FilterFunction,
+    FlatMapFunction,
+    Function,
+    KeySelector,
+    MapFunction,
+    ReduceFunction,
+)
 from statecore.pyflink.datastream.converting import (
     PyFlinkListState,
     PyFlinkMapState,
@@ -79,56 +87,6 @@ __all__ = [
     "TimeDomain",
     "TimerService",
 ]
-
-
-class Function:
-    """PyFlink's base of user functions: ``open`` and ``close``."""
-
-    def open(self, runtime_context: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class MapFunction(Function, ABC):
-    """PyFlink's ``MapFunction``: one element in, one out."""
-
-    @abstractmethod
-    def map(self, value: Any) -> Any: ...
-
-
-class FlatMapFunction(Function, ABC):
-    """PyFlink's ``FlatMapFunction``: one element in, any number out (yield them)."""
-
-    @abstractmethod
-    def flat_map(self, value: Any) -> Iterable[Any]: ...
-
-
-class FilterFunction(Function, ABC):
-    """PyFlink's ``FilterFunction``: whether the element stays."""
-
-    @abstractmethod
-    def filter(self, value: Any) -> bool: ...
-
-
-class KeySelector(Function, ABC):
-    """PyFlink's ``KeySelector``: an element's key."""
-
-    @abstractmethod
-    def get_key(self, value: Any) -> Any: ...
-
-
-class ReduceFunction(Function, ABC):
-    """PyFlink's ``ReduceFunction``: combines two values into one."""
-
-    @abstractmethod
-    def reduce(self, value1: Any, value2: Any) -> Any: ...
-
-
-class AggregateFunction(Function, _AggregateFunction[Any, Any, Any]):
-    """PyFlink's ``AggregateFunction`` (``create_accumulator``, ``add``, ``get_result``,
-    ``merge``): statecore's, with ``open`` and ``close``."""
 
 
 def _statecore(descriptor: Any) -> Any:
