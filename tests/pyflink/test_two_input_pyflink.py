@@ -151,6 +151,8 @@ def test_two_input_pyflink_plans_refuse_what_flink_refuses() -> None:
         (lambda: ds.connect(ds).key_by(lambda e: e, lambda e: e).process(None), "statecore runs"),
         (lambda: keyed.reduce(lambda a, b: a).connect(ds), "before their keyed functions"),
         (lambda: ds.connect(object()), "connects two DataStreams"),
+        (lambda: keyed.reduce(lambda a, b: a).union(ds), "union the streams before it"),
+        (lambda: ds.union(keyed.reduce(lambda a, b: a)), "union after a keyed function"),
     ]
     for call, hint in cases:
         with pytest.raises(PyFlinkUnsupportedError, match=hint):
@@ -201,6 +203,16 @@ def test_two_input_pyflink_union_and_co_map_on_spark(
     a.union(b, c).key_by(lambda e: e[0]).reduce(lambda p, q: (p[0], p[1] + q[1])).print()
     env.execute("union")
     assert sorted(capsys.readouterr().out.splitlines()) == ["('x', 211)", "('y', 42)"]
+
+    # a keyed stream's union is its elements' (PyFlink's KeyedStream.union): keyed again after
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runtime_mode(RuntimeExecutionMode.BATCH)
+    env.set_parallelism(1)
+    a = env.from_collection([("x", 1), ("y", 2)]).key_by(lambda e: e[1])
+    b = env.from_collection([("x", 10)]).key_by(lambda e: e[0])
+    a.union(b).key_by(lambda e: e[0]).reduce(lambda p, q: (p[0], p[1] + q[1])).print()
+    env.execute("union_of_keyed")
+    assert sorted(capsys.readouterr().out.splitlines()) == ["('x', 11)", "('y', 2)"]
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)

@@ -273,14 +273,19 @@ class DataStream:
 
     def union(self, *streams: DataStream) -> DataStream:
         """One stream of the elements of this one and ``streams`` (of one type), before
-        ``key_by``: their sources are read apart and unioned before the keyed stage."""
+        the keyed stage: their sources are read apart and unioned before it. A keyed stream
+        gives its elements (as PyFlink's ``KeyedStream.union``: the key is dropped; key the
+        union again with ``key_by``)."""
         inputs: list[Plan] = []
         for stream in (self, *streams):
             plan = stream._plan
-            if plan.keyed or plan.key_selector is not None:
+            if plan.keyed:
                 raise _unsupported(
-                    "union of keyed streams", "union the streams first, then key_by the union"
+                    "union after a keyed function",
+                    "statecore runs one keyed operator per job; union the streams before it",
                 )
+            if plan.key_selector is not None:
+                plan = dataclasses.replace(plan, key_selector=None, key_type=None)
             simple = (
                 bool(plan.inputs) and not plan.tagged and not plan.before and not plan.watermarks
             )
