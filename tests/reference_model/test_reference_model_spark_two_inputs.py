@@ -25,8 +25,7 @@ from statecore.config import StatecoreConfig
 from statecore.spark import keyed_co_process
 from statecore.spark.co_process import keyed_broadcast_process
 
-from .spark_runs import OUT_OF_ORDERNESS, Rows, carrier_time, run_job
-from .test_reference_model_spark import Run, draw
+from .spark_runs import OUT_OF_ORDERNESS, Rows, Run, carrier_time, draw, run_job
 from .two_inputs import (
     CARRIER,
     BroadcastModel,

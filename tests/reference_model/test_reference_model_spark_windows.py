@@ -26,8 +26,7 @@ from statecore.config import StatecoreConfig
 from statecore.runtime import Context, KeyedProcessFunction, OnTimerContext, RuntimeContext
 from statecore.spark import SideOutput, keyed_process
 
-from .spark_runs import OUT_OF_ORDERNESS, carrier_time, run_job
-from .test_reference_model_spark import Run, draw
+from .spark_runs import OUT_OF_ORDERNESS, Run, carrier_time, draw, run_job
 from .two_inputs import CARRIER, KillPoint, program_of
 from .windows import ASSIGNERS, LATE, MAX, WindowModel, WindowSpec, operator, window_specs
 
