@@ -162,6 +162,9 @@ class KeyedProcessFunctionHarness:
         self._side_outputs: dict[str, list[Any]] = {}
         self.checkpoint_id = 0 if restore is None else restore.checkpoint_id
         """The last snapshot's id (the restored one's until this harness takes one)."""
+        self._restored_keyed: dict[str, Mapping[int, pa.Table]] = (
+            {} if restore is None else dict(restore.keyed)
+        )
         try:
             if restore is not None:
                 for key_group, rows in sorted(restore.timers.items()):
@@ -302,6 +305,10 @@ class KeyedProcessFunctionHarness:
             }
             for name in backend.descriptors
         }
+        # a restored state not registered since (declared lazily, e.g. a trigger's) is kept
+        # as restored, as a job's checkpoint keeps a state its run did not touch
+        for name, by_kg in self._restored_keyed.items():
+            keyed.setdefault(name, dict(by_kg))
         service = backend.timer_service
         timers = {kg: rows for kg in groups if (rows := service.snapshot_key_group(kg)).num_rows}
         store = task.operator_state

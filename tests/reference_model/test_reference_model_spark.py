@@ -29,21 +29,20 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import types as T
 
-from statecore.catalog import Catalog, CheckpointStatus
+from statecore.catalog import Catalog
 from statecore.config import StatecoreConfig
 from statecore.keygroups import assign_to_key_group
-from statecore.ops.rescale import rescale
 from statecore.query import run_sql
 from statecore.runtime import Context, KeyedProcessFunction, RuntimeContext
-from statecore.spark import keyed_process
+from statecore.spark import KeyedRun, keyed_process
 from statecore.ttl import StateTtlConfig, StateVisibility, UpdateType
 
 from .keyed import KINDS, call_model, call_real, descriptors, model_ttl, steps
 from .model import KeyedModel
+from .spark_runs import Run, draw, run_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -68,16 +67,6 @@ GETTERS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One Spark run: its backend and parallelism, and the max parallelism (of the first run;
-    of a later one, a rescale past the max parallelism to it before the run)."""
-
-    backend: str
-    parallelism: int
-    max_parallelism: int | None = None
-
-
 SCHEDULES = {
     "1-2-3-past-max-parallelism": (Run("heap", 1, 2), Run("rocksdb", 2), Run("heap", 3, 8)),
     "3-1-2": (Run("rocksdb", 3, 4), Run("heap", 1), Run("rocksdb", 2)),
@@ -92,26 +81,6 @@ POOL = 30
 
 
 # -- the sample --------------------------------------------------------------------------------
-def draw(strategy: st.SearchStrategy[Program], pool: int) -> list[Program]:
-    """The first ``pool`` examples a derandomized Hypothesis draws (the same on every run)."""
-    drawn: list[Program] = []
-
-    @settings(
-        max_examples=pool,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(strategy)
-    def collect(program: Program) -> None:
-        drawn.append(program)
-
-    collect()
-    return drawn
-
-
 def interest(program: Program, ttl: StateTtlConfig | None) -> tuple[int, int]:
     """How much a program shows: its results that TTL changed (against a run without TTL),
     then its reads that found something."""
@@ -360,21 +329,10 @@ def test_reference_model_spark_sample(
     mine = range(list(SCHEDULES).index(name), len(sample()), len(SCHEDULES))
     expected = {i: on_model(i, *sample()[i], schedule) for i in mine}
     function = ProgramFunction({i: sample()[i][1] for i in mine})
-    max_parallelism = schedule[0].max_parallelism
-    assert max_parallelism is not None
-    for n, run in enumerate(schedule):
-        if n > 0 and run.max_parallelism not in (None, max_parallelism):
-            with Catalog.connect(statecore_home.catalog_url) as catalog:
-                rescale(
-                    statecore_home,
-                    catalog,
-                    JOB,
-                    parallelism=run.parallelism,
-                    max_parallelism=run.max_parallelism,
-                )
-            max_parallelism = run.max_parallelism
+
+    def submit(n: int, run: Run, max_parallelism: int) -> KeyedRun:
         rows = [row for program in expected.values() for row in program.rows[n]]
-        done = keyed_process(
+        return keyed_process(
             spark.createDataFrame(rows, INPUT),
             key="key",
             function=function,
@@ -388,16 +346,13 @@ def test_reference_model_spark_sample(
             processing_time=RecordClock(),
             input_fingerprint=f"run {n + 1}",
         )
-        output = [tuple(r) for r in done.output.collect()]
-        done.unpersist()
-        assert done.checkpoint.status is CheckpointStatus.COMPLETED
-        assert (done.checkpoint.parallelism, done.checkpoint.max_parallelism) == (
-            run.parallelism,
-            max_parallelism,
-        )
+
+    outputs = run_job(statecore_home, JOB, schedule, submit)
+    for n, (run, output) in enumerate(zip(schedule, outputs, strict=True)):
         failures = run_differences(expected, n, output, schedule)
         assert not failures, f"run {n + 1} ({run}) of\n" + "\n".join(failures)
-        assert len(output) == len(rows)
+        assert len(output) == sum(len(program.rows[n]) for program in expected.values())
+    max_parallelism = [run.max_parallelism for run in schedule if run.max_parallelism][-1]
     with Catalog.connect(statecore_home.catalog_url) as catalog:
         failures = state_differences(catalog, expected, max_parallelism, schedule)
     assert not failures, "\n".join(failures)
