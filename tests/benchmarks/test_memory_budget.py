@@ -1,0 +1,61 @@
+"""Memory: the harness's measure of a process tree (``benchmarks.measure.TreeRss``), the same for
+Java Flink's JVM and statecore's local run, and what a local run's process tree takes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from benchmarks.measure import TreeRss, process_kind
+
+MIB = 2**20
+HOLD = 200 * MIB
+
+
+def _holder(size: int) -> subprocess.Popen[str]:
+    """A Python child that touches ``size`` bytes, says so, and keeps them until stdin closes."""
+    code = (
+        f"import sys; b = bytearray({size}); b[::4096] = b'x' * len(b[::4096]); "
+        "print('held', flush=True); sys.stdin.read()"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def test_memory_budget_tree_rss_counts_each_process_of_the_tree() -> None:
+    children = [_holder(HOLD), _holder(HOLD // 2)]
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        with TreeRss() as rss:
+            time.sleep(0.5)
+    finally:
+        for child in children:
+            child.communicate("")
+    size, count = rss.parts["Python worker"]  # a Python child of the tree's Python root
+    assert count == 2 and size >= HOLD + HOLD // 2
+    driver, one = rss.parts["driver Python"]
+    assert one == 1 and rss.peak == size + driver
+    assert "2 Python worker" in rss.parts_text()
+
+
+def test_memory_budget_peak_of_a_root_that_exits_is_kept() -> None:
+    child = _holder(HOLD)
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    with TreeRss(root=child.pid, interval=0.05) as rss:
+        time.sleep(0.3)
+        child.communicate("")
+    assert rss.peak >= HOLD  # sampled while it held its memory, kept after it exited
+    assert set(rss.parts) == {"driver Python"}  # the root itself: a Python process
+
+
+def test_memory_budget_process_kinds() -> None:
+    java = subprocess.Popen(["sleep", "5"])  # not Java, not Python
+    try:
+        assert process_kind(java.pid, root=0) == "other"
+    finally:
+        java.kill()
+        java.wait()
+    assert process_kind(2**22 + 7, root=0) == "other"  # no such process
