@@ -12,7 +12,6 @@ as CSV) is read back and verified like statecore's: a mismatch fails the run.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from benchmarks.measure import Sample, TreeRss
+from benchmarks.measure import Sample, run_measured
 from benchmarks.workload import Workload
 
 __all__ = [
@@ -137,24 +136,9 @@ def run(
         "java", "-cp", classpath, MAIN_CLASS, job, backend, str(events_csv(workload)),
         str(output), str(workdir / "checkpoints"), str(window_ms), str(events_csv(warm)),
     ]  # fmt: skip
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir
-    ) as process:
-        with TreeRss(root=process.pid) as rss:
-            try:
-                stdout, stderr = process.communicate(timeout=TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
-                raise
-    if process.returncode != 0:
-        raise RuntimeError(
-            f"{variant_name(job, backend)} exited with {process.returncode}: {stderr[-3000:]}"
-        )
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"{variant_name(job, backend)} printed no result: {stderr[-3000:]}")
-    result = json.loads(lines[-1])
+    result, rss = run_measured(
+        command, name=variant_name(job, backend), cwd=workdir, timeout=TIMEOUT
+    )
     names = ["key", "value", "new_sum"] if job == "sum" else ["key", "window_start", "total"]
     table = read_output(output, names)
     if table.num_rows != result["rows"]:

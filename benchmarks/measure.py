@@ -8,9 +8,11 @@ workers) while they run.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import resource
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ __all__ = [
     "TreeRss",
     "best_of",
     "process_kind",
+    "run_measured",
     "run_isolated",
     "self_peak_rss",
     "settle",
@@ -217,3 +220,25 @@ def settle(*, idle_cores: float = 0.2, window: float = 1.0, timeout: float = 120
         if (tree_cpu_seconds() - before) / window < idle_cores:
             break
     return clock() - start
+
+
+def run_measured(
+    command: list[str], *, name: str, cwd: Path, env: dict[str, str] | None = None, timeout: float
+) -> tuple[dict[str, Any], TreeRss]:
+    """Run ``command`` as a process tree of its own, its peak RSS sampled from start to exit; the
+    last line of JSON it printed, and the sample. A failed or silent run raises, naming ``name``
+    and quoting the end of its stderr."""
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env
+    ) as process:
+        with TreeRss(root=process.pid) as rss:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                raise
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"{name} exited with {process.returncode}: {stderr[-3000:]}")
+    return json.loads(lines[-1]), rss

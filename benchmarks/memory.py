@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.measure import Sample, TreeRss
+from benchmarks.measure import Sample, run_measured
 from benchmarks.workload import Workload
 
 __all__ = ["SMALL_HEAP", "VARIANT", "statecore_heap_tree", "variant_name"]
@@ -49,22 +48,9 @@ def statecore_heap_tree(
         sys.executable, "-m", "benchmarks.memory", str(workload.root), str(workload.events),
         str(warm.root), str(warm.events), str(workdir), *settings,
     ]  # fmt: skip
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
-    ) as process:
-        with TreeRss(root=process.pid) as rss:
-            try:
-                stdout, stderr = process.communicate(timeout=TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
-                raise
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    if process.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"{variant_name(settings)} exited with {process.returncode}: {stderr[-3000:]}"
-        )
-    result = json.loads(lines[-1])
+    result, rss = run_measured(
+        command, name=variant_name(settings), cwd=REPO, env=env, timeout=TIMEOUT
+    )
     from deltalake import DeltaTable
 
     output = DeltaTable(str(workdir / "run" / "output")).to_pyarrow_table()

@@ -6,8 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from benchmarks.measure import TreeRss, process_kind
+import pytest
+
+from benchmarks.measure import TreeRss, process_kind, run_measured
 
 MIB = 2**20
 HOLD = 200 * MIB
@@ -59,3 +62,16 @@ def test_memory_budget_process_kinds() -> None:
         java.kill()
         java.wait()
     assert process_kind(2**22 + 7, root=0) == "other"  # no such process
+
+
+def test_memory_budget_run_measured_reads_the_tree_and_its_result(tmp_path: Path) -> None:
+    code = (
+        f"import time; b = bytearray({HOLD}); b[::4096] = b'x' * len(b[::4096]); "
+        "time.sleep(0.5); print('{\"n\": 1}')"
+    )
+    holder = [sys.executable, "-c", code]
+    result, rss = run_measured(holder, name="holder", cwd=tmp_path, timeout=60)
+    assert result == {"n": 1} and rss.peak >= HOLD
+    failing = "import sys; print('gone', file=sys.stderr); sys.exit(3)"
+    with pytest.raises(RuntimeError, match="failing exited with 3: gone"):
+        run_measured([sys.executable, "-c", failing], name="failing", cwd=tmp_path, timeout=60)
