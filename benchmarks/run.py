@@ -13,8 +13,10 @@ small workload.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import shlex
+import shutil
 import sys
 import traceback
 from collections.abc import Callable
@@ -208,11 +210,16 @@ def _warmed(
     leaves the session in a state (Python workers of another kind, JIT, heap) that slows the
     next variant's first job by seconds, which would otherwise be billed to whichever came next."""
 
+    repetitions = itertools.count(1)
+
     def timed() -> Sample:
-        run(warm, "warmup-")
+        # a folder of its own each repetition: statecore keeps one catalog engine per catalog
+        # URL in a process, which expects the catalog's folder it made to stay there
+        rep = next(repetitions)
+        run(warm, f"warmup-{rep}-")
         spark.sparkContext._jvm.java.lang.System.gc()
         settle()
-        return run(workload, "")
+        return run(workload, f"{rep}-")
 
     return timed
 
@@ -254,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     start_fork_server()  # before anything big is imported or Spark starts
     machine = machine_info()
     work = WORK / f"run-{args.events}"
+    shutil.rmtree(work, ignore_errors=True)  # the previous run's folders
     workload = Workload.prepare(args.events, WORK)
     say(f"workload: {workload.events:,} events in {workload.parquet_path}")
     workload.reference  # computed once, pickled to the child processes  # noqa: B018
