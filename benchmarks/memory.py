@@ -60,7 +60,7 @@ def statecore_heap_tree(
         result["seconds"],
         workload.events,
         rss.peak,
-        extra={"memory": rss.parts_text(), "settings": result["settings"]},
+        extra={"memory": rss.parts_text(), "parts": rss.parts, "settings": result["settings"]},
     )
 
 

@@ -75,3 +75,23 @@ def test_memory_budget_run_measured_reads_the_tree_and_its_result(tmp_path: Path
     failing = "import sys; print('gone', file=sys.stderr); sys.exit(3)"
     with pytest.raises(RuntimeError, match="failing exited with 3: gone"):
         run_measured([sys.executable, "-c", failing], name="failing", cwd=tmp_path, timeout=60)
+
+
+@pytest.mark.slow
+def test_memory_budget_local_run_tree_of_a_small_heap_run(tmp_path: Path) -> None:
+    """A small per-record heap run on statecore's local defaults (``benchmarks.memory``, its
+    own process tree, its output verified) stays within what its parts are sized for: one
+    driver Python, Spark's one JVM (its default 1 GiB heap plus what a JVM takes beside it), and
+    PySpark's daemon with one worker per core of ``local[2]``; no other process."""
+    from benchmarks.memory import statecore_heap_tree
+    from benchmarks.workload import Workload
+
+    workload, warm = Workload.prepare(20_000, tmp_path), Workload.prepare(2_000, tmp_path)
+    sample = statecore_heap_tree(workload, warm, tmp_path / "run")
+    parts = sample.extra["parts"]  # kind -> (bytes, processes) at the peak
+    assert set(parts) <= {"JVM", "Python worker", "driver Python", "other"}, parts
+    assert parts["JVM"][1] == 1 and parts["driver Python"][1] == 1
+    assert parts["Python worker"][1] <= 3  # PySpark's daemon and a worker per core
+    budget = {"JVM": (1024 + 512) * MIB, "Python worker": 3 * 250 * MIB, "driver Python": 300 * MIB}
+    over = {kind: size for kind, (size, _) in parts.items() if size > budget.get(kind, 16 * MIB)}
+    assert not over, sample.extra["memory"]
