@@ -8,9 +8,11 @@ workers) while they run.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import resource
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +25,8 @@ __all__ = [
     "Sample",
     "TreeRss",
     "best_of",
+    "process_kind",
+    "run_measured",
     "run_isolated",
     "self_peak_rss",
     "settle",
@@ -106,28 +110,59 @@ def _rss(pid: int) -> int:
         return 0
 
 
+def process_kind(pid: int, root: int) -> str:
+    """What a process of a measured tree is: ``JVM``, ``Python worker`` (PySpark's daemon and
+    its workers), ``warm host`` (statecore's state hosts), ``driver Python`` (the tree's root
+    when it is Python) or ``other``."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "other"
+    words = [a.decode(errors="replace") for a in argv if a]
+    program = Path(words[0]).name if words else ""
+    if program == "java":
+        return "JVM"
+    if any(w.startswith("pyspark.") for w in words):
+        return "Python worker"
+    if "statecore.spark.host_server" in words:
+        return "warm host"
+    if program.startswith("python"):
+        return "driver Python" if pid == root else "Python worker"
+    return "other"
+
+
 class TreeRss:
-    """Samples the summed RSS of a process and its descendants in a background thread."""
+    """Samples the summed RSS of a process and its descendants in a background thread.
+
+    ``peak`` is the largest sum seen; ``parts`` is that sample split by
+    :func:`process_kind` (bytes and process count per kind), so a result says where the memory
+    went (the JVM, each kind of Python process)."""
 
     def __init__(self, root: int | None = None, interval: float = 0.2) -> None:
         self.root = root or os.getpid()
         self.interval = interval
         self.peak = 0
+        self.parts: dict[str, tuple[int, int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _total(self) -> int:
+    def _sample(self) -> None:
         tree = _children()
-        total, todo = 0, [self.root]
+        parts: dict[str, tuple[int, int]] = {}
+        todo = [self.root]
         while todo:
             pid = todo.pop()
-            total += _rss(pid)
+            kind = process_kind(pid, self.root)
+            size, count = parts.get(kind, (0, 0))
+            parts[kind] = (size + _rss(pid), count + 1)
             todo.extend(tree.get(pid, ()))
-        return total
+        total = sum(size for size, _ in parts.values())
+        if total > self.peak:
+            self.peak, self.parts = total, parts
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._total())
+            self._sample()
             self._stop.wait(self.interval)
 
     def __enter__(self) -> TreeRss:
@@ -137,7 +172,14 @@ class TreeRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self._total())
+        self._sample()
+
+    def parts_text(self) -> str:
+        """``parts`` as text, largest first: ``JVM 812 MiB, 2 Python worker 140 MiB, ...``."""
+        return ", ".join(
+            f"{'' if count == 1 else f'{count} '}{kind} {size / 2**20:,.0f} MiB"
+            for kind, (size, count) in sorted(self.parts.items(), key=lambda kv: -kv[1][0])
+        )
 
 
 def clock() -> float:
@@ -178,3 +220,25 @@ def settle(*, idle_cores: float = 0.2, window: float = 1.0, timeout: float = 120
         if (tree_cpu_seconds() - before) / window < idle_cores:
             break
     return clock() - start
+
+
+def run_measured(
+    command: list[str], *, name: str, cwd: Path, env: dict[str, str] | None = None, timeout: float
+) -> tuple[dict[str, Any], TreeRss]:
+    """Run ``command`` as a process tree of its own, its peak RSS sampled from start to exit; the
+    last line of JSON it printed, and the sample. A failed or silent run raises, naming ``name``
+    and quoting the end of its stderr."""
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env
+    ) as process:
+        with TreeRss(root=process.pid) as rss:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                raise
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"{name} exited with {process.returncode}: {stderr[-3000:]}")
+    return json.loads(lines[-1]), rss

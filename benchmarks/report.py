@@ -8,14 +8,22 @@ import statistics
 import subprocess
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks.measure import Sample
 
-__all__ = ["CHECKPOINT", "RAW_WRITE", "TTL_CLEANUP", "Results", "machine_info", "render"]
+__all__ = [
+    "CHECKPOINT",
+    "RAW_WRITE",
+    "TTL_CLEANUP",
+    "Results",
+    "flink_section",
+    "machine_info",
+    "render",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINT = "checkpoint write, statecore p=1 (state rows/s)"
@@ -34,6 +42,7 @@ class Results:
     started: datetime
     seconds: float
     backends: list[str]
+    skipped: dict[str, str] = field(default_factory=dict)  # variant -> why it did not run
 
     def by_variant(self) -> dict[str, list[Sample]]:
         out: dict[str, list[Sample]] = defaultdict(list)
@@ -50,6 +59,16 @@ class Results:
             sb = [s for s in rep if s.variant == b]
             if sa and sb:
                 ratios.append(sa[0].events_per_second / sb[0].events_per_second)
+        return (statistics.median(ratios), ratios) if ratios else None
+
+    def paired_memory_ratio(self, a: str, b: str) -> tuple[float, list[float]] | None:
+        """Median over repetitions of the peak RSS of ``a`` divided by ``b``'s in the same one."""
+        ratios = []
+        for rep in self.samples:
+            sa = [s for s in rep if s.variant == a and s.peak_rss]
+            sb = [s for s in rep if s.variant == b and s.peak_rss]
+            if sa and sb:
+                ratios.append(sa[0].peak_rss / sb[0].peak_rss)  # type: ignore[operator]
         return (statistics.median(ratios), ratios) if ratios else None
 
 
@@ -320,7 +339,100 @@ def _checkpoint_details(results: Results) -> list[str]:
     return lines + [""]
 
 
-def render(results: Results, method: str) -> str:
+JAVA_HASHMAP = "Java Flink 2.3 HashMapStateBackend, MiniCluster p=2"
+JAVA_ROCKSDB = "Java Flink 2.3 EmbeddedRocksDBStateBackend, MiniCluster p=2"
+JAVA_WINDOW = "Java Flink 2.3 tumbling window sum (HashMapStateBackend), MiniCluster p=2"
+MEMORY = "statecore heap, Spark local[2] end to end, own process tree (local defaults)"
+MEMORY_SMALL = (
+    "statecore heap, Spark local[2] end to end, own process tree (spark.driver.memory=512m)"
+)
+WINDOW_STATECORE = "statecore tumbling window sum (heap), Spark local[2] end to end"
+WINDOW_SPARK = "Spark groupBy(key, window(...)) sum, local[2]"
+
+
+def flink_section(results: Results) -> list[str]:
+    """Issue 43's comparison with Java Flink, every ratio within one repetition (and issue
+    42's window sum beside Java Flink and Spark's ``groupBy(window(...))``)."""
+    by = results.by_variant()
+    lines = [
+        "## Java Flink beside statecore (issues 43 and 42), ratios within each repetition",
+        "",
+        "| comparison | measured (median of paired ratios, each run) | target | verdict |",
+        "|---|---|---|---|",
+    ]
+
+    def row(label: str, a: str, b: str, target: str, ok: Callable[[float], bool] | None) -> None:
+        memory = label.startswith("memory")
+        found = None
+        if a in by and b in by:
+            found = results.paired_memory_ratio(a, b) if memory else results.paired_ratio(a, b)
+        if found is None:
+            why = next((results.skipped[v] for v in (a, b) if v in results.skipped), None)
+            missing = a if a not in by else b
+            lines.append(
+                f"| {label} | n/a: {why or f'no result for *{missing}*'} | {target} | n/a |"
+            )
+            return
+        median, each = found
+        runs = ", ".join(f"{r:.2f}" for r in each)
+        verdict = "info" if ok is None else _verdict(ok(median))
+        lines.append(f"| {label} | {median:.2f}× (runs: {runs}) | {target} | {verdict} |")
+
+    row(
+        "heap per record: statecore heap end to end / Java Flink HashMap",
+        "statecore heap, Spark local[2] end to end", JAVA_HASHMAP, "≥ 1.0×", lambda r: r >= 1.0,
+    )  # fmt: skip
+    row(
+        "RocksDB per record: statecore rocksdb end to end / Java Flink EmbeddedRocksDB",
+        "statecore rocksdb, Spark local[2] end to end", JAVA_ROCKSDB, "≥ 1.0×", lambda r: r >= 1.0,
+    )  # fmt: skip
+    row(
+        "vectorized heap: statecore vectorized (heap) end to end / Java Flink HashMap",
+        "statecore vectorized (heap), Spark local[2] end to end", JAVA_HASHMAP, "≥ 2.0×",
+        lambda r: r >= 2.0,
+    )  # fmt: skip
+    row("window sum: statecore window operator / Java Flink window", WINDOW_STATECORE,
+        JAVA_WINDOW, "info", None)  # fmt: skip
+    row("window sum: Spark groupBy(window(...)) / Java Flink window", WINDOW_SPARK, JAVA_WINDOW,
+        "info", None)  # fmt: skip
+    row("window sum: statecore window operator / Spark groupBy(window(...))", WINDOW_STATECORE,
+        WINDOW_SPARK, "info", None)  # fmt: skip
+    row(
+        "memory: peak RSS of the heap run's process tree (local defaults) / Java Flink HashMap's",
+        MEMORY, JAVA_HASHMAP, "≤ 1.5×", lambda r: r <= 1.5,
+    )  # fmt: skip
+    row(
+        "memory with spark.driver.memory=512m: peak RSS of that tree / Java Flink HashMap's",
+        MEMORY_SMALL, JAVA_HASHMAP, "≤ 1.5×", lambda r: r <= 1.5,
+    )  # fmt: skip
+    row("speed of the heap run in its own tree: spark.driver.memory=512m / local defaults",
+        MEMORY_SMALL, MEMORY, "info", None)  # fmt: skip
+    lines += ["", "Peak RSS of each process tree, split by process at its peak sample:", ""]
+    for variant in (MEMORY, MEMORY_SMALL, JAVA_HASHMAP, JAVA_ROCKSDB, JAVA_WINDOW):
+        samples = [s for s in by.get(variant, []) if s.peak_rss]
+        if samples:
+            top = max(samples, key=lambda s: s.peak_rss or 0)
+            settings = top.extra.get("settings")
+            lines.append(
+                f"- {variant}: {_mib(top.peak_rss)} ({top.extra.get('memory', '')})"
+                + (f"; session settings {settings}" if settings else "")
+            )
+    checkpoints = [
+        f"{v}: {statistics.median(s.extra['final_checkpoint_seconds'] for s in by[v]):.3f} s"
+        for v in (JAVA_HASHMAP, JAVA_ROCKSDB, JAVA_WINDOW)
+        if by.get(v)
+    ]
+    if checkpoints:
+        lines.append(
+            "- Java Flink's final checkpoint (median, inside its timed run): "
+            + "; ".join(checkpoints)
+        )
+    for variant, why in results.skipped.items():
+        lines.append(f"- {variant}: skipped: {why}")
+    return lines + [""]
+
+
+def render(results: Results, method: str, sections: Sequence[str] = ()) -> str:
     m = results.machine
     lines = [
         "# statecore benchmarks",
@@ -343,6 +455,7 @@ def render(results: Results, method: str) -> str:
         "",
         *_targets(results),
         "",
+        *sections,
         *_checkpoint_details(results),
         method.strip(),
         "",

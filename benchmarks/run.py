@@ -13,8 +13,10 @@ small workload.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import shlex
+import shutil
 import sys
 import traceback
 from collections.abc import Callable
@@ -24,7 +26,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as ``python benchmarks/run.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import checkpoints, inprocess
+from benchmarks import checkpoints, flink_java, inprocess, memory, windows
 from benchmarks.measure import (
     Sample,
     best_of,
@@ -39,6 +41,7 @@ from benchmarks.report import (
     TTL_CLEANUP,
     Results,
     describe,
+    flink_section,
     machine_info,
     now,
     render,
@@ -102,6 +105,38 @@ METHOD = """
   checkpoint as the per-record run: each task gathers Spark's Arrow batches into keyed batches
   (up to 1,000,000 rows), reads and writes the state once per distinct key and batch, and
   computes the running sums with a grouped cumulative sum.
+- **Java Flink 2.3** (`benchmarks/flink/`, a Maven project pinned to Flink 2.3.0 from Maven
+  Central, built into `build/flink-bench/` on first use; `benchmarks/flink_java.py`): the same
+  events as CSV (`build/bench/events-N.csv`, `key,value,seq` in `seq` order, written once from
+  the Parquet file; Flink's CSV parsing is in its time, Spark's Parquet reading in statecore's),
+  one `FileSource` reader, `keyBy(key)`, a `KeyedProcessFunction` that per event reads a
+  `ValueState<Long>`, adds, writes it and emits `(key, value, new_sum)`, a sink writing every
+  row to one CSV file per subtask; parallelism 2 on a `MiniCluster` (one task manager, 2
+  slots), `state.backend.type` `hashmap` or `rocksdb` (Flink's defaults otherwise: RocksDB with
+  its managed memory, full checkpoints). Checkpointing is on with a one-hour interval, so the one
+  checkpoint of a run is Flink's final checkpoint after the end of the bounded input (the tasks
+  wait for it before they finish), triggered as soon as every sink subtask has flushed its last
+  row; it is inside the timing, as statecore's checkpoint 1 is. Each run is one JVM (JDK 17,
+  Flink's and the JVM's defaults, no `-Xmx`): the MiniCluster, an untimed warm-up run on 10,000
+  events, then the timed run (from building the job to its result). Its output files are read
+  back and verified as statecore's are (rows, per-key sums, `sum(new_sum)`).
+- **Tumbling-window sum** (issue 42; `benchmarks/windows.py`): event time is `seq` in
+  milliseconds, windows of a quarter of the input (500,000 ms at 2,000,000 events: up to four
+  windows a key), every window fired at the end of the input, a row `(key, window_start, total)`
+  each. statecore: `statecore.windows.window(TumblingWindows(...)).aggregate(...)` through
+  `keyed_process(event_time="seq", end_of_input=True)` on the heap backend at parallelism 2,
+  output to the job's Delta output table with checkpoint 1. Spark: a batch
+  `groupBy("key", window(timestamp_millis("seq"), ...)).agg(sum("value"))` to Parquet. Java
+  Flink: `TumblingEventTimeWindows` with monotonous watermarks and an `AggregateFunction` plus
+  `ProcessWindowFunction`, on HashMapStateBackend, run as above. Each output is verified against
+  pandas (windows, the sum of totals, a checksum weighting each total by its window).
+- **Memory** (issue 43): peak RSS of a whole process tree from its start to its exit, sampled
+  every 0.2 s over every process in it, the same way for both sides. Java Flink: its one JVM.
+  statecore: `python -m benchmarks.memory`, a process of its own with a Spark session on
+  statecore's local defaults (`build_session(master="local[2]")`, not the 4 GiB session above):
+  the driver's Python, Spark's JVM, the Python workers, warm hosts if any; an untimed warm-up
+  run, then the per-record heap run; its output is verified by the harness, outside the tree.
+  The split by process is that of the peak sample.
 """
 
 
@@ -134,7 +169,38 @@ def _spark_variants(
             spark, w, pandas=True, workdir=work / f"{tag}tws-pandas"
         )
     )
+    out[windows.STATECORE_VARIANT] = lambda w, tag: windows.statecore_window(
+        spark, w, work / f"{tag}window-statecore"
+    )
+    out[windows.SPARK_VARIANT] = lambda w, tag: windows.spark_group_by_window(
+        spark, w, work / f"{tag}window-spark"
+    )
     return out
+
+
+def _java_flink_variants(
+    workload: Workload, warm: Workload, work: Path
+) -> dict[str, Callable[[], Sample]]:
+    """Java Flink's running sum on both backends and its window sum, each verified like
+    statecore's (a mismatch fails the variant, and so the run)."""
+
+    def runner(job: str, backend: str) -> Callable[[], Sample]:
+        def run() -> Sample:
+            window = windows.window_ms(workload.events)
+            sample, output = flink_java.run(
+                workload, warm, job=job, backend=backend, workdir=work / f"flink-{job}-{backend}",
+                window_ms=window,
+            )  # fmt: skip
+            if job == "sum":
+                workload.reference.check_output(sample.variant, output, workload.events)
+            else:
+                windows.reference(workload).check(sample.variant, output)
+            return sample
+
+        return run
+
+    jobs = [("sum", "hashmap"), ("sum", "rocksdb"), ("window", "hashmap")]
+    return {flink_java.variant_name(job, backend): runner(job, backend) for job, backend in jobs}
 
 
 def _warmed(
@@ -144,11 +210,16 @@ def _warmed(
     leaves the session in a state (Python workers of another kind, JIT, heap) that slows the
     next variant's first job by seconds, which would otherwise be billed to whichever came next."""
 
+    repetitions = itertools.count(1)
+
     def timed() -> Sample:
-        run(warm, "warmup-")
+        # a folder of its own each repetition: statecore keeps one catalog engine per catalog
+        # URL in a process, which expects the catalog's folder it made to stay there
+        rep = next(repetitions)
+        run(warm, f"warmup-{rep}-")
         spark.sparkContext._jvm.java.lang.System.gc()
         settle()
-        return run(workload, "")
+        return run(workload, f"{rep}-")
 
     return timed
 
@@ -169,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", default="", help="comma-separated substrings of variant names")
     parser.add_argument("--no-spark", action="store_true", help="in-process variants only")
+    parser.add_argument("--no-flink", action="store_true", help="without the Java Flink variants")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite RESULTS.md")
     parser.add_argument(
         "--output",
@@ -189,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     start_fork_server()  # before anything big is imported or Spark starts
     machine = machine_info()
     work = WORK / f"run-{args.events}"
+    shutil.rmtree(work, ignore_errors=True)  # the previous run's folders
     workload = Workload.prepare(args.events, WORK)
     say(f"workload: {workload.events:,} events in {workload.parquet_path}")
     workload.reference  # computed once, pickled to the child processes  # noqa: B018
@@ -213,12 +286,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     planned = {k: v for k, v in isolated.items() if _selected(k, only)}
 
+    skipped: dict[str, str] = {}
+    warm = Workload.prepare(WARMUP_EVENTS, WORK)
+    if not args.no_flink:
+        java = _java_flink_variants(workload, warm, work)
+        if any(_selected(name, only) for name in java):
+            try:
+                flink_java.build()  # once, before anything is timed
+                flink_java.events_csv(workload), flink_java.events_csv(warm)
+            except flink_java.FlinkUnavailable as exc:
+                say(f"Java Flink variants skipped: {exc}")
+                skipped.update({name: str(exc) for name in java})
+            else:
+                planned.update({k: v for k, v in java.items() if _selected(k, only)})
+
     spark = None
     if not args.no_spark:
         from benchmarks import on_spark
 
+        for settings in ((), memory.SMALL_HEAP):
+            if _selected(memory.variant_name(settings), only):
+                planned[memory.variant_name(settings)] = lambda s=settings: (  # type: ignore[misc]
+                    memory.statecore_heap_tree(workload, warm, work / "memory", s)
+                )
         spark = on_spark.session()
-        warm = Workload.prepare(WARMUP_EVENTS, WORK)
         warm.reference  # noqa: B018
         planned.update(
             {
@@ -245,8 +336,9 @@ def main(argv: list[str] | None = None) -> int:
             started=started,
             seconds=clock() - t0,
             backends=backends,
+            skipped=skipped,
         )
-        text = render(results, METHOD)
+        text = render(results, METHOD, flink_section(results))
         if args.no_write:
             if done == args.repeats:
                 print(text)

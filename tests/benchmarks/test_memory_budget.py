@@ -1,0 +1,97 @@
+"""Memory: the harness's measure of a process tree (``benchmarks.measure.TreeRss``), the same for
+Java Flink's JVM and statecore's local run, and what a local run's process tree takes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.measure import TreeRss, process_kind, run_measured
+
+MIB = 2**20
+HOLD = 200 * MIB
+
+
+def _holder(size: int) -> subprocess.Popen[str]:
+    """A Python child that touches ``size`` bytes, says so, and keeps them until stdin closes."""
+    code = (
+        f"import sys; b = bytearray({size}); b[::4096] = b'x' * len(b[::4096]); "
+        "print('held', flush=True); sys.stdin.read()"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def test_memory_budget_tree_rss_counts_each_process_of_the_tree() -> None:
+    children = [_holder(HOLD), _holder(HOLD // 2)]
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        with TreeRss() as rss:
+            time.sleep(0.5)
+    finally:
+        for child in children:
+            child.communicate("")
+    size, count = rss.parts["Python worker"]  # a Python child of the tree's Python root
+    assert count == 2 and size >= HOLD + HOLD // 2
+    driver, one = rss.parts["driver Python"]
+    assert one == 1 and rss.peak == size + driver
+    assert "2 Python worker" in rss.parts_text()
+
+
+def test_memory_budget_peak_of_a_root_that_exits_is_kept() -> None:
+    child = _holder(HOLD)
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    with TreeRss(root=child.pid, interval=0.05) as rss:
+        time.sleep(0.3)
+        child.communicate("")
+    assert rss.peak >= HOLD  # sampled while it held its memory, kept after it exited
+    assert set(rss.parts) == {"driver Python"}  # the root itself: a Python process
+
+
+def test_memory_budget_process_kinds() -> None:
+    java = subprocess.Popen(["sleep", "5"])  # not Java, not Python
+    try:
+        assert process_kind(java.pid, root=0) == "other"
+    finally:
+        java.kill()
+        java.wait()
+    assert process_kind(2**22 + 7, root=0) == "other"  # no such process
+
+
+def test_memory_budget_run_measured_reads_the_tree_and_its_result(tmp_path: Path) -> None:
+    code = (
+        f"import time; b = bytearray({HOLD}); b[::4096] = b'x' * len(b[::4096]); "
+        "time.sleep(0.5); print('{\"n\": 1}')"
+    )
+    holder = [sys.executable, "-c", code]
+    result, rss = run_measured(holder, name="holder", cwd=tmp_path, timeout=60)
+    assert result == {"n": 1} and rss.peak >= HOLD
+    failing = "import sys; print('gone', file=sys.stderr); sys.exit(3)"
+    with pytest.raises(RuntimeError, match="failing exited with 3: gone"):
+        run_measured([sys.executable, "-c", failing], name="failing", cwd=tmp_path, timeout=60)
+
+
+@pytest.mark.slow
+def test_memory_budget_local_run_tree_of_a_small_heap_run(tmp_path: Path) -> None:
+    """A small per-record heap run on statecore's local defaults (``benchmarks.memory``, its
+    own process tree, its output verified) stays within what its parts are sized for: one
+    driver Python, Spark's one JVM (its default 1 GiB heap plus what a JVM takes beside it), and
+    PySpark's daemon with one worker per core of ``local[2]``; no other process."""
+    from benchmarks.memory import statecore_heap_tree
+    from benchmarks.workload import Workload
+
+    workload, warm = Workload.prepare(20_000, tmp_path), Workload.prepare(2_000, tmp_path)
+    sample = statecore_heap_tree(workload, warm, tmp_path / "run")
+    parts = sample.extra["parts"]  # kind -> (bytes, processes) at the peak
+    assert set(parts) <= {"JVM", "Python worker", "driver Python", "other"}, parts
+    assert parts["JVM"][1] == 1 and parts["driver Python"][1] == 1
+    assert parts["Python worker"][1] <= 3  # PySpark's daemon and a worker per core
+    budget = {"JVM": (1024 + 512) * MIB, "Python worker": 3 * 250 * MIB, "driver Python": 300 * MIB}
+    over = {kind: size for kind, (size, _) in parts.items() if size > budget.get(kind, 16 * MIB)}
+    assert not over, sample.extra["memory"]
