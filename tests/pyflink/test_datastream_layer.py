@@ -90,7 +90,10 @@ def test_datastream_what_has_no_counterpart_names_what_to_use() -> None:
         (lambda: ds.window_all(None), "give a window assigner"),
         (lambda: ds.key_by(lambda e: e[0]).window(None), "give a window assigner"),
         (lambda: env.add_source(None), "from_source"),
-        (lambda: ds.key_by(lambda e: e[0]).union(ds), "then key_by the union"),
+        (
+            lambda: ds.key_by(lambda e: e[0]).reduce(lambda a, b: a).union(ds),
+            "union the streams before it",
+        ),
         (lambda: ds.process(None), "key_by"),
         (
             lambda: WatermarkStrategy.no_watermarks().with_timestamp_assigner(lambda e, t: 0),
