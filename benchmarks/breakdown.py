@@ -12,7 +12,7 @@ not copies:
 1. **Arrow to Python values**: ``to_pylist`` of the key, key-group and value columns.
 2. **records**: plus one record (namedtuple) per row, as the task builds them.
 3. **key made current**: plus the backend's batch key setter per record (heap: two
-   assignments; RocksDB: the key prefix encoded too).
+   assignments; RocksDB: the key prefix too, built per batch for string keys).
 4. **function call and output gathering**: ``process_batch`` with a function that emits its
    row without touching state (the task's loop, the generator, ``list.extend``).
 5. **state access**: ``process_batch`` with the workload's ``RunningSum`` (read, add, write;
@@ -36,6 +36,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -80,36 +81,42 @@ def _arrow_to_python(batches: list[pa.RecordBatch], backend: Any) -> int:
     return n
 
 
-def _records(batches: list[pa.RecordBatch], backend: Any) -> int:
+def _records_of(batch: pa.RecordBatch) -> tuple[list[Any], Iterator[tuple[Any, ...]]]:
+    """The key column as Python values and one record (namedtuple) per row, as the task
+    builds them."""
     from collections import namedtuple
 
+    names = [c for c in batch.schema.names if c != KEY_GROUP]
+    row = namedtuple("Record", names)  # type: ignore[misc]
+    columns = [batch.column(c).to_pylist() for c in names]
+    return columns[0], map(functools.partial(tuple.__new__, row), zip(*columns))
+
+
+def _records(batches: list[pa.RecordBatch], backend: Any) -> int:
     n = 0
     for batch in batches:
-        names = [c for c in batch.schema.names if c != KEY_GROUP]
-        row = namedtuple("Record", names)  # type: ignore[misc]
-        columns = [batch.column(c).to_pylist() for c in names]
-        groups = batch.column(KEY_GROUP).to_pylist()
-        records = map(functools.partial(tuple.__new__, row), zip(*columns))
-        for _key, _group, _record in zip(columns[0], groups, records):
+        keys, records = _records_of(batch)
+        for _key, _group, _record in zip(keys, batch.column(KEY_GROUP).to_pylist(), records):
             n += 1
     return n
 
 
 def _key_current(batches: list[pa.RecordBatch], backend: Any) -> int:
-    from collections import namedtuple
-
     n = 0
     for batch in batches:
-        names = [c for c in batch.schema.names if c != KEY_GROUP]
-        row = namedtuple("Record", names)  # type: ignore[misc]
-        columns = [batch.column(c).to_pylist() for c in names]
+        keys, records = _records_of(batch)
         groups = batch.column(KEY_GROUP)
-        backend.check_key_groups(groups, columns[0])
-        context, listeners = backend.batch_key_setter()
-        records = map(functools.partial(tuple.__new__, row), zip(*columns))
-        for key, group, _record in zip(columns[0], groups.to_pylist(), records):
+        backend.check_key_groups(groups, keys)
+        prefixed = backend.prefixed_key_setter(batch.column("key"), groups)
+        if prefixed is None:
+            (context, listeners), prefixes = backend.batch_key_setter(), repeat(b"")
+        else:
+            (context, listeners), prefixes = prefixed
+        for key, group, prefix, _record in zip(keys, groups.to_pylist(), prefixes, records):
             context.key = key
             context.key_group = group
+            if prefixed is not None:
+                context.prefix = prefix
             if listeners:
                 for listener in listeners:
                     listener()
