@@ -28,6 +28,7 @@ from statecore.runtime.lateness import EventTimeGate
 from statecore.runtime.task import KeyedOperatorTask
 from statecore.ttl import ManualTimeProvider, StateTtlConfig
 from statecore.types import TypeInfo
+from statecore.vectorized import RunningAggregate
 from tests.reference_model.model import KeyedModel, Kind, ModelTtl
 
 BACKENDS = ["heap", "rocksdb"]
@@ -348,5 +349,43 @@ def test_per_record_key_group_outside_the_task_is_refused_before_any_record(
     other = next(k for k in (f"k{i}" for i in range(1000)) if assign_to_key_group(k, MAX_P) > 63)
     with pytest.raises(KeyGroupOutOfRangeError, match=f"key '{other}' is in key group"):
         task.process_batch(batch_of([mine, other], [1, 2]), key="key", key_group=KG)
+    assert list(task.backend.keys("total")) == []
+    task.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_record_and_vectorized_paths_agree(backend: str, tmp_path: Path) -> None:
+    """``RunningAggregate`` (each distinct key made current once per pass, RocksDB's prefixes
+    built once per batch) gives the per-record running sums and leaves the same state; the
+    key current before the batch is current again after it."""
+    events = random_events(2_000, 200, seed=3)
+    expected, _ = model_sums(events)
+    task = task_of(backend, tmp_path, RunningAggregate("value", TOTAL, output="new_sum"))
+    task.backend.set_current_key("outside")
+    sums: list[int] = []
+    for start in range(0, len(events), 500):
+        chunk = events[start : start + 500]
+        table = pa.Table.from_batches([batch_of([k for k, _ in chunk], [v for _, v in chunk])])
+        out = task.process_keyed_table(table, key="key", key_group=KG)
+        assert out is not None
+        sums += out.column("new_sum").to_pylist()
+    assert sums == [total for _, _, total in expected]
+    assert task.backend.current_key == "outside"
+    keys = {k for k, _ in events}
+    assert stored(task, keys) == {k: model_value(model_sums(events)[1], k) for k in keys}
+    task.close()
+
+
+def test_per_record_vectorized_key_of_the_wrong_type_is_a_clear_error(tmp_path: Path) -> None:
+    task = task_of("rocksdb", tmp_path, RunningAggregate("value", TOTAL, output="new_sum"))
+    table = pa.table(
+        {
+            "key": pa.array([3, 4], pa.int64()),
+            "value": pa.array([1, 2], pa.int64()),
+            KG: pa.array([assign_to_key_group(k, MAX_P) for k in (3, 4)], pa.int32()),
+        }
+    )
+    with pytest.raises(KeyTypeError, match="key 3 of type int does not match .* string"):
+        task.process_keyed_table(table, key="key", key_group=KG)
     assert list(task.backend.keys("total")) == []
     task.close()
