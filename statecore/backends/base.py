@@ -165,6 +165,17 @@ class KeyedStateBackend(ABC):
         """
         return BatchKeySetter(self.key_context, self._key_listeners)
 
+    def prefixed_key_setter(
+        self, keys: pa.Array, key_groups: pa.Array
+    ) -> tuple[BatchKeySetter, list[bytes]] | None:
+        """For a backend whose states read the current key's encoded prefix
+        (:attr:`KeyContext.prefix <statecore.backends.context.KeyContext.prefix>`): the prefix
+        of every record of a checked batch, built once for the batch, and the setter whose
+        listeners then leave the prefix alone; the loop assigns each record's prefix with its
+        key. ``None`` (the default, and for keys the backend cannot encode as a column): the
+        loop uses :meth:`batch_key_setter`."""
+        return None
+
     def _add_key_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` whenever a key is made current, from the next record on."""
         self._key_listeners.append(listener)

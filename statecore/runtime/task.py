@@ -27,7 +27,7 @@ from statecore.backends.context import KeyContext
 from statecore.backends.heap import HeapKeyedStateBackend
 from statecore.backends.operator import OperatorStateStore
 from statecore.backends.timers import TimeDomain, Timer, timers_schema
-from statecore.errors import ConfigError, StateDescriptorConflictError
+from statecore.errors import ConfigError, KeyTypeError, StateDescriptorConflictError
 from statecore.keygroups import Key, KeyGroupRange, assign_to_key_group
 from statecore.runtime.functions import (
     CheckpointedFunction,
@@ -217,7 +217,11 @@ class KeyedOperatorTask:
         return BatchKeySetter(scratch, [make_current])
 
     def _run(
-        self, rows: Iterable[Row], setter: BatchKeySetter, lateness_ms: int | None = None
+        self,
+        rows: Iterable[Row],
+        setter: BatchKeySetter,
+        lateness_ms: int | None = None,
+        prefixes: Iterable[bytes] | None = None,
     ) -> list[Any]:
         """The record loop: each row's key made current as the backend's ``setter`` says,
         ``process_element`` called, its output gathered.
@@ -228,6 +232,10 @@ class KeyedOperatorTask:
         ``lateness_ms`` minus 1 ms and the event-time timers up to it fire, before the next
         record. Per record that costs a comparison (and, when the event time rose, an
         assignment and a look at the head of the timer queue); without it, a test of a local.
+
+        ``prefixes`` (one per row, from the backend's :meth:`prefixed_key_setter
+        <statecore.backends.base.KeyedStateBackend.prefixed_key_setter>`) are assigned with
+        each row's key, before the setter's listeners.
         """
         out: list[Any] = []
         extend = out.extend
@@ -239,10 +247,13 @@ class KeyedOperatorTask:
         timers = self.backend.timer_service
         heap, delay = timers.event_time_heap(), (lateness_ms or 0) + 1
         latest = timers.watermark + delay  # the largest event time the watermark stands for
+        next_prefix = None if prefixes is None else iter(prefixes).__next__
         n = -1
         for n, (key, key_group, record, timestamp) in enumerate(rows):
             context.key = ctx.current_key = key
             context.key_group = key_group
+            if next_prefix is not None:
+                context.prefix = next_prefix()
             if listeners:
                 for listener in listeners:
                     listener()
@@ -308,6 +319,12 @@ class KeyedOperatorTask:
         largest event time seen, the event-time timers up to that time minus ``lateness_ms``
         minus 1 ms fire before the next record (see :meth:`_run`).
         """
+        nulls = batch.column(key).null_count
+        if nulls:  # before any record of the batch changed state
+            raise KeyTypeError(
+                f"the key column {key!r} holds {nulls} null key(s); every record needs a key "
+                "(no record of this batch was processed)"
+            )
         names = [n for n in batch.schema.names if n != key_group]
         row = self._record_type(names)
         columns = [batch.column(n).to_pylist() for n in names]
@@ -315,9 +332,14 @@ class KeyedOperatorTask:
         keys = columns[names.index(key)] if key in names else batch.column(key).to_pylist()
         groups = batch.column(key_group)
         backend = self.backend
+        prefixes: list[bytes] | None = None
         if groups.null_count == 0:
             backend.check_key_groups(groups, keys)
-            setter = backend.batch_key_setter()
+            prefixed = backend.prefixed_key_setter(batch.column(key), groups)
+            if prefixed is None:
+                setter = backend.batch_key_setter()
+            else:  # RocksDB, string keys: every key's prefix encoded at once
+                setter, prefixes = prefixed
         else:  # not computed by Spark: the backend computes them
             setter = self._unchecked_setter()
         times: Iterable[int | None] = (
@@ -325,7 +347,7 @@ class KeyedOperatorTask:
         )
         rows: Iterable[Row] = zip(keys, groups.to_pylist(), records, times)
         with self.batch_guard, PYFLINK_HINTS:
-            return self._run(rows, setter, None if event_time is None else lateness_ms)
+            return self._run(rows, setter, None if event_time is None else lateness_ms, prefixes)
 
     def _record_type(self, names: list[str]) -> type:
         """The namedtuple of a batch's columns (made once per distinct column list)."""

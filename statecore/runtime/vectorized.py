@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statecore.backends.base import KeyedStateBackend
+from statecore.backends.base import BatchKeySetter, KeyedStateBackend
 from statecore.descriptors import ValueStateDescriptor
 from statecore.errors import ConfigError, StateAccessError
 from statecore.runtime.functions import RuntimeContext
@@ -75,22 +75,47 @@ class KeyedBatch:
         self.key_groups = key_groups
         self.codes = codes
         self._backend = backend
+        self._setter: tuple[BatchKeySetter, list[bytes] | None] | None = None
 
     @property
     def num_rows(self) -> int:
         return int(self.rows.num_rows)
 
     def each_key(self) -> Iterator[int]:
-        """Make each distinct key current in turn; yields its index in :attr:`keys`."""
-        backend = self._backend
-        previous = backend.key_context.save()
-        set_key = backend.set_current_key  # once per distinct key: the call is no cost
+        """Make each distinct key current in turn; yields its index in :attr:`keys`.
+
+        The key groups were checked by the task for the whole batch, so each key is made
+        current as in the per-record loop (the backend's batch key setter; on RocksDB the
+        keys' prefixes built once per batch, for every pass over the keys).
+        """
+        (context, listeners), prefixes = self._key_setter()
+        previous = context.save()
         try:
             for i, (key, key_group) in enumerate(zip(self.keys, self.key_groups)):
-                set_key(key, key_group)
+                context.key = key
+                context.key_group = key_group
+                if prefixes is not None:
+                    context.prefix = prefixes[i]
+                if listeners:
+                    for listener in listeners:
+                        listener()
                 yield i
         finally:
-            backend.key_context.restore(previous)
+            context.restore(previous)
+
+    def _key_setter(self) -> tuple[BatchKeySetter, list[bytes] | None]:
+        """The backend's setter for this batch's keys, and their prefixes (made once)."""
+        if self._setter is None:
+            backend = self._backend
+            try:
+                keys = pa.array(self.keys)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+                keys = None  # keys of mixed types: each is encoded (and refused) by itself
+            prefixed = None
+            if keys is not None:
+                prefixed = backend.prefixed_key_setter(keys, pa.array(self.key_groups, pa.int32()))
+            self._setter = prefixed or (backend.batch_key_setter(), None)
+        return self._setter
 
     def values(self, state: ValueState) -> list[Any]:
         """The state's value for each distinct key (its default, or ``None``, when unset)."""

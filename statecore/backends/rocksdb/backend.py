@@ -301,6 +301,17 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """The loop assigns the key and its group; the first listener encodes its prefix."""
         return BatchKeySetter(self.key_context, self._batch_listeners)
 
+    def prefixed_key_setter(
+        self, keys: pa.Array, key_groups: pa.Array
+    ) -> tuple[BatchKeySetter, list[bytes]] | None:
+        """String keys: the batch's prefixes built as one column
+        (:meth:`KeyLayout.prefixes <statecore.backends.rocksdb.keys.KeyLayout.prefixes>`),
+        and the key listeners without the per-record prefix encoder."""
+        prefixes = self._layout.prefixes(keys, key_groups)
+        if prefixes is None:
+            return None
+        return BatchKeySetter(self.key_context, self._key_listeners), prefixes
+
     def _add_key_listener(self, listener: Callable[[], None]) -> None:
         super()._add_key_listener(listener)
         self._batch_listeners.append(listener)

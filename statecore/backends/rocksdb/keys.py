@@ -25,7 +25,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statecore.backends.rocksdb.codec import codec_for, encode_length, read_varint
 
@@ -124,6 +126,36 @@ class KeyLayout:
             return groups[key_group] + encode(key)
 
         return prefix_of
+
+    def prefixes(self, keys: pa.Array, key_groups: pa.Array) -> list[bytes] | None:
+        """The prefix of every row (``keys[i]`` in ``key_groups[i]``), built as one column: the
+        per-batch form of :meth:`prefix_function`, byte for byte. For a string column of string
+        keys each under 128 UTF-8 bytes (a one-byte length), without nulls; ``None`` otherwise,
+        and the caller encodes each key with :meth:`prefix_function` (which raises for a key of
+        the wrong type).
+
+        >>> layout = KeyLayout(pa.string())
+        >>> layout.prefixes(pa.array(["user-1", ""]), pa.array([7, 300], pa.int32()))
+        [b'\\x00\\x07\\x06user-1', b'\\x01,\\x00']
+        """
+        if not (pa.types.is_string(self.key_type) or pa.types.is_large_string(self.key_type)):
+            return None
+        n = len(keys)
+        if n == 0 or not pa.types.is_string(keys.type) or keys.null_count or key_groups.null_count:
+            return None
+        lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False)
+        groups = key_groups.to_numpy(zero_copy_only=False).astype(np.int64)
+        if lengths.max() >= 128 or groups.min() < 0 or groups.max() > 0xFFFF:
+            return None
+        head = np.empty((n, 3), np.uint8)  # [key group, 2 bytes big-endian][length, 1 byte]
+        head[:, 0] = groups >> 8
+        head[:, 1] = groups & 0xFF
+        head[:, 2] = lengths
+        heads = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(3), n, [None, pa.py_buffer(head)]
+        ).cast(pa.binary())
+        joined = pc.binary_join_element_wise(heads, keys.cast(pa.binary()), b"")
+        return joined.to_pylist()  # type: ignore[no-any-return]
 
     def namespace(self, namespace: str) -> bytes:
         cached = self._namespaces.get(namespace)
