@@ -12,12 +12,14 @@ then, from the repository with its own ``.venv`` set up (``make setup jars``)::
     .venv/bin/python -m benchmarks.pyflink_parity --pyflink-python /work/pyflink-venv/bin/python
     .venv/bin/python -m benchmarks.pyflink_parity --pyflink-python ... --only side_outputs
 
-``--only`` takes job modules (or the start of a call); without it every case runs and
-``benchmarks/PYFLINK_PARITY.md`` is written anew (with ``--only``, only when ``--output`` is
-given). Each job file is copied with ``statecore.pyflink`` replaced by ``pyflink`` in its imports
-(the only lines that differ) and run there in a subprocess; the same call runs here on a local
-Spark session, each case as a statecore job in a fresh ``STATECORE_HOME``. A case over files
-writes the job's input as the job's test writes it and passes its path as ``INPUT``.
+``--only`` takes job modules, or ``module.call`` starts (``side_outputs.large_orders_demo``);
+without it every case runs. The rows of the cases run are written to
+``benchmarks/PYFLINK_PARITY.md`` (or ``--output``) after each case, the rows it has of the
+other cases kept. Each job file is copied with ``statecore.pyflink`` replaced by ``pyflink``
+in its imports (the only lines that differ) and run there in a subprocess; the same call runs
+here on a local Spark session, each case as a statecore job in a fresh ``STATECORE_HOME``. A
+case over files writes the job's input as the job's test writes it and passes its path as
+``INPUT``.
 
 Only cases whose Flink output is determinate are run: a collection in ``STREAMING`` mode whose
 timers or windows could fire at any of Flink's periodic watermarks is not (``EXCLUDED`` says
@@ -296,13 +298,30 @@ def not_covered() -> list[str]:
 
 
 def selected(only: list[str] | None) -> list[Case]:
-    """The cases of the job modules (or calls starting with the text) named, or every case."""
+    """The cases of the job modules named (``side_outputs``), or of ``module.call`` starting
+    with a text (``side_outputs.large_orders_demo(INPUT,``); every case without ``only``."""
     if not only:
         return list(CASES)
-    return [c for c in CASES if any(o == c.module or c.call.startswith(o) for o in only)]
+    return [
+        c
+        for c in CASES
+        if any(o == c.module or ("." in o and f"{c.module}.{c.call}".startswith(o)) for o in only)
+    ]
 
 
-def report_page(version: str, rows: list[tuple[Case, int | str, str, float, float]]) -> str:
+def page_rows(page: str) -> dict[tuple[str, str], list[str]]:
+    """The table rows of a page this module wrote, by ``(job, call)``: their cells."""
+    rows = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) >= 7 and cells[1].startswith("`"):
+            rows[(cells[0], cells[1].strip("`"))] = cells
+    return rows
+
+
+def report_page(version: str, rows: dict[Case, list[str]]) -> str:
+    """The page: a row per case measured (``rows``: its cells after job, call, mode and how
+    compared: lines, same output, PyFlink s, statecore s, run), in the order of ``CASES``."""
     lines = [
         "# The PyFlink job files on PyFlink and on statecore",
         "",
@@ -312,40 +331,61 @@ def report_page(version: str, rows: list[tuple[Case, int | str, str, float, floa
         "(\"in order\"), or as multisets where Flink's order is its own (a batch's, and a stream's",
         "timer outputs at its end); a job printing two streams, each sink's lines apart (Flink's",
         "sinks interleave). A case over files writes the job's input as its test does. Times are",
-        "wall-clock per run, including each job's start.",
+        'wall-clock per run, including each job\'s start; "run" is the day of the run that',
+        "measured the row (a run with `--only` measures its cases' rows and keeps the others;",
+        '"earlier": a run before days were recorded).',
         "",
-        "| job | call | mode | lines | compared | same output | PyFlink s | statecore s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| job | call | mode | compared | lines | same output | PyFlink s | statecore s | run |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for case, count, same, flink_s, ours_s in rows:
+    for case in CASES:
+        if case not in rows:
+            continue
         compared = "in order" if case.ordered else "multiset"
         if case.sinks:
             compared += ", per sink"
-        lines.append(
-            f"| {case.module} | `{case.call}` | {case.label} | {count} | {compared} | {same} "
-            f"| {flink_s:.1f} | {ours_s:.1f} |"
-        )
+        cells = [case.module, f"`{case.call}`", case.label, compared, *rows[case]]
+        lines.append("| " + " | ".join(cells) + " |")
+    missing = [c for c in CASES if c not in rows]
+    if missing:
+        lines += ["", "Not measured yet: " + ", ".join(f"`{c.module}.{c.call}`" for c in missing)]
     lines += ["", "Not run, and why:", ""]
     lines += [f"- `{name}`: {why}." for name, why in EXCLUDED.items()]
     lines += [
         "",
-        "Measured on the shared 2-core machine; statecore's first case includes the Spark",
-        "session's first jobs and Python workers (warm-up), PyFlink's each start a local",
-        "mini-cluster.",
+        "Measured on the shared 2-core machine (other work running beside it: the times are an",
+        "upper bound); statecore's first case of a run includes the Spark session's first jobs",
+        "and Python workers (warm-up), PyFlink's each start a local mini-cluster.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def kept_rows(path: Path) -> dict[Case, list[str]]:
+    """The rows of ``path`` (a page written before) for the cases still in ``CASES``: the
+    cells after job, call, mode and how compared (a page without the last column: run ``-``)."""
+    if not path.is_file():
+        return {}
+    old = page_rows(path.read_text())
+    rows = {}
+    for case in CASES:
+        cells = old.get((case.module, case.call))
+        if cells is None:
+            continue
+        numbers = cells[4:] if len(cells) >= 9 else [*cells[3:7], "earlier"]
+        rows[case] = numbers[:5]
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pyflink-python", required=True, help="an interpreter with PyFlink")
     parser.add_argument("--output", help="the page to write (default: PYFLINK_PARITY.md)")
-    parser.add_argument("--only", nargs="*", help="job modules (or calls' starts) to run")
+    parser.add_argument("--only", nargs="*", help="job modules (or module.call starts) to run")
     args = parser.parse_args()
     cases = selected(args.only)
     if not cases:
         parser.error(f"no case of {args.only}: job modules are {sorted({c.module for c in CASES})}")
-    output = args.output or (None if args.only else REPO / "benchmarks" / "PYFLINK_PARITY.md")
+    output = Path(args.output or REPO / "benchmarks" / "PYFLINK_PARITY.md")
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from statecore.spark.session import build_session
@@ -360,7 +400,7 @@ def main() -> None:
         [args.pyflink_python, "-c", "import pyflink.version as v; print(v.__version__)"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    rows: list[tuple[Case, int | str, str, float, float]] = []
+    rows = kept_rows(output)
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for i, case in enumerate(cases):
@@ -373,12 +413,16 @@ def main() -> None:
                 ours, ours_s = run_on_statecore(case, folder / "home", input_path)
             except Exception as exc:  # one case's failure is reported, the others still run
                 failed += 1
-                rows.append((case, "-", "ERROR", 0.0, 0.0))
+                rows[case] = ["-", "ERROR", "-", "-", time.strftime("%Y-%m-%d", time.gmtime())]
                 print(f"{name}: ERROR {exc}", file=sys.stderr)
+                output.write_text(report_page(version, rows))
                 continue
             report = differences(case, flink, ours)
             failed += bool(report)
-            rows.append((case, len(flink), "NO" if report else "yes", flink_s, ours_s))
+            day = time.strftime("%Y-%m-%d", time.gmtime())
+            same = "NO" if report else "yes"
+            rows[case] = [str(len(flink)), same, f"{flink_s:.1f}", f"{ours_s:.1f}", day]
+            output.write_text(report_page(version, rows))  # after each case: a long run's so far
             print(f"{name}: {'DIFFERENT' if report else 'same'}", file=sys.stderr)
             for line in report:
                 print(f"  {line}", file=sys.stderr)
@@ -386,8 +430,6 @@ def main() -> None:
     for module in not_covered():
         print(f"tests/pyflink/jobs/{module}.py: in no case (add it to CASES)", file=sys.stderr)
     print(f"{len(cases) - failed} of {len(cases)} cases print the same lines", file=sys.stderr)
-    if output is not None:
-        Path(output).write_text(report_page(version, rows))
     sys.exit(1 if failed else 0)
 
 

@@ -12,8 +12,10 @@ from benchmarks.pyflink_parity import (
     JOBS,
     Case,
     differences,
+    kept_rows,
     not_covered,
     pyflink_source,
+    report_page,
     selected,
     write_input,
 )
@@ -75,8 +77,26 @@ def test_pyflink_parity_multisets_name_the_lines_one_side_has_more_of() -> None:
 def test_pyflink_parity_only_runs_the_job_modules_named() -> None:
     side = selected(["side_outputs"])
     assert side and {c.module for c in side} == {"side_outputs"}
-    assert {c.call for c in selected(["large_orders_demo"])} == {
+    assert {c.call for c in selected(["side_outputs.large_orders_demo"])} == {
         "large_orders_demo(INPUT)",
         "large_orders_demo(INPUT, mode=RuntimeExecutionMode.BATCH)",
     }
-    assert selected(None) == CASES and selected(["no_such_job"]) == []
+    assert {c.module for c in selected(["deduplicate"])} == {"deduplicate"}
+    assert selected(None) == CASES and selected(["no_such_job", "large_orders_demo"]) == []
+
+
+def test_pyflink_parity_page_keeps_the_rows_of_cases_not_run(tmp_path: Path) -> None:
+    """A run with ``--only`` rewrites its cases' rows; the page's other rows are read back as
+    they were (a page of the older form too, without the last column)."""
+    first, second = CASES[0], CASES[1]
+    page = tmp_path / "PARITY.md"
+    page.write_text(report_page("2.3.0", {first: ["3", "yes", "20.0", "2.5", "2026-11-29"]}))
+    assert kept_rows(page) == {first: ["3", "yes", "20.0", "2.5", "2026-11-29"]}
+    text = report_page("2.3.0", {**kept_rows(page), second: ["2", "NO", "9.0", "1.0", "today"]})
+    assert f"| {second.module} | `{second.call}` | {second.label} |" in text
+    (missing,) = [line for line in text.splitlines() if line.startswith("Not measured yet")]
+    assert f"`{CASES[2].module}.{CASES[2].call}`" in missing
+    assert f"`{first.module}.{first.call}`" not in missing
+    old = f"| {first.module} | `{first.call}` | {first.label} | 8 | yes | 33.3 | 43.4 |\n"
+    page.write_text(old)
+    assert kept_rows(page) == {first: ["8", "yes", "33.3", "43.4", "earlier"]}
