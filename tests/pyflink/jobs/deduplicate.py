@@ -43,6 +43,7 @@ class Deduplicate(KeyedProcessFunction):
         expired = [k for k, seen_at in self.seen.items() if seen_at + RETENTION <= timestamp]
         for event_id in expired:
             self.seen.remove(event_id)
+        return []  # nothing to emit: PyFlink iterates what on_timer returns, None fails
 
 
 def deduplicate_demo(mode=RuntimeExecutionMode.STREAMING):
