@@ -14,6 +14,11 @@ How the expectations follow from Flink's semantics (parallelism 1, as the jobs s
   ``filter`` after it keeps orders of 100 or more, in input order.
 - ``word_count_file`` in STREAMING: the ``reduce`` emits each word's running count as it comes,
   in input order.
+- The keyed process functions of ``count_with_ttl``, ``deduplicate`` and ``session_timeout``
+  in their jobs over collections: each count as it comes (nothing expires within 10 s); each
+  ``(user, event)`` the first time; a session's count when its last timer fires (every timer
+  fires at the end of the input: times 1000..5500 trail the watermark by 1 s, sessions end 5 s
+  after a key's last element), the order across keys PyFlink's own (compared sorted).
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ from statecore.pyflink.datastream import (
     RuntimeExecutionMode,
     StreamExecutionEnvironment,
 )
-from tests.pyflink.jobs import count_window_average, process_function, word_count_file
+from tests.pyflink.jobs import (
+    count_window_average,
+    count_with_ttl,
+    deduplicate,
+    process_function,
+    session_timeout,
+    word_count_file,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -100,6 +112,31 @@ def test_rich_function_word_count_stream_over_one_file(
         "(that,1)",
         "(is,1)",
     ]
+
+
+FLINK_COUNTS = ["('flink', 1)", "('spark', 1)", "('flink', 2)", "('flink', 3)"]
+
+
+@pytest.mark.parametrize(
+    ("job", "expected", "ordered"),
+    [
+        (count_with_ttl.count_with_ttl_demo, FLINK_COUNTS, True),
+        (deduplicate.deduplicate_demo, ["(u1,e1)", "(u1,e2)", "(u2,e1)"], True),
+        (session_timeout.session_timeout_demo, ["('a', 3)", "('b', 2)"], False),
+    ],
+    ids=["count_with_ttl", "deduplicate", "session_timeout"],
+)
+def test_rich_function_keyed_process_function_jobs_print_flinks_output(
+    spark: Any,
+    statecore_home: StatecoreConfig,
+    capsys: pytest.CaptureFixture[str],
+    job: Any,
+    expected: list[str],
+    ordered: bool,
+) -> None:
+    job()
+    lines = _lines(capsys)
+    assert (lines if ordered else sorted(lines)) == expected
 
 
 def test_rich_function_uid_names_the_operator_whose_state_is_checkpointed(

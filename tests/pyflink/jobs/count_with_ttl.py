@@ -1,4 +1,5 @@
 """Counts each key's elements; a count not written for 10 seconds expires (state TTL).
+``count_with_ttl_demo`` runs the function over a collection of words.
 
 PyFlink code: only the imports differ (the comment above each names PyFlink's).
 """
@@ -6,8 +7,11 @@ PyFlink code: only the imports differ (the comment above each names PyFlink's).
 # from pyflink.common import Time, Types
 from statecore.pyflink.common import Time, Types
 
-# from pyflink.datastream import KeyedProcessFunction, RuntimeContext
-from statecore.pyflink.datastream import KeyedProcessFunction, RuntimeContext
+# from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+from statecore.pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+
+# from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
+from statecore.pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 
 # from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 from statecore.pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
@@ -36,3 +40,14 @@ class CountWithTtl(KeyedProcessFunction):
         current += 1
         self.count.update(current)
         yield ctx.get_current_key(), current
+
+
+def count_with_ttl_demo(mode=RuntimeExecutionMode.STREAMING):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runtime_mode(mode)
+    env.set_parallelism(1)
+
+    words = env.from_collection(["flink", "spark", "flink", "flink"], type_info=Types.STRING())
+    words.key_by(lambda word: word, key_type=Types.STRING()).process(CountWithTtl()).print()
+
+    return env.execute("count_with_ttl")

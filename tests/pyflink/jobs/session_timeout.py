@@ -1,16 +1,27 @@
 """Counts each key's elements per session and emits (key, count) once the key has seen no
 element for 5 seconds of event time (an event-time timer per element; an outdated timer is
 ignored, as in Flink's ``CountWithTimeoutFunction`` example). An element behind the watermark
-belongs to a session already closed: the function drops it itself.
+belongs to a session already closed: the function drops it itself. ``session_timeout_demo``
+runs it over a collection of ``(key, time)`` tuples, their times in order and 1 s of
+out-of-orderness allowed.
 
 PyFlink code: only the imports differ (the comment above each names PyFlink's).
 """
 
+# from pyflink.common import Duration, WatermarkStrategy
+from statecore.pyflink.common import Duration, WatermarkStrategy
+
 # from pyflink.common.typeinfo import Types
 from statecore.pyflink.common.typeinfo import Types
 
-# from pyflink.datastream import KeyedProcessFunction, RuntimeContext, TimeDomain
-from statecore.pyflink.datastream import KeyedProcessFunction, RuntimeContext, TimeDomain
+# from pyflink.common.watermark_strategy import TimestampAssigner
+from statecore.pyflink.common.watermark_strategy import TimestampAssigner
+
+# from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+from statecore.pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+
+# from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext, TimeDomain
+from statecore.pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext, TimeDomain
 
 # from pyflink.datastream.state import ValueStateDescriptor
 from statecore.pyflink.datastream.state import ValueStateDescriptor
@@ -45,3 +56,24 @@ class SessionTimeout(KeyedProcessFunction):
             yield ctx.get_current_key(), self.count.value()
             self.count.clear()
             self.last_seen.clear()
+
+
+class SecondField(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp) -> int:
+        return value[1]
+
+
+def session_timeout_demo(mode=RuntimeExecutionMode.STREAMING):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runtime_mode(mode)
+    env.set_parallelism(1)
+
+    ds = env.from_collection([("a", 1000), ("b", 2000), ("a", 3000), ("b", 4000), ("a", 5500)])
+    ds = ds.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_bounded_out_of_orderness(
+            Duration.of_seconds(1)
+        ).with_timestamp_assigner(SecondField())
+    )
+    ds.key_by(lambda value: value[0], key_type=Types.STRING()).process(SessionTimeout()).print()
+
+    return env.execute("session_timeout")
