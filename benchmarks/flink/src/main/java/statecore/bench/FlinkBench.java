@@ -161,9 +161,10 @@ public final class FlinkBench {
     while (FLUSHED.get() == PARALLELISM) {
       ATTEMPTS.incrementAndGet();
       try {
-        mini.triggerCheckpoint(id).get();
+        // bounded: a trigger whose future never completed once held a run for 10 minutes
+        mini.triggerCheckpoint(id).get(60, TimeUnit.SECONDS);
         break;
-      } catch (ExecutionException declined) {
+      } catch (ExecutionException | java.util.concurrent.TimeoutException declined) {
         if (mini.getJobStatus(id).get().isGloballyTerminalState()) {
           break;
         }
