@@ -1,6 +1,7 @@
-"""A rich ``AggregateFunction`` in a window: its ``open()`` reads the runtime context (the
-task's name and subtask) before the first element, and a ``ProcessWindowFunction`` beside it,
-opened too, labels each tumbling window's average with them.
+"""A window's ``AggregateFunction`` beside a rich ``ProcessWindowFunction``: the window
+function's ``open()`` reads the runtime context (its subtask) before the first window fires,
+and labels each tumbling window's scaled average with it. (PyFlink opens the window function,
+not the aggregate function given with it: Java Flink refuses a rich one there.)
 
 PyFlink code: only the imports differ (the comment above each names PyFlink's).
 """
@@ -33,11 +34,8 @@ class MyTimestampAssigner(TimestampAssigner):
 
 
 class ScaledAverage(AggregateFunction):
-    def __init__(self):
-        self.scale = None
-
-    def open(self, runtime_context: RuntimeContext):
-        self.scale = runtime_context.get_number_of_parallel_subtasks() * 10
+    def __init__(self, scale=10):
+        self.scale = scale
 
     def create_accumulator(self):
         return 0, 0
@@ -50,9 +48,6 @@ class ScaledAverage(AggregateFunction):
 
     def merge(self, a, b):
         return a[0] + b[0], a[1] + b[1]
-
-    def close(self):
-        self.scale = None
 
 
 class LabelWindow(ProcessWindowFunction[int, tuple, str, TimeWindow]):
