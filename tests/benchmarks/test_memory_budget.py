@@ -28,16 +28,33 @@ def _holder(size: int) -> subprocess.Popen[str]:
 
 
 def test_memory_budget_tree_rss_counts_each_process_of_the_tree() -> None:
-    children = [_holder(HOLD), _holder(HOLD // 2)]
+    # a tree of its own (a Python root holding two Python children), not this test process's:
+    # a test run's process has children of its own (Spark's workers, servers of other tests)
+    code = (
+        "import subprocess, sys\n"
+        "def hold(size):\n"
+        "    code = ('import sys; b = bytearray(%d); b[::4096] = b\"x\" * len(b[::4096]); '\n"
+        "            'print(\"held\", flush=True); sys.stdin.read()') % size\n"
+        "    return subprocess.Popen([sys.executable, '-c', code], stdin=subprocess.PIPE,\n"
+        "                            stdout=subprocess.PIPE, text=True)\n"
+        f"children = [hold({HOLD}), hold({HOLD // 2})]\n"
+        "for child in children:\n"
+        "    child.stdout.readline()\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+        "for child in children:\n"
+        "    child.communicate('')\n"
+    )
+    root = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
-        for child in children:
-            assert child.stdout is not None and child.stdout.readline().strip() == "held"
-        with TreeRss() as rss:
+        assert root.stdout is not None and root.stdout.readline().strip() == "held"
+        with TreeRss(root=root.pid) as rss:
             time.sleep(0.5)
     finally:
-        for child in children:
-            child.communicate("")
-    size, count = rss.parts["Python worker"]  # a Python child of the tree's Python root
+        root.communicate("")
+    size, count = rss.parts["Python worker"]  # the Python children of the tree's Python root
     assert count == 2 and size >= HOLD + HOLD // 2
     driver, one = rss.parts["driver Python"]
     assert one == 1 and rss.peak == size + driver
