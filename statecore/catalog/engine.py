@@ -58,13 +58,15 @@ def shared_engine(url: str) -> sa.Engine:
     catalog: a point lookup and every micro-batch of a stream open the catalog anew, and
     compiling their statements again cost more than running them. Keyed by process (a forked
     child makes its own). A SQLite engine keeps no connection open between uses, so a catalog
-    file replaced in place (a backup restored) is read as it is now, as before."""
+    file replaced in place (a backup restored) is read as it is now, as before; and a catalog
+    whose folder was deleted since is made again in a new folder, as on its first open."""
     key = (os.getpid(), url)
     with _SHARED_LOCK:
         engine = _SHARED.get(key)
         if engine is None:
-            engine = _SHARED[key] = create_engine(url, shared=True)
-        return engine
+            return _SHARED.setdefault(key, create_engine(url, shared=True))
+    _make_sqlite_folder(url, engine.url)
+    return engine
 
 
 def discard_engine(engine: sa.Engine) -> None:
@@ -84,11 +86,7 @@ def create_engine(url: str, *, shared: bool = False) -> sa.Engine:
         raise ConfigError(f"checkpoint catalog URL {url!r} is not a SQLAlchemy URL") from exc
     is_sqlite = parsed.get_backend_name() == "sqlite"
     database = parsed.database or ":memory:"
-    if is_sqlite and database != ":memory:" and not database.startswith("file:"):
-        try:
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create checkpoint catalog {url!r}: {exc}") from exc
+    _make_sqlite_folder(url, parsed)
     try:
         options: dict[str, Any] = {"pool_pre_ping": not is_sqlite}
         if shared and is_sqlite and database != ":memory:":
@@ -99,6 +97,19 @@ def create_engine(url: str, *, shared: bool = False) -> sa.Engine:
     if is_sqlite:
         _configure_sqlite(engine)
     return engine
+
+
+def _make_sqlite_folder(url: str, parsed: sa.URL) -> None:
+    """Create the folder of a SQLite catalog file (nothing for another database)."""
+    database = parsed.database or ":memory:"
+    if parsed.get_backend_name() != "sqlite" or database == ":memory:":
+        return
+    if database.startswith("file:"):
+        return
+    try:
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create checkpoint catalog {url!r}: {exc}") from exc
 
 
 def _configure_sqlite(engine: sa.Engine) -> None:

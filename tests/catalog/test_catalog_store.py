@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -299,3 +301,20 @@ def test_catalog_store_lookups_search_an_index_on_sqlite(
             if any(step.startswith("SEARCH statecore_checkpoints ") for step in plan):
                 # ordered by the index itself, so LIMIT stops at the first rows
                 assert not [step for step in plan if "TEMP B-TREE" in step], (statement, plan)
+
+
+def test_catalog_store_a_deleted_catalog_folder_is_made_again_on_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """The process keeps one engine per catalog URL: a SQLite catalog whose folder was deleted
+    since its first open (a job's home removed and started again) opens as a fresh catalog
+    again, instead of failing on "unable to open database file"."""
+    url = f"sqlite:///{tmp_path / 'home' / 'catalog.db'}"
+    with Catalog.connect(url) as first:
+        first.ensure_job(JOB, parallelism=1, max_parallelism=8)
+        assert first.has_job(JOB)
+    shutil.rmtree(tmp_path / "home")
+    with Catalog.connect(url) as again:
+        assert not again.has_job(JOB)
+        again.ensure_job(JOB, parallelism=1, max_parallelism=8)
+        assert again.has_job(JOB)
