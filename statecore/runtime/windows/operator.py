@@ -27,7 +27,15 @@ from statecore.runtime.functions import (
     OnTimerContext,
     RuntimeContext,
 )
-from statecore.runtime.windows.assigners import MergingWindowAssigner, WindowAssigner
+from statecore.runtime.windows.assigners import (
+    DynamicSessionWindows,
+    GlobalWindows,
+    MergingWindowAssigner,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+    WindowAssigner,
+)
 from statecore.runtime.windows.evictors import Evictor, TimestampedValue
 from statecore.runtime.windows.functions import (
     ProcessWindowFunction,
@@ -42,6 +50,12 @@ from statecore.runtime.windows.windows import Window, window_of
 
 __all__ = ["WindowOperator", "WindowTriggerContext"]
 
+_CONTINUE = TriggerResult.CONTINUE
+_CLOCKLESS = (TumblingWindows, SlidingWindows, SessionWindows, DynamicSessionWindows, GlobalWindows)
+"""The assigners whose event-time windows do not read the processing time."""
+_WINDOWS_KEPT = 4096
+"""How many windows :meth:`WindowOperator._window_of` keeps parsed (then it starts over)."""
+
 
 class WindowTriggerContext:
     """The trigger's view of the current key and one window: timers and state in the window's
@@ -52,6 +66,11 @@ class WindowTriggerContext:
         self._timers = runtime_context.backend.timer_service
         self.window: Window | None = None
         self.merged_windows: list[Window] = []
+        self.event_timer_window: Window | None = None
+        """The window whose event-time timer at :attr:`event_timer_time` this context last
+        registered (``None`` after a delete): the operator skips registering it again as the
+        cleanup timer, which the timer service would ignore as already registered."""
+        self.event_timer_time = 0
 
     @property
     def _namespace(self) -> str:
@@ -68,12 +87,14 @@ class WindowTriggerContext:
 
     def register_event_time_timer(self, timestamp: int) -> None:
         self._timers.register_event_time_timer(timestamp, self._namespace)
+        self.event_timer_window, self.event_timer_time = self.window, timestamp
 
     def register_processing_time_timer(self, timestamp: int) -> None:
         self._timers.register_processing_time_timer(timestamp, self._namespace)
 
     def delete_event_time_timer(self, timestamp: int) -> None:
         self._timers.delete_event_time_timer(timestamp, self._namespace)
+        self.event_timer_window = None
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
         self._timers.delete_processing_time_timer(timestamp, self._namespace)
@@ -131,6 +152,15 @@ class WindowOperator(KeyedProcessFunction):
             else None
         )
         self.trigger_context = WindowTriggerContext(runtime_context)
+        self._timers = runtime_context.backend.timer_service
+        self._event_time = self.assigner.is_event_time
+        # the built-in assigners read the processing time only for processing-time windows
+        self._needs_now = not (self._event_time and type(self.assigner) in _CLOCKLESS)
+        self._clears_function_state = (
+            isinstance(self.function, ProcessWindowFunction)
+            and type(self.function).clear is not ProcessWindowFunction.clear
+        )
+        self._windows_by_namespace: dict[str, Window] = {}
         if self.function is not None:
             self.function.open(runtime_context)
 
@@ -141,11 +171,12 @@ class WindowOperator(KeyedProcessFunction):
     # -- elements ----------------------------------------------------------------------------
     def process_element(self, value: Any, ctx: Context) -> Iterable[Any] | None:
         timestamp = ctx.timestamp
-        now = self.trigger_context.current_processing_time
+        now = self._timers.current_processing_time() if self._needs_now else 0
         windows = self.assigner.assign_element_windows(value, timestamp, now=now)
         out: list[Any] = []
         skipped = True
         merging = self._merging_windows()
+        context = self.trigger_context
         for window in windows:
             if merging is not None:
                 window = merging.add_window(
@@ -162,9 +193,11 @@ class WindowOperator(KeyedProcessFunction):
                 state_window = window
             skipped = False
             self._add(state_window, value, timestamp)
-            self.trigger_context.window = window
-            result = self.trigger.on_element(value, timestamp, window, self.trigger_context)
-            self._act(result, ctx.current_key, window, state_window, ctx, out)
+            context.window = window
+            context.event_timer_window = None
+            result = self.trigger.on_element(value, timestamp, window, context)
+            if result is not _CONTINUE:
+                self._act(result, ctx.current_key, window, state_window, ctx, out)
             self._register_cleanup_timer(window)
         if merging is not None:
             merging.persist()
@@ -222,8 +255,19 @@ class WindowOperator(KeyedProcessFunction):
             self.window_state.add({"value": value, "timestamp": timestamp})
 
     # -- timers ------------------------------------------------------------------------------
+    def _window_of(self, namespace: str) -> Window:
+        """The window of a timer's namespace, parsed once per namespace (a tumbling window's
+        namespace is shared by every key)."""
+        windows = self._windows_by_namespace
+        window = windows.get(namespace)
+        if window is None:
+            if len(windows) >= _WINDOWS_KEPT:
+                windows.clear()
+            window = windows[namespace] = window_of(namespace)
+        return window
+
     def on_timer(self, timestamp: int, ctx: OnTimerContext) -> Iterable[Any] | None:
-        window = window_of(ctx.namespace)
+        window = self._window_of(ctx.namespace)
         event_time = ctx.time_domain is TimeDomain.EVENT_TIME
         merging = self._merging_windows()
         if merging is not None:
@@ -240,7 +284,7 @@ class WindowOperator(KeyedProcessFunction):
             result = self.trigger.on_processing_time(timestamp, window, context)
         out: list[Any] = []
         self._act(result, ctx.current_key, window, state_window, ctx, out)
-        if event_time == self.assigner.is_event_time and timestamp == self._cleanup_time(window):
+        if event_time == self._event_time and timestamp == self._cleanup_time(window):
             self._clear_all_state(window, state_window, merging, ctx)
         if merging is not None:
             merging.persist()
@@ -298,7 +342,7 @@ class WindowOperator(KeyedProcessFunction):
 
     # -- cleanup -----------------------------------------------------------------------------
     def _cleanup_time(self, window: Window) -> int:
-        if self.assigner.is_event_time:
+        if self._event_time:
             return min(window.max_timestamp + self.allowed_lateness, MAX_WATERMARK)
         return window.max_timestamp
 
@@ -306,9 +350,12 @@ class WindowOperator(KeyedProcessFunction):
         cleanup = self._cleanup_time(window)
         if cleanup == MAX_WATERMARK:
             return  # a window that never ends (global) is never cleaned up
-        self.trigger_context.window = window
-        if self.assigner.is_event_time:
-            self.trigger_context.register_event_time_timer(cleanup)
+        context = self.trigger_context
+        if self._event_time:
+            if context.event_timer_window is window and context.event_timer_time == cleanup:
+                return  # the trigger just registered it (the default: no allowed lateness)
+            context.window = window
+            context.register_event_time_timer(cleanup)
         else:
             self.trigger_context.register_processing_time_timer(cleanup)
 
@@ -317,7 +364,7 @@ class WindowOperator(KeyedProcessFunction):
         if cleanup == MAX_WATERMARK:
             return
         self.trigger_context.window = window
-        if self.assigner.is_event_time:
+        if self._event_time:
             self.trigger_context.delete_event_time_timer(cleanup)
         else:
             self.trigger_context.delete_processing_time_timer(cleanup)
@@ -329,20 +376,18 @@ class WindowOperator(KeyedProcessFunction):
         self.window_state.clear()
         self.trigger_context.window = window
         self.trigger.clear(window, self.trigger_context)
-        if isinstance(self.function, ProcessWindowFunction):
+        if self._clears_function_state:
+            assert isinstance(self.function, ProcessWindowFunction)
             self.function.clear(WindowProcessContext(self.runtime_context, window, ctx))
         if merging is not None:
             merging.retire_window(window)
 
     def _is_window_late(self, window: Window) -> bool:
-        return (
-            self.assigner.is_event_time
-            and self._cleanup_time(window) <= self.trigger_context.current_watermark
-        )
+        return self._event_time and self._cleanup_time(window) <= self._timers.watermark
 
     def _is_element_late(self, timestamp: int | None) -> bool:
         return (
-            self.assigner.is_event_time
+            self._event_time
             and timestamp is not None
-            and timestamp + self.allowed_lateness <= self.trigger_context.current_watermark
+            and timestamp + self.allowed_lateness <= self._timers.watermark
         )
