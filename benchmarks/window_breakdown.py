@@ -7,14 +7,17 @@ by the task on the heap backend over the benchmark's Arrow batches, stage by sta
 
 Stages (each a run on a fresh backend; the fastest of ``--repeats`` counts):
 
-1. **task loop, no window**: ``process_batch`` with event time ``seq`` and the watermark
-   moving, the function doing nothing (Arrow to records, key made current, the call).
+1. **task loop, no window**: ``process_batch`` with event time ``seq``, the function doing
+   nothing (Arrow to records, key made current, the call).
 2. **window operator, elements**: ``process_batch`` with the window operator: assigning the
-   window, its namespace, the aggregate's add, the trigger and the cleanup timer per element
-   (with windows firing as the watermark passes them, as on Spark).
-3. **end of input**: plus the watermark at ``MAX_WATERMARK``: every remaining window fires.
+   window, its namespace, the aggregate's add, the trigger and the cleanup timer per element.
+   The watermark stays put, so no window fires here.
+3. **end of input**: plus the watermark at ``MAX_WATERMARK``: every window fires (the timer,
+   the trigger, the aggregate's result, the window function, the window's state cleared).
 
-The difference of stage 2 and stage 1 is the window operator's own per-element cost.
+Stage 2 is the window operator's own per-element cost; stage 3 is per window, shown per element
+and per window (at 200,000 events the input has about 0.87 windows per element, at 2,000,000
+about 0.2: each key's ~20 events fall into its ~4 windows).
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def _run(
     out: list[Any] = []
     for batch in batches:
         out += task.process_batch(
-            batch, key="key", key_group=KEY_GROUP, event_time="seq", lateness_ms=0
+            batch, key="key", key_group=KEY_GROUP, event_time="seq", lateness_ms=None
         )
     if end:
         out += task.advance_watermark(MAX_WATERMARK)
@@ -96,7 +99,8 @@ def _check(workload: Workload, rows: list[Any]) -> None:
 
 
 def window_breakdown(workload: Workload, repeats: int) -> list[tuple[str, float]]:
-    """``(stage, µs per element added by it)`` for the three stages, then the total."""
+    """``(stage, µs per element added by it)`` for the three stages, then the total, then the
+    last stage per window fired."""
     from benchmarks.inprocess import _batches
 
     batches = _batches(workload)
@@ -127,6 +131,8 @@ def window_breakdown(workload: Workload, repeats: int) -> list[tuple[str, float]
         rows.append((name, (seconds - previous) * 1e6 / events))
         previous = seconds
     rows.append(("total", previous * 1e6 / events))
+    windows = reference(workload).windows
+    rows.append(("end of input, per window fired", (best[2] - best[1]) * 1e6 / windows))
     return rows
 
 
@@ -162,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     print("| stage | µs per element |\n|---|---:|")
     for stage, micros in rows:
         print(f"| {stage} | {micros:.2f} |")
-    print(f"\n{1e6 / rows[-1][1]:,.0f} events/s in process on one core")
+    total = dict(rows)["total"]
+    print(f"\n{1e6 / total:,.0f} events/s in process on one core")
 
 
 if __name__ == "__main__":

@@ -177,28 +177,37 @@ class WindowOperator(KeyedProcessFunction):
         skipped = True
         merging = self._merging_windows()
         context = self.trigger_context
+        state = self.window_state
+        event_time = self._event_time
+        watermark = self._timers.watermark  # no element moves it
         for window in windows:
             if merging is not None:
                 window = merging.add_window(
                     window, lambda *args: self._merge(ctx.current_key, *args)
                 )
-                if self._is_window_late(window):
+                cleanup = self._cleanup_time(window)
+                if event_time and cleanup <= watermark:  # late: cleaned up already
                     merging.retire_window(window)
                     continue
                 state_window = merging.state_window(window)
                 assert state_window is not None
             else:
-                if self._is_window_late(window):
+                cleanup = self._cleanup_time(window)
+                if event_time and cleanup <= watermark:
                     continue
                 state_window = window
             skipped = False
-            self._add(state_window, value, timestamp)
+            state.set_current_namespace(state_window.namespace)
+            if self.evictor is None:
+                state.add(value)
+            else:
+                state.add({"value": value, "timestamp": timestamp})
             context.window = window
             context.event_timer_window = None
             result = self.trigger.on_element(value, timestamp, window, context)
             if result is not _CONTINUE:
                 self._act(result, ctx.current_key, window, state_window, ctx, out)
-            self._register_cleanup_timer(window)
+            self._register_cleanup_timer(window, cleanup)
         if merging is not None:
             merging.persist()
         if skipped and self._is_element_late(timestamp):
@@ -246,13 +255,6 @@ class WindowOperator(KeyedProcessFunction):
         self.window_state.merge_namespaces(
             state_window.namespace, [w.namespace for w in merged_state_windows]
         )
-
-    def _add(self, state_window: Window, value: Any, timestamp: int | None) -> None:
-        self.window_state.set_current_namespace(state_window.namespace)
-        if self.evictor is None:
-            self.window_state.add(value)
-        else:
-            self.window_state.add({"value": value, "timestamp": timestamp})
 
     # -- timers ------------------------------------------------------------------------------
     def _window_of(self, namespace: str) -> Window:
@@ -346,8 +348,8 @@ class WindowOperator(KeyedProcessFunction):
             return min(window.max_timestamp + self.allowed_lateness, MAX_WATERMARK)
         return window.max_timestamp
 
-    def _register_cleanup_timer(self, window: Window) -> None:
-        cleanup = self._cleanup_time(window)
+    def _register_cleanup_timer(self, window: Window, cleanup: int) -> None:
+        """Registers ``window``'s cleanup timer at ``cleanup`` (its :meth:`_cleanup_time`)."""
         if cleanup == MAX_WATERMARK:
             return  # a window that never ends (global) is never cleaned up
         context = self.trigger_context
@@ -381,9 +383,6 @@ class WindowOperator(KeyedProcessFunction):
             self.function.clear(WindowProcessContext(self.runtime_context, window, ctx))
         if merging is not None:
             merging.retire_window(window)
-
-    def _is_window_late(self, window: Window) -> bool:
-        return self._event_time and self._cleanup_time(window) <= self._timers.watermark
 
     def _is_element_late(self, timestamp: int | None) -> bool:
         return (
