@@ -129,6 +129,10 @@ def test_per_record_time_window_namespace_survives_copies() -> None:
         assert other.namespace == f"TimeWindow({other.start}, {other.end})"
         assert other.max_timestamp == other.end - 1
     assert replace(w, end=3000).namespace == "TimeWindow(1000, 3000)"
+    # as a window pickled before the namespace was cached: only its fields
+    old = object.__new__(TimeWindow)
+    old.__setstate__({"start": 5, "end": 9})
+    assert (old, old.namespace, old.max_timestamp) == (TimeWindow(5, 9), "TimeWindow(5, 9)", 8)
     assert hash(w) == hash(TimeWindow(1000, 2000)) and w < TimeWindow(1000, 3000)
 
 

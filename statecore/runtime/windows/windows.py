@@ -61,6 +61,11 @@ class TimeWindow(Window):
         object.__setattr__(self, "_max_timestamp", self.end - 1)
         object.__setattr__(self, "_namespace", f"TimeWindow({self.start}, {self.end})")
 
+    def __setstate__(self, state: dict[str, int]) -> None:
+        # a window pickled before the two were cached has only ``start`` and ``end``
+        self.__dict__.update(state)
+        self.__post_init__()
+
     @property
     def max_timestamp(self) -> int:
         return self._max_timestamp  # type: ignore[no-any-return,attr-defined]
