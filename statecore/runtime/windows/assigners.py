@@ -115,6 +115,9 @@ class TumblingWindows(WindowAssigner):
     processing_time: bool = False
     _size: int = field(init=False, repr=False)
     _offset: int = field(init=False, repr=False)
+    _last: tuple[int, Window] | None = field(init=False, repr=False, compare=False, default=None)
+    """The last window assigned, by its start: consecutive elements mostly share a window, and
+    one window object keeps its namespace computed once."""
 
     def __post_init__(self) -> None:
         size, offset = millis(self.size, "size"), millis(self.offset, "offset")
@@ -132,7 +135,12 @@ class TumblingWindows(WindowAssigner):
 
     def assign_windows(self, timestamp: int | None, *, now: int) -> list[Window]:
         start = window_start_with_offset(self._time(timestamp, now), self._offset, self._size)
-        return [TimeWindow(start, start + self._size)]
+        last = self._last
+        if last is not None and last[0] == start:
+            return [last[1]]
+        window = TimeWindow(start, start + self._size)
+        object.__setattr__(self, "_last", (start, window))
+        return [window]
 
     def default_trigger(self) -> Trigger:
         return _time_trigger(self.is_event_time)
@@ -150,6 +158,11 @@ class SlidingWindows(WindowAssigner):
     _size: int = field(init=False, repr=False)
     _slide: int = field(init=False, repr=False)
     _offset: int = field(init=False, repr=False)
+    _last: tuple[int, int, tuple[Window, ...]] | None = field(
+        init=False, repr=False, compare=False, default=None
+    )
+    """The last windows assigned, by the latest one's start and their number (as
+    :class:`TumblingWindows`)."""
 
     def __post_init__(self) -> None:
         size, slide = millis(self.size, "size"), millis(self.slide, "slide")
@@ -170,11 +183,18 @@ class SlidingWindows(WindowAssigner):
     def assign_windows(self, timestamp: int | None, *, now: int) -> list[Window]:
         time = self._time(timestamp, now)
         last_start = window_start_with_offset(time, self._offset, self._slide)
+        # how many windows hold ``time``: with a size not a multiple of the slide, it depends on
+        # where in its slide ``time`` falls, so it is part of what the cache compares
+        count = -(-(self._size - (time - last_start)) // self._slide)
+        last = self._last
+        if last is not None and last[0] == last_start and last[1] == count:
+            return list(last[2])
         windows: list[Window] = []
         start = last_start
         while start > time - self._size:
             windows.append(TimeWindow(start, start + self._size))
             start -= self._slide
+        object.__setattr__(self, "_last", (last_start, count, tuple(windows)))
         return windows
 
     def default_trigger(self) -> Trigger:

@@ -27,7 +27,15 @@ from statecore.runtime.functions import (
     OnTimerContext,
     RuntimeContext,
 )
-from statecore.runtime.windows.assigners import MergingWindowAssigner, WindowAssigner
+from statecore.runtime.windows.assigners import (
+    DynamicSessionWindows,
+    GlobalWindows,
+    MergingWindowAssigner,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+    WindowAssigner,
+)
 from statecore.runtime.windows.evictors import Evictor, TimestampedValue
 from statecore.runtime.windows.functions import (
     ProcessWindowFunction,
@@ -42,6 +50,12 @@ from statecore.runtime.windows.windows import Window, window_of
 
 __all__ = ["WindowOperator", "WindowTriggerContext"]
 
+_CONTINUE = TriggerResult.CONTINUE
+_CLOCKLESS = (TumblingWindows, SlidingWindows, SessionWindows, DynamicSessionWindows, GlobalWindows)
+"""The assigners whose event-time windows do not read the processing time."""
+_WINDOWS_KEPT = 4096
+"""How many windows :meth:`WindowOperator._window_of` keeps parsed (then it starts over)."""
+
 
 class WindowTriggerContext:
     """The trigger's view of the current key and one window: timers and state in the window's
@@ -52,6 +66,11 @@ class WindowTriggerContext:
         self._timers = runtime_context.backend.timer_service
         self.window: Window | None = None
         self.merged_windows: list[Window] = []
+        self.event_timer_window: Window | None = None
+        """The window whose event-time timer at :attr:`event_timer_time` this context last
+        registered (``None`` after a delete): the operator skips registering it again as the
+        cleanup timer, which the timer service would ignore as already registered."""
+        self.event_timer_time = 0
 
     @property
     def _namespace(self) -> str:
@@ -68,12 +87,14 @@ class WindowTriggerContext:
 
     def register_event_time_timer(self, timestamp: int) -> None:
         self._timers.register_event_time_timer(timestamp, self._namespace)
+        self.event_timer_window, self.event_timer_time = self.window, timestamp
 
     def register_processing_time_timer(self, timestamp: int) -> None:
         self._timers.register_processing_time_timer(timestamp, self._namespace)
 
     def delete_event_time_timer(self, timestamp: int) -> None:
         self._timers.delete_event_time_timer(timestamp, self._namespace)
+        self.event_timer_window = None
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
         self._timers.delete_processing_time_timer(timestamp, self._namespace)
@@ -131,6 +152,15 @@ class WindowOperator(KeyedProcessFunction):
             else None
         )
         self.trigger_context = WindowTriggerContext(runtime_context)
+        self._timers = runtime_context.backend.timer_service
+        self._event_time = self.assigner.is_event_time
+        # the built-in assigners read the processing time only for processing-time windows
+        self._needs_now = not (self._event_time and type(self.assigner) in _CLOCKLESS)
+        self._clears_function_state = (
+            isinstance(self.function, ProcessWindowFunction)
+            and type(self.function).clear is not ProcessWindowFunction.clear
+        )
+        self._windows_by_namespace: dict[str, Window] = {}
         if self.function is not None:
             self.function.open(runtime_context)
 
@@ -141,31 +171,43 @@ class WindowOperator(KeyedProcessFunction):
     # -- elements ----------------------------------------------------------------------------
     def process_element(self, value: Any, ctx: Context) -> Iterable[Any] | None:
         timestamp = ctx.timestamp
-        now = self.trigger_context.current_processing_time
+        now = self._timers.current_processing_time() if self._needs_now else 0
         windows = self.assigner.assign_element_windows(value, timestamp, now=now)
         out: list[Any] = []
         skipped = True
         merging = self._merging_windows()
+        context = self.trigger_context
+        state = self.window_state
+        event_time = self._event_time
+        watermark = self._timers.watermark  # no element moves it
         for window in windows:
             if merging is not None:
                 window = merging.add_window(
                     window, lambda *args: self._merge(ctx.current_key, *args)
                 )
-                if self._is_window_late(window):
+                cleanup = self._cleanup_time(window)
+                if event_time and cleanup <= watermark:  # late: cleaned up already
                     merging.retire_window(window)
                     continue
                 state_window = merging.state_window(window)
                 assert state_window is not None
             else:
-                if self._is_window_late(window):
+                cleanup = self._cleanup_time(window)
+                if event_time and cleanup <= watermark:
                     continue
                 state_window = window
             skipped = False
-            self._add(state_window, value, timestamp)
-            self.trigger_context.window = window
-            result = self.trigger.on_element(value, timestamp, window, self.trigger_context)
-            self._act(result, ctx.current_key, window, state_window, ctx, out)
-            self._register_cleanup_timer(window)
+            state.set_current_namespace(state_window.namespace)
+            if self.evictor is None:
+                state.add(value)
+            else:
+                state.add({"value": value, "timestamp": timestamp})
+            context.window = window
+            context.event_timer_window = None
+            result = self.trigger.on_element(value, timestamp, window, context)
+            if result is not _CONTINUE:
+                self._act(result, ctx.current_key, window, state_window, ctx, out)
+            self._register_cleanup_timer(window, cleanup)
         if merging is not None:
             merging.persist()
         if skipped and self._is_element_late(timestamp):
@@ -214,16 +256,20 @@ class WindowOperator(KeyedProcessFunction):
             state_window.namespace, [w.namespace for w in merged_state_windows]
         )
 
-    def _add(self, state_window: Window, value: Any, timestamp: int | None) -> None:
-        self.window_state.set_current_namespace(state_window.namespace)
-        if self.evictor is None:
-            self.window_state.add(value)
-        else:
-            self.window_state.add({"value": value, "timestamp": timestamp})
-
     # -- timers ------------------------------------------------------------------------------
+    def _window_of(self, namespace: str) -> Window:
+        """The window of a timer's namespace, parsed once per namespace (a tumbling window's
+        namespace is shared by every key)."""
+        windows = self._windows_by_namespace
+        window = windows.get(namespace)
+        if window is None:
+            if len(windows) >= _WINDOWS_KEPT:
+                windows.clear()
+            window = windows[namespace] = window_of(namespace)
+        return window
+
     def on_timer(self, timestamp: int, ctx: OnTimerContext) -> Iterable[Any] | None:
-        window = window_of(ctx.namespace)
+        window = self._window_of(ctx.namespace)
         event_time = ctx.time_domain is TimeDomain.EVENT_TIME
         merging = self._merging_windows()
         if merging is not None:
@@ -240,7 +286,7 @@ class WindowOperator(KeyedProcessFunction):
             result = self.trigger.on_processing_time(timestamp, window, context)
         out: list[Any] = []
         self._act(result, ctx.current_key, window, state_window, ctx, out)
-        if event_time == self.assigner.is_event_time and timestamp == self._cleanup_time(window):
+        if event_time == self._event_time and timestamp == self._cleanup_time(window):
             self._clear_all_state(window, state_window, merging, ctx)
         if merging is not None:
             merging.persist()
@@ -298,17 +344,20 @@ class WindowOperator(KeyedProcessFunction):
 
     # -- cleanup -----------------------------------------------------------------------------
     def _cleanup_time(self, window: Window) -> int:
-        if self.assigner.is_event_time:
+        if self._event_time:
             return min(window.max_timestamp + self.allowed_lateness, MAX_WATERMARK)
         return window.max_timestamp
 
-    def _register_cleanup_timer(self, window: Window) -> None:
-        cleanup = self._cleanup_time(window)
+    def _register_cleanup_timer(self, window: Window, cleanup: int) -> None:
+        """Registers ``window``'s cleanup timer at ``cleanup`` (its :meth:`_cleanup_time`)."""
         if cleanup == MAX_WATERMARK:
             return  # a window that never ends (global) is never cleaned up
-        self.trigger_context.window = window
-        if self.assigner.is_event_time:
-            self.trigger_context.register_event_time_timer(cleanup)
+        context = self.trigger_context
+        if self._event_time:
+            if context.event_timer_window is window and context.event_timer_time == cleanup:
+                return  # the trigger just registered it (the default: no allowed lateness)
+            context.window = window
+            context.register_event_time_timer(cleanup)
         else:
             self.trigger_context.register_processing_time_timer(cleanup)
 
@@ -317,7 +366,7 @@ class WindowOperator(KeyedProcessFunction):
         if cleanup == MAX_WATERMARK:
             return
         self.trigger_context.window = window
-        if self.assigner.is_event_time:
+        if self._event_time:
             self.trigger_context.delete_event_time_timer(cleanup)
         else:
             self.trigger_context.delete_processing_time_timer(cleanup)
@@ -329,20 +378,15 @@ class WindowOperator(KeyedProcessFunction):
         self.window_state.clear()
         self.trigger_context.window = window
         self.trigger.clear(window, self.trigger_context)
-        if isinstance(self.function, ProcessWindowFunction):
+        if self._clears_function_state:
+            assert isinstance(self.function, ProcessWindowFunction)
             self.function.clear(WindowProcessContext(self.runtime_context, window, ctx))
         if merging is not None:
             merging.retire_window(window)
 
-    def _is_window_late(self, window: Window) -> bool:
-        return (
-            self.assigner.is_event_time
-            and self._cleanup_time(window) <= self.trigger_context.current_watermark
-        )
-
     def _is_element_late(self, timestamp: int | None) -> bool:
         return (
-            self.assigner.is_event_time
+            self._event_time
             and timestamp is not None
-            and timestamp + self.allowed_lateness <= self.trigger_context.current_watermark
+            and timestamp + self.allowed_lateness <= self._timers.watermark
         )

@@ -44,13 +44,11 @@ class TriggerResult(enum.Enum):
     PURGE = (False, True)
     FIRE_AND_PURGE = (True, True)
 
-    @property
-    def is_fire(self) -> bool:
-        return self.value[0]
-
-    @property
-    def is_purge(self) -> bool:
-        return self.value[1]
+    def __init__(self, fire: bool, purge: bool) -> None:
+        # plain attributes: the operator reads them for every element and timer, and an
+        # enum's ``value`` is a descriptor lookup
+        self.is_fire = fire
+        self.is_purge = purge
 
 
 class TriggerContext(Protocol):

@@ -57,14 +57,22 @@ class TimeWindow(Window):
     def __post_init__(self) -> None:
         if self.end <= self.start:
             raise ConfigError(f"a time window ends after it starts: [{self.start}, {self.end})")
+        # computed once: the operator reads both for every element and timer of the window
+        object.__setattr__(self, "_max_timestamp", self.end - 1)
+        object.__setattr__(self, "_namespace", f"TimeWindow({self.start}, {self.end})")
+
+    def __setstate__(self, state: dict[str, int]) -> None:
+        # a window pickled before the two were cached has only ``start`` and ``end``
+        self.__dict__.update(state)
+        self.__post_init__()
 
     @property
     def max_timestamp(self) -> int:
-        return self.end - 1
+        return self._max_timestamp  # type: ignore[no-any-return,attr-defined]
 
     @property
     def namespace(self) -> str:
-        return f"TimeWindow({self.start}, {self.end})"
+        return self._namespace  # type: ignore[no-any-return,attr-defined]
 
     def intersects(self, other: TimeWindow) -> bool:
         """Whether the two windows overlap or touch (session windows that touch merge)."""
