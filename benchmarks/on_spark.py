@@ -57,8 +57,9 @@ OUTPUT_SCHEMA = T.StructType(
 _TOTAL_SCHEMA = T.StructType([T.StructField("total", T.LongType())])
 
 
-def session() -> SparkSession:
-    """The harness's one Spark session: ``local[2]``, 2 shuffle partitions, RocksDB state."""
+def session(extra: dict[str, str] | None = None) -> SparkSession:
+    """The harness's one Spark session: ``local[2]``, 2 shuffle partitions, RocksDB state;
+    ``extra``: further settings (e.g. the event log of ``benchmarks.spark_breakdown``)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
@@ -72,6 +73,7 @@ def session() -> SparkSession:
             "spark.driver.memory": "4g",
             "spark.sql.shuffle.partitions": str(PARALLELISM),
             "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+            **(extra or {}),
         },
         log_level="ERROR",
     )

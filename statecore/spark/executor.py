@@ -8,6 +8,7 @@ stay on the driver, so a cold Python worker starts in a fraction of a second.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -319,22 +320,28 @@ def run_task(
     )
     if held is not None:  # a live read and the processing of a batch exclude each other
         task.batch_guard = held.lock
-    outputs = process(task, gate.on_time(_with_keys(batches, spec)))
+    timing = _TaskTiming()
+    outputs = process(task, gate.on_time(_with_keys(timing.inputs(batches), spec)))
     try:
+        loop_started = time.perf_counter()
         for output in outputs:
             fault_point("task:process")
             for batch in output_batches(output, spec.output_schema):
                 if writer is not None:
+                    written_started = time.perf_counter()
                     writer.write(batch)
+                    timing.output_write_s += time.perf_counter() - written_started
                 else:
                     yield pa.RecordBatch.from_arrays(
                         [*batch.columns, pa.nulls(batch.num_rows, pa.string())],
                         schema=result_schema,
                     )
             _write_side_outputs(side_outputs.drain(), named)
+        timing.loop_s = time.perf_counter() - loop_started
         with task.batch_guard:
             snapshot = task.snapshot(spec.table_uris, checkpoint_id=spec.checkpoint_id)
         written = None if writer is None else writer.close()
+        timing.snapshot_s = time.perf_counter() - loop_started - timing.loop_s
         closed = {o.report_key: w.close() for o, w in named.values()}
         restored = {**backend.restore_metrics(), **state.metrics()}
         next_timer = backend.timer_service.next_timestamp(TimeDomain.PROCESSING_TIME)
@@ -359,6 +366,7 @@ def run_task(
             "restore_timing": restore_timing,
             "acquire_s": acquire_s,
             "acquire_cpu_s": acquire_cpu_s,
+            "timing": timing.to_json_dict(),
             "latency": None if task.tracker is None else task.tracker.report(),
             "states": [s.to_json_dict() for s in snapshot],
             "output": None if written is None else written.to_json_dict(),
@@ -372,6 +380,35 @@ def run_task(
     columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
     columns.append(pa.array([meta]))
     yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
+
+
+@dataclass
+class _TaskTiming:
+    """Where a task's time went after it got its state, in seconds of wall time (the task's
+    report, for ``python -m benchmarks.spark_breakdown``): ``input_wait_s`` waiting for
+    Spark's next input batch (the JVM's shuffle read, sort and Arrow serialization, when the
+    worker outpaces it), ``loop_s`` the whole loop over the input (the wait, the operator and
+    the output included), ``output_write_s`` of it writing output files, ``snapshot_s`` the
+    snapshot and closing the output files."""
+
+    input_wait_s: float = 0.0
+    loop_s: float = 0.0
+    output_write_s: float = 0.0
+    snapshot_s: float = 0.0
+
+    def inputs(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches``, the time spent waiting for each counted in ``input_wait_s``."""
+        clock, iterator = time.perf_counter, iter(batches)
+        while True:
+            started = clock()
+            batch = next(iterator, None)
+            self.input_wait_s += clock() - started
+            if batch is None:
+                return
+            yield batch
+
+    def to_json_dict(self) -> dict[str, float]:
+        return {name: round(value, 4) for name, value in dataclasses.asdict(self).items()}
 
 
 def _serve_live(
