@@ -106,8 +106,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-# The suite as four pytest processes side by side (scripts/pytest_groups.py, tests/groups.py):
-# weeks (the month and the fortnight on make up's Airflow, with a Kafka broker of their own),
+# The suite as five pytest processes side by side (scripts/pytest_groups.py, tests/groups.py):
+# weeks and fortnight (the month, with a Kafka broker of its own, and the fortnight on make up's
+# Airflow, each in a process of its own),
 # jvm (the one local Spark session, standalone cluster, S3 server and Kafka broker of the run),
 # airflow (the other Airflow tests) and rest (all other tests), each logged to
 # build/tests/<group>.log and printed whole once all ended; fails when any fails. Beside them,

@@ -1,6 +1,7 @@
-"""``make test``'s pytest: the suite as four pytest processes side by side, one per group of
-``tests/groups.py`` (``--group``): ``weeks`` (the month and the fortnight on ``make up``'s
-Airflow, about 20 minutes each, mostly waiting), ``jvm`` (the tests of the run's one local
+"""``make test``'s pytest: the suite as five pytest processes side by side, one per group of
+``tests/groups.py`` (``--group``): ``weeks`` and ``fortnight`` (the month and the fortnight on
+``make up``'s Airflow, 20 to 35 minutes each, mostly waiting: side by side, not one after the
+other), ``jvm`` (the tests of the run's one local
 Spark session, standalone cluster, S3 server and Kafka broker), ``airflow`` (the other Airflow
 tests) and ``rest`` (everything else). On two cores the JVM tests, the Airflow tests (which
 mostly wait on their Spark jobs) and the others overlap instead of following each other.
@@ -34,7 +35,7 @@ from typing import IO
 
 __all__ = ["GROUPS", "main"]
 
-GROUPS = ("weeks", "jvm", "airflow", "rest")
+GROUPS = ("weeks", "fortnight", "jvm", "airflow", "rest")
 REPO = Path(__file__).resolve().parents[1]
 PROGRESS = re.compile(rb"\[\s*(\d+)%\]")
 OUTCOMES = re.compile(rb"[.sxXFE]")

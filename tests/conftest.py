@@ -1,10 +1,10 @@
 """Shared fixtures: one local Spark session and one Kafka broker per test run, and an isolated
 statecore home.
 
-``--group`` splits a run in four that ``make test`` runs side by side (``tests/groups.py``):
-``weeks``, the long Airflow scenarios (the month, the fortnight); ``jvm``, the tests whose
-fixtures reach the in-process Spark session or another JVM or server the run starts once;
-``airflow``, the other Airflow tests; and ``rest``, all the others (Spark in subprocesses of
+``--group`` splits a run in five that ``make test`` runs side by side (``tests/groups.py``):
+``weeks`` and ``fortnight``, the long Airflow scenarios (the month; the fortnight); ``jvm``, the
+tests whose fixtures reach the in-process Spark session or another JVM or server the run starts
+once; ``airflow``, the other Airflow tests; and ``rest``, all the others (Spark in subprocesses of
 their own, the CLI, the backends, Helm...). Only the jvm group owns the Spark session, the
 cluster, the S3 server and the Kafka broker, so each is still started once per run (the weeks
 group starts a broker of its own for the month).
@@ -48,10 +48,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--group",
         choices=GROUPS,
         default=None,
-        help="only the tests of one group (tests/groups.py): weeks (marked weeks: the month, "
-        "the fortnight), jvm (their fixtures reach spark, "
+        help="only the tests of one group (tests/groups.py): weeks (marked weeks: the month), "
+        "fortnight (marked weeks and fortnight), jvm (their fixtures reach spark, "
         "cluster, s3_server or kafka_broker), airflow (the other tests marked airflow) or rest "
-        "(all the others); make test runs the four at once",
+        "(all the others); make test runs the five at once",
     )
 
 

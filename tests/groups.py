@@ -1,9 +1,11 @@
-"""The four groups ``make test`` runs side by side (``pytest --group``, see
-``tests/conftest.py``): ``weeks``, the tests marked ``weeks`` (what users run for weeks, tested
-over weeks of logical days on ``make up``'s own Airflow: the month on one home and the
-fortnight, each about 20 minutes, mostly waiting on Airflow's scheduler and their Spark jobs);
-``jvm``, the tests whose fixtures reach what a test run starts once (the local Spark session,
-the standalone cluster, the S3 server, the Kafka broker); ``airflow``, the other tests marked
+"""The five groups ``make test`` runs side by side (``pytest --group``, see
+``tests/conftest.py``): ``weeks`` and ``fortnight``, the tests marked ``weeks`` (what users run
+for weeks, tested over weeks of logical days on ``make up``'s own Airflow): the month on one home
+in ``weeks``, the fortnight (also marked ``fortnight``) in a group of its own, each 20 to 35
+minutes mostly waiting on Airflow's scheduler and their Spark jobs, so the two wait side by side
+instead of one after the other; ``jvm``, the tests whose fixtures reach what a test run starts
+once (the local Spark session, the standalone cluster, the S3 server, the Kafka broker);
+``airflow``, the other tests marked
 ``airflow`` (each runs DAGs in an Airflow of its own, mostly waiting on its Spark jobs); and
 ``rest``, all the others. Only the jvm group has a Spark session of the run: the others start
 Spark, where they do, in the subprocesses they test. The weeks group starts a Kafka broker of
@@ -15,7 +17,7 @@ import pytest
 
 __all__ = ["GROUPS", "JVM_FIXTURES", "group_of", "jvm_group_only"]
 
-GROUPS = ("weeks", "jvm", "airflow", "rest")
+GROUPS = ("weeks", "fortnight", "jvm", "airflow", "rest")
 JVM_FIXTURES = frozenset({"spark", "cluster", "s3_server", "kafka_broker"})
 """The session fixtures owning what a test run starts once: the local Spark session
 (``spark``), the standalone cluster (``tests/cluster``), the S3 server (``tests/object_store``),
@@ -27,11 +29,12 @@ OWN_BROKER_GROUPS = frozenset({"weeks"})
 
 
 def group_of(item: pytest.Item) -> str:
-    """``weeks`` for a test marked ``weeks``, else ``jvm`` when the item's fixture closure
+    """``fortnight`` for a test marked ``weeks`` and ``fortnight``, ``weeks`` for another test
+    marked ``weeks``, else ``jvm`` when the item's fixture closure
     holds one of :data:`JVM_FIXTURES`, else ``airflow`` for a test marked ``airflow``, else
     ``rest``."""
     if item.get_closest_marker("weeks"):
-        return "weeks"
+        return "fortnight" if item.get_closest_marker("fortnight") else "weeks"
     if JVM_FIXTURES & set(getattr(item, "fixturenames", ())):
         return "jvm"
     return "airflow" if item.get_closest_marker("airflow") else "rest"

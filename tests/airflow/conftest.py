@@ -14,7 +14,7 @@ import pytest
 def up_tmp() -> Iterator[Path]:
     """A folder for one module's ``make up`` home outside pytest's temporary root: pytest makes
     that root (``/tmp/pytest-of-<user>``) ``0700`` again whenever a pytest session starts (the
-    suite runs four side by side, and tests start more), and run as root, make up's PostgreSQL
+    suite runs five side by side, and tests start more), and run as root, make up's PostgreSQL
     runs as ``embedded_postgres``, which must traverse every folder above its data: it lost its
     data folder mid-run ("could not open file .../global/pg_control: Permission denied")."""
     folder = Path(tempfile.mkdtemp(prefix="statecore-make-up-"))

@@ -46,7 +46,13 @@ from tests.airflow.month import input_rows, lay_out_input
 from tests.airflow.test_own_airflow import Up, make_airflow, run, scheduler_pid
 from tests.airflow.test_standalone import free_port, stop
 
-pytestmark = [pytest.mark.airflow, pytest.mark.weeks, pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [
+    pytest.mark.airflow,
+    pytest.mark.weeks,
+    pytest.mark.fortnight,
+    pytest.mark.slow,
+    pytest.mark.timeout(2400),
+]
 
 FIRST = date(2026, 1, 1)
 DAYS = 14
