@@ -60,7 +60,14 @@ def statecore_heap_tree(
         result["seconds"],
         workload.events,
         rss.peak,
-        extra={"memory": rss.parts_text(), "parts": rss.parts, "settings": result["settings"]},
+        peak_pss=rss.peak_pss,
+        extra={
+            "memory": rss.parts_text(),
+            "parts": rss.parts,
+            "memory_pss": rss.pss_parts_text(),
+            "pss_parts": rss.pss_parts,
+            "settings": result["settings"],
+        },
     )
 
 
