@@ -27,6 +27,21 @@ def _holder(size: int) -> subprocess.Popen[str]:
     )
 
 
+def _sampled_tree(code: str) -> TreeRss:
+    """The tree of a Python root running ``code``, sampled for half a second once it printed
+    ``held``; the root ends when its stdin closes."""
+    root = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert root.stdout is not None and root.stdout.readline().strip() == "held"
+        with TreeRss(root=root.pid) as rss:
+            time.sleep(0.5)
+    finally:
+        root.communicate("")
+    return rss
+
+
 def test_memory_budget_tree_rss_counts_each_process_of_the_tree() -> None:
     # a tree of its own (a Python root holding two Python children), not this test process's:
     # a test run's process has children of its own (Spark's workers, servers of other tests)
@@ -45,15 +60,7 @@ def test_memory_budget_tree_rss_counts_each_process_of_the_tree() -> None:
         "for child in children:\n"
         "    child.communicate('')\n"
     )
-    root = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert root.stdout is not None and root.stdout.readline().strip() == "held"
-        with TreeRss(root=root.pid) as rss:
-            time.sleep(0.5)
-    finally:
-        root.communicate("")
+    rss = _sampled_tree(code)
     size, count = rss.parts["Python worker"]  # the Python children of the tree's Python root
     assert count == 2 and size >= HOLD + HOLD // 2
     driver, one = rss.parts["driver Python"]
@@ -132,15 +139,7 @@ def test_memory_budget_pss_counts_pages_shared_by_forked_workers_once() -> None:
         "for pid in children:\n"
         "    os.waitpid(pid, 0)\n"
     )
-    root = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert root.stdout is not None and root.stdout.readline().strip() == "held"
-        with TreeRss(root=root.pid) as rss:
-            time.sleep(0.5)
-    finally:
-        root.communicate("")
+    rss = _sampled_tree(code)
     assert rss.parts["Python worker"][1] == 2 and rss.pss_parts["Python worker"][1] == 2
     assert rss.peak >= 3 * HOLD  # each of the three processes maps the held pages
     assert HOLD <= rss.peak_pss < rss.peak - HOLD  # the tree holds them once
