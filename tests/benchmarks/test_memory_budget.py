@@ -119,6 +119,8 @@ def test_memory_budget_local_run_tree_of_a_small_heap_run(tmp_path: Path) -> Non
     budget = {"JVM": (1024 + 512) * MIB, "Python worker": 3 * 250 * MIB, "driver Python": 300 * MIB}
     over = {kind: size for kind, (size, _) in parts.items() if size > budget.get(kind, 16 * MIB)}
     assert not over, sample.extra["memory"]
+    # the workers share their daemon's pages: the tree's PSS is below its summed RSS
+    assert sample.peak_pss is not None and 0 < sample.peak_pss < sample.peak_rss
 
 
 def test_memory_budget_pss_counts_pages_shared_by_forked_workers_once() -> None:
