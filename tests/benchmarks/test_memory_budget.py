@@ -150,13 +150,11 @@ def test_memory_budget_pss_counts_pages_shared_by_forked_workers_once() -> None:
 
 
 def test_memory_budget_pss_of_one_process_is_near_its_rss() -> None:
-    child = _holder(HOLD)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "held"
-        with TreeRss(root=child.pid) as rss:
-            time.sleep(0.3)
-    finally:
-        child.communicate("")
+    code = (
+        f"import sys; b = bytearray({HOLD}); b[::4096] = b'x' * len(b[::4096]); "
+        "print('held', flush=True); sys.stdin.read()"
+    )
+    rss = _sampled_tree(code)
     # alone, a process shares only its libraries' pages with others: its PSS is at most its RSS
     # and holds at least what it touched
     assert HOLD <= rss.peak_pss <= rss.peak
