@@ -151,10 +151,12 @@ def run(
         result["seconds"],
         workload.events,
         rss.peak,
+        peak_pss=rss.peak_pss,
         extra={
             "final_checkpoint_seconds": round(result["final_checkpoint_seconds"], 3),
             "checkpoint_attempts": result["checkpoint_attempts"],
             "memory": rss.parts_text(),
+            "memory_pss": rss.pss_parts_text(),
         },
     )
     shutil.rmtree(output, ignore_errors=True)

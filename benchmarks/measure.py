@@ -1,5 +1,11 @@
 """Timing and memory: one :class:`Sample` per variant run, and the peak RSS it took.
 
+A process tree's memory is measured twice (:class:`TreeRss`): the sum of its processes' RSS,
+which counts a page shared by several processes (PySpark's Python workers are forked from its
+daemon and share its imported modules copy-on-write) once in each, and the sum of their PSS
+(``/proc/PID/smaps_rollup``), which splits each shared page among the processes mapping it: the
+tree's real share of the machine's memory. For one process alone the two are nearly equal.
+
 In-process variants run in a fresh child process each (forked from a clean fork server, before
 Spark starts), so their peak RSS is their own. Spark variants run in the harness's one Spark
 session; their peak RSS is the sampled total of the process tree (driver Python, JVM, Python
@@ -44,6 +50,7 @@ class Sample:
     seconds: float
     events: int
     peak_rss: int | None = None  # bytes
+    peak_pss: int | None = None  # bytes: the tree's proportional share, where it was measured
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -110,6 +117,18 @@ def _rss(pid: int) -> int:
         return 0
 
 
+def _pss(pid: int) -> int:
+    """``pid``'s proportional set size in bytes (0 when it has gone or cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
 def process_kind(pid: int, root: int) -> str:
     """What a process of a measured tree is: ``JVM``, ``Python worker`` (PySpark's daemon and
     its workers), ``warm host`` (statecore's state hosts), ``driver Python`` (the tree's root
@@ -131,34 +150,54 @@ def process_kind(pid: int, root: int) -> str:
     return "other"
 
 
-class TreeRss:
-    """Samples the summed RSS of a process and its descendants in a background thread.
+Parts = dict[str, tuple[int, int]]
+"""Memory of a tree split by :func:`process_kind`: kind -> (bytes, processes)."""
 
-    ``peak`` is the largest sum seen; ``parts`` is that sample split by
+
+def _parts_text(parts: Parts) -> str:
+    return ", ".join(
+        f"{'' if count == 1 else f'{count} '}{kind} {size / 2**20:,.0f} MiB"
+        for kind, (size, count) in sorted(parts.items(), key=lambda kv: -kv[1][0])
+    )
+
+
+class TreeRss:
+    """Samples the memory of a process and its descendants in a background thread.
+
+    ``peak`` is the largest sum of RSS seen, ``parts`` that sample split by
     :func:`process_kind` (bytes and process count per kind), so a result says where the memory
-    went (the JVM, each kind of Python process)."""
+    went (the JVM, each kind of Python process). ``peak_pss`` and ``pss_parts`` are the same for
+    the sum of PSS (each shared page divided among the processes that map it): the tree's own
+    share of memory, which RSS overstates by the pages its processes share."""
 
     def __init__(self, root: int | None = None, interval: float = 0.2) -> None:
         self.root = root or os.getpid()
         self.interval = interval
         self.peak = 0
-        self.parts: dict[str, tuple[int, int]] = {}
+        self.parts: Parts = {}
+        self.peak_pss = 0
+        self.pss_parts: Parts = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
         tree = _children()
-        parts: dict[str, tuple[int, int]] = {}
+        rss: Parts = {}
+        pss: Parts = {}
         todo = [self.root]
         while todo:
             pid = todo.pop()
             kind = process_kind(pid, self.root)
-            size, count = parts.get(kind, (0, 0))
-            parts[kind] = (size + _rss(pid), count + 1)
+            for parts, size in ((rss, _rss(pid)), (pss, _pss(pid))):
+                total, count = parts.get(kind, (0, 0))
+                parts[kind] = (total + size, count + 1)
             todo.extend(tree.get(pid, ()))
-        total = sum(size for size, _ in parts.values())
+        total = sum(size for size, _ in rss.values())
         if total > self.peak:
-            self.peak, self.parts = total, parts
+            self.peak, self.parts = total, rss
+        total = sum(size for size, _ in pss.values())
+        if total > self.peak_pss:
+            self.peak_pss, self.pss_parts = total, pss
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -176,10 +215,11 @@ class TreeRss:
 
     def parts_text(self) -> str:
         """``parts`` as text, largest first: ``JVM 812 MiB, 2 Python worker 140 MiB, ...``."""
-        return ", ".join(
-            f"{'' if count == 1 else f'{count} '}{kind} {size / 2**20:,.0f} MiB"
-            for kind, (size, count) in sorted(self.parts.items(), key=lambda kv: -kv[1][0])
-        )
+        return _parts_text(self.parts)
+
+    def pss_parts_text(self) -> str:
+        """``pss_parts`` as text, as :meth:`parts_text`."""
+        return _parts_text(self.pss_parts)
 
 
 def clock() -> float:

@@ -1,5 +1,6 @@
 """The memory of statecore's local run, measured as Java Flink's is (:mod:`benchmarks.flink_java`):
-a process tree of its own from start to exit, its peak RSS sampled over every process in it.
+a process tree of its own from start to exit, its peak PSS and RSS sampled over every process in
+it (:class:`~benchmarks.measure.TreeRss`).
 
 ``python -m benchmarks.memory ROOT EVENTS WARM_ROOT WARM_EVENTS WORKDIR [KEY=VALUE ...]`` (the
 two workloads, prepared by the caller; :class:`~benchmarks.workload.Workload`) is that process: a
@@ -60,7 +61,14 @@ def statecore_heap_tree(
         result["seconds"],
         workload.events,
         rss.peak,
-        extra={"memory": rss.parts_text(), "parts": rss.parts, "settings": result["settings"]},
+        peak_pss=rss.peak_pss,
+        extra={
+            "memory": rss.parts_text(),
+            "parts": rss.parts,
+            "memory_pss": rss.pss_parts_text(),
+            "pss_parts": rss.pss_parts,
+            "settings": result["settings"],
+        },
     )
 
 

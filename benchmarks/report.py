@@ -61,14 +61,17 @@ class Results:
                 ratios.append(sa[0].events_per_second / sb[0].events_per_second)
         return (statistics.median(ratios), ratios) if ratios else None
 
-    def paired_memory_ratio(self, a: str, b: str) -> tuple[float, list[float]] | None:
-        """Median over repetitions of the peak RSS of ``a`` divided by ``b``'s in the same one."""
+    def paired_memory_ratio(
+        self, a: str, b: str, *, pss: bool = False
+    ) -> tuple[float, list[float]] | None:
+        """Median over repetitions of the peak RSS (``pss``: PSS) of ``a`` divided by ``b``'s in
+        the same one."""
         ratios = []
         for rep in self.samples:
-            sa = [s for s in rep if s.variant == a and s.peak_rss]
-            sb = [s for s in rep if s.variant == b and s.peak_rss]
-            if sa and sb:
-                ratios.append(sa[0].peak_rss / sb[0].peak_rss)  # type: ignore[operator]
+            sa = [s.peak_pss if pss else s.peak_rss for s in rep if s.variant == a]
+            sb = [s.peak_pss if pss else s.peak_rss for s in rep if s.variant == b]
+            if sa and sb and sa[0] and sb[0]:
+                ratios.append(sa[0] / sb[0])
         return (statistics.median(ratios), ratios) if ratios else None
 
 
@@ -365,7 +368,11 @@ def flink_section(results: Results) -> list[str]:
         memory = label.startswith("memory")
         found = None
         if a in by and b in by:
-            found = results.paired_memory_ratio(a, b) if memory else results.paired_ratio(a, b)
+            found = (
+                results.paired_memory_ratio(a, b, pss="PSS" in label)
+                if memory
+                else results.paired_ratio(a, b)
+            )
         if found is None:
             why = next((results.skipped[v] for v in (a, b) if v in results.skipped), None)
             missing = a if a not in by else b
@@ -398,23 +405,38 @@ def flink_section(results: Results) -> list[str]:
     row("window sum: statecore window operator / Spark groupBy(window(...))", WINDOW_STATECORE,
         WINDOW_SPARK, "info", None)  # fmt: skip
     row(
-        "memory: peak RSS of the heap run's process tree (local defaults) / Java Flink HashMap's",
+        "memory: peak PSS of the heap run's process tree (local defaults) / Java Flink HashMap's",
         MEMORY, JAVA_HASHMAP, "≤ 1.5×", lambda r: r <= 1.5,
     )  # fmt: skip
     row(
-        "memory with spark.driver.memory=512m: peak RSS of that tree / Java Flink HashMap's",
+        "memory, RSS summed (shared pages counted once per process): that tree / Java Flink's",
+        MEMORY, JAVA_HASHMAP, "info", None,
+    )  # fmt: skip
+    row(
+        "memory with spark.driver.memory=512m: peak PSS of that tree / Java Flink HashMap's",
         MEMORY_SMALL, JAVA_HASHMAP, "≤ 1.5×", lambda r: r <= 1.5,
     )  # fmt: skip
     row("speed of the heap run in its own tree: spark.driver.memory=512m / local defaults",
         MEMORY_SMALL, MEMORY, "info", None)  # fmt: skip
-    lines += ["", "Peak RSS of each process tree, split by process at its peak sample:", ""]
+    lines += [
+        "",
+        "Peak PSS (each shared page divided among the processes mapping it: the tree's share of "
+        "memory) and peak RSS (summed over the processes) of each process tree, each split by "
+        "process at its own peak sample:",
+        "",
+    ]
     for variant in (MEMORY, MEMORY_SMALL, JAVA_HASHMAP, JAVA_ROCKSDB, JAVA_WINDOW):
         samples = [s for s in by.get(variant, []) if s.peak_rss]
         if samples:
             top = max(samples, key=lambda s: s.peak_rss or 0)
             settings = top.extra.get("settings")
+            pss = (
+                f"PSS {_mib(top.peak_pss)} ({top.extra.get('memory_pss', '')}); "
+                if top.peak_pss
+                else ""
+            )
             lines.append(
-                f"- {variant}: {_mib(top.peak_rss)} ({top.extra.get('memory', '')})"
+                f"- {variant}: {pss}RSS {_mib(top.peak_rss)} ({top.extra.get('memory', '')})"
                 + (f"; session settings {settings}" if settings else "")
             )
     checkpoints = [

@@ -130,8 +130,11 @@ METHOD = """
   Flink: `TumblingEventTimeWindows` with monotonous watermarks and an `AggregateFunction` plus
   `ProcessWindowFunction`, on HashMapStateBackend, run as above. Each output is verified against
   pandas (windows, the sum of totals, a checksum weighting each total by its window).
-- **Memory** (issue 43): peak RSS of a whole process tree from its start to its exit, sampled
-  every 0.2 s over every process in it, the same way for both sides. Java Flink: its one JVM.
+- **Memory** (issue 43): peak PSS and peak RSS of a whole process tree from its start to its
+  exit, each sampled every 0.2 s as the sum over every process in it, the same way for both
+  sides. PSS divides a page shared by several processes (PySpark's workers share their
+  daemon's imported modules copy-on-write) among them, RSS counts it in each: the target is
+  compared on PSS, the RSS ratio is kept beside it. Java Flink: its one JVM.
   statecore: `python -m benchmarks.memory`, a process of its own with a Spark session on
   statecore's local defaults (`build_session(master="local[2]")`, not the 4 GiB session above):
   the driver's Python, Spark's JVM, the Python workers, warm hosts if any; an untimed warm-up

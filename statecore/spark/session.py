@@ -14,6 +14,12 @@ their sessions here.
 - **S3A**, when the warehouse is on ``s3://``: the ``s3``/``s3a`` file systems, endpoint, region
   and path-style access from the environment (:func:`s3a_conf`); credentials stay in the
   environment, where S3A reads them.
+- **A JVM sized for a local run** (:func:`local_java_options`): on a local master, unless the
+  caller's options name a garbage collector, the driver's JVM (which is also the executor)
+  starts with the serial collector (no G1 remembered sets) in
+  ``spark.driver.defaultJavaOptions``; the caller's ``spark.driver.extraJavaOptions`` come after
+  it, and a caller's own ``spark.driver.defaultJavaOptions`` replaces it. docs/performance.md
+  ("Memory") has the measurements.
 - ``spark.sql.session.timeZone`` UTC (Delta's timestamps are UTC) unless the caller sets it.
 - **The workers' Python** (:func:`worker_python`): where the Python workers run on this machine,
   the interpreter that runs the driver, so ``.venv/bin/python job.py`` works without an
@@ -34,7 +40,10 @@ from statecore.errors import ConfigError
 
 __all__ = [
     "DELTA_CATALOG",
+    "DEFAULT_JAVA_OPTIONS",
     "DELTA_EXTENSION",
+    "EXTRA_JAVA_OPTIONS",
+    "LOCAL_GC",
     "LOOPBACK",
     "PYTHON_CONF",
     "build_session",
@@ -42,6 +51,7 @@ __all__ = [
     "has_delta",
     "is_local_master",
     "jars_folder",
+    "local_java_options",
     "require_delta",
     "s3a_conf",
     "session_conf",
@@ -51,6 +61,11 @@ __all__ = [
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 LOOPBACK = "127.0.0.1"
+LOCAL_GC = "-XX:+UseSerialGC"
+"""The collector of a local driver's JVM (:func:`local_java_options`)."""
+DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+EXTRA_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_JAVA_OPTION_VARIABLES = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS")
 PYTHON_CONF = "spark.pyspark.python"
 """The setting naming the interpreter of Spark's Python workers (``PYSPARK_PYTHON``)."""
 _HOW_TO_GET_JARS = (
@@ -135,6 +150,33 @@ def s3a_conf(warehouse: str, env: Mapping[str, str] | None = None) -> dict[str, 
     return conf
 
 
+def local_java_options(
+    config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
+) -> str:
+    """The options statecore gives a local driver's JVM (``spark.driver.defaultJavaOptions``):
+    the serial collector. A local run has one or two cores for the collector, and G1 (the JVM's
+    default on a machine it deems a server) keeps remembered sets, marking bitmaps and
+    concurrent threads beside the heap, memory a local run's heap does not repay. Nothing where
+    the caller's settings (``spark.driver.extraJavaOptions``) or the JVM's environment
+    (``SPARK_SUBMIT_OPTS``, ``JAVA_TOOL_OPTIONS``, ``JDK_JAVA_OPTIONS``) choose a collector, as
+    a JVM refuses two.
+
+    >>> local_java_options(env={})
+    '-XX:+UseSerialGC'
+    >>> local_java_options({EXTRA_JAVA_OPTIONS: "-XX:+UseG1GC"}, env={})
+    ''
+    """
+    env = os.environ if env is None else env
+    chosen = " ".join(
+        [(config or {}).get(EXTRA_JAVA_OPTIONS, "")]
+        + [env.get(name, "") for name in _JAVA_OPTION_VARIABLES]
+    )
+    names_a_gc = any(
+        option.startswith("-XX:+Use") and option.endswith("GC") for option in chosen.split()
+    )
+    return "" if names_a_gc else LOCAL_GC
+
+
 def session_conf(
     *,
     master: str | None,
@@ -154,6 +196,9 @@ def session_conf(
     if master is not None and is_local_master(master):
         conf["spark.driver.host"] = LOOPBACK
         conf["spark.driver.bindAddress"] = LOOPBACK
+        options = local_java_options(config, env)
+        if options:
+            conf[DEFAULT_JAVA_OPTIONS] = options
     if warehouse is None:
         warehouse = StatecoreConfig.resolve(env=dict(env)).warehouse
     conf.update(s3a_conf(warehouse, env))
