@@ -8,7 +8,6 @@ stay on the driver, so a cold Python worker starts in a fraction of a second.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import time
@@ -38,6 +37,7 @@ from statecore.snapshot.faults import fault_point
 from statecore.snapshot.output import OutputWriter
 from statecore.spark.host import hosted, hosting
 from statecore.spark.named_outputs import LATE_DATA, SIDE_OUTPUT, NamedOutput
+from statecore.spark.task_timing import TaskTiming
 from statecore.ttl.time import TtlTimeProvider
 from statecore.types import TypeInfo
 
@@ -320,7 +320,7 @@ def run_task(
     )
     if held is not None:  # a live read and the processing of a batch exclude each other
         task.batch_guard = held.lock
-    timing = _TaskTiming()
+    timing = TaskTiming()
     outputs = process(task, gate.on_time(_with_keys(timing.inputs(batches), spec)))
     try:
         loop_started = time.perf_counter()
@@ -380,35 +380,6 @@ def run_task(
     columns: list[Any] = [pa.nulls(1, f.type) for f in spec.output_schema]
     columns.append(pa.array([meta]))
     yield pa.RecordBatch.from_arrays(columns, schema=result_schema)
-
-
-@dataclass
-class _TaskTiming:
-    """Where a task's time went after it got its state, in seconds of wall time (the task's
-    report, for ``python -m benchmarks.spark_breakdown``): ``input_wait_s`` waiting for
-    Spark's next input batch (the JVM's shuffle read, sort and Arrow serialization, when the
-    worker outpaces it), ``loop_s`` the whole loop over the input (the wait, the operator and
-    the output included), ``output_write_s`` of it writing output files, ``snapshot_s`` the
-    snapshot and closing the output files."""
-
-    input_wait_s: float = 0.0
-    loop_s: float = 0.0
-    output_write_s: float = 0.0
-    snapshot_s: float = 0.0
-
-    def inputs(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """``batches``, the time spent waiting for each counted in ``input_wait_s``."""
-        clock, iterator = time.perf_counter, iter(batches)
-        while True:
-            started = clock()
-            batch = next(iterator, None)
-            self.input_wait_s += clock() - started
-            if batch is None:
-                return
-            yield batch
-
-    def to_json_dict(self) -> dict[str, float]:
-        return {name: round(value, 4) for name, value in dataclasses.asdict(self).items()}
 
 
 def _serve_live(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from benchmarks.spark_breakdown import stage_metrics, task_timing
-from statecore.spark.executor import _TaskTiming
+from statecore.spark.task_timing import TaskTiming
 
 
 def _log(path: Path, events: list[dict[str, object]]) -> Path:
@@ -77,9 +77,9 @@ def test_per_record_breakdown_sums_the_tasks_timing() -> None:
 
 def test_per_record_task_timing_passes_every_batch_on() -> None:
     parts = [pa.RecordBatch.from_pylist([{"k": i}]) for i in range(3)]
-    timing = _TaskTiming()
+    timing = TaskTiming()
     assert list(timing.inputs(iter(parts))) == parts
-    assert list(_TaskTiming().inputs(iter([]))) == []
+    assert list(TaskTiming().inputs(iter([]))) == []
     report = timing.to_json_dict()
     assert set(report) == {"input_wait_s", "loop_s", "output_write_s", "snapshot_s"}
     assert report["input_wait_s"] >= 0.0 and report["loop_s"] == 0.0
