@@ -106,7 +106,10 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
     Lake when ``make jars`` has run, loopback), its workers on this interpreter. Delta rebuilds
     a table's snapshot (the state at a version) in 2 partitions instead of its default 50, as
     shuffles take 2: the tests' tables are small, and a 2-core machine ran 50 tasks per
-    ``VERSION AS OF`` read."""
+    ``VERSION AS OF`` read. Delta's ``VACUUM`` lists and compares a table's files in
+    ``spark.sql.sources.parallelPartitionDiscovery.parallelism`` partitions, 10,000 by
+    default: each VACUUM of a test's small table ran 10,000 tasks (about 5 minutes here), in
+    2 it runs 2."""
     jvm_group_only(request)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -121,6 +124,7 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
             "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
             "spark.driver.memory": "2g",
         },
         log_level="ERROR",
