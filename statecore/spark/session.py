@@ -30,6 +30,7 @@ their sessions here.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -55,6 +56,7 @@ __all__ = [
     "require_delta",
     "s3a_conf",
     "session_conf",
+    "spark_defaults",
     "worker_python",
 ]
 
@@ -65,6 +67,8 @@ LOCAL_GC = "-XX:+UseSerialGC"
 """The collector of a local driver's JVM (:func:`local_java_options`)."""
 DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 EXTRA_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_SETTING = re.compile(r"([^\s=:]+)\s*[\s=:]\s*(.*)")
+"""A line of ``spark-defaults.conf``: its key, then whitespace, ``=`` or ``:``, then its value."""
 _JAVA_OPTION_VARIABLES = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS")
 PYTHON_CONF = "spark.pyspark.python"
 """The setting naming the interpreter of Spark's Python workers (``PYSPARK_PYTHON``)."""
@@ -157,9 +161,11 @@ def local_java_options(
     the serial collector. A local run has one or two cores for the collector, and G1 (the JVM's
     default on a machine it deems a server) keeps remembered sets, marking bitmaps and
     concurrent threads beside the heap, memory a local run's heap does not repay. Nothing where
-    the caller's settings (``spark.driver.extraJavaOptions``) or the JVM's environment
-    (``SPARK_SUBMIT_OPTS``, ``JAVA_TOOL_OPTIONS``, ``JDK_JAVA_OPTIONS``) choose a collector, as
-    a JVM refuses two.
+    the caller's settings (``spark.driver.extraJavaOptions``), the JVM's environment
+    (``SPARK_SUBMIT_OPTS``, ``JAVA_TOOL_OPTIONS``, ``JDK_JAVA_OPTIONS``) or Spark's
+    ``spark-defaults.conf`` choose a collector, as a JVM refuses two; nothing either where
+    ``spark-defaults.conf`` sets ``spark.driver.defaultJavaOptions`` (an administrator's
+    defaults, which statecore's would replace).
 
     >>> local_java_options(env={})
     '-XX:+UseSerialGC'
@@ -167,14 +173,39 @@ def local_java_options(
     ''
     """
     env = os.environ if env is None else env
+    defaults = spark_defaults(env)
+    if DEFAULT_JAVA_OPTIONS in defaults:
+        return ""
     chosen = " ".join(
-        [(config or {}).get(EXTRA_JAVA_OPTIONS, "")]
+        [(config or {}).get(EXTRA_JAVA_OPTIONS, ""), defaults.get(EXTRA_JAVA_OPTIONS, "")]
         + [env.get(name, "") for name in _JAVA_OPTION_VARIABLES]
     )
     names_a_gc = any(
         option.startswith("-XX:+Use") and option.endswith("GC") for option in chosen.split()
     )
     return "" if names_a_gc else LOCAL_GC
+
+
+def spark_defaults(env: Mapping[str, str]) -> dict[str, str]:
+    """The settings of the ``spark-defaults.conf`` a JVM that PySpark launches reads
+    (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else PySpark's own ``conf`` folder): each
+    line a key and its value, split at the first whitespace, ``=`` or ``:``; none without the
+    file."""
+    folder = env.get("SPARK_CONF_DIR")
+    if not folder:
+        import pyspark
+
+        folder = str(Path(env.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "conf")
+    try:
+        text = (Path(folder) / "spark-defaults.conf").read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    settings: dict[str, str] = {}
+    for line in text.splitlines():
+        found = _SETTING.match(line.strip())
+        if found and not found[1].startswith("#"):
+            settings[found[1]] = found[2].strip()
+    return settings
 
 
 def session_conf(

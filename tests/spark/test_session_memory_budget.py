@@ -12,6 +12,7 @@ from statecore.spark.session import (
     LOCAL_GC,
     local_java_options,
     session_conf,
+    spark_defaults,
 )
 
 
@@ -64,3 +65,30 @@ def test_memory_budget_session_jvm_has_one_collector(spark: Any) -> None:
     arguments = list(runtime.getInputArguments())
     assert _collectors(" ".join(arguments)) == [LOCAL_GC], arguments
     assert spark.sparkContext.getConf().get(DEFAULT_JAVA_OPTIONS, "") == local_java_options()
+
+
+def test_memory_budget_spark_defaults_conf_naming_a_collector_or_default_options_wins(
+    tmp_path: Path,
+) -> None:
+    """A ``spark-defaults.conf`` naming a collector in the driver's extra options, or setting
+    the driver's default options (an administrator's), gets no collector of statecore's: a JVM
+    refuses two collectors, and statecore's default options would replace the file's."""
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    defaults = conf_dir / "spark-defaults.conf"
+    env = {"SPARK_CONF_DIR": str(conf_dir)}
+    assert local_java_options(env=env) == LOCAL_GC  # no file
+    defaults.write_text(
+        "# an administrator's defaults\nspark.driver.memory 2g\n"
+        "spark.driver.extraJavaOptions  -Dkey=value -XX:+UseG1GC\n"
+    )
+    assert spark_defaults(env)[EXTRA_JAVA_OPTIONS] == "-Dkey=value -XX:+UseG1GC"
+    assert local_java_options(env=env) == ""
+    assert DEFAULT_JAVA_OPTIONS not in session_conf(
+        master="local[2]", env=env, warehouse=str(tmp_path)
+    )
+    defaults.write_text("spark.driver.defaultJavaOptions=-Xss2m\n")
+    assert spark_defaults(env) == {DEFAULT_JAVA_OPTIONS: "-Xss2m"}
+    assert local_java_options(env=env) == ""
+    defaults.write_text("spark.driver.extraJavaOptions: -Dkey=value\n")
+    assert local_java_options(env=env) == LOCAL_GC  # options that name no collector
